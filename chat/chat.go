@@ -1,0 +1,255 @@
+// Package chat is imgctx's conversation model: plain data with no I/O and no
+// provider types. A Conversation is an ordered list of Messages; a Message is
+// a role and a closed set of Parts. History holds images by reference
+// (blob.Ref), never their bytes.
+package chat
+
+import "github.com/imgctx/imgctx/blob"
+
+// Role is who wrote a message.
+type Role string
+
+const (
+	System    Role = "system"
+	User      Role = "user"
+	Assistant Role = "assistant"
+	Tool      Role = "tool"
+)
+
+// Thread tells a discussion's main thread from a sub-agent's thread; only the
+// main thread may keep images across turns.
+type Thread string
+
+const (
+	Main Thread = "main"
+	Sub  Thread = "sub"
+)
+
+// Origin says who put an image into the conversation.
+type Origin string
+
+const (
+	FromUser Origin = "user"
+	FromTool Origin = "tool"
+)
+
+// Keep is the keep state of a tool image (DESIGN.md "Keep state").
+// The zero value means the image is not under keep management (user images).
+type Keep string
+
+const (
+	Ephemeral Keep = "ephemeral" // sent during its turn only
+	Trial     Keep = "trial"     // kept on probation until measured
+	Kept      Keep = "kept"      // measured cost known, stays in history
+	Removed   Keep = "removed"   // replaced by a Marker
+)
+
+// Conversation is an ordered list of messages with its settings.
+type Conversation struct {
+	Thread   Thread
+	Settings Settings
+	Messages []Message
+}
+
+// Settings are per-conversation switches.
+type Settings struct {
+	Model          string
+	KeepTurnImages bool
+}
+
+// Message is one role's contribution: a list of parts.
+type Message struct {
+	Role  Role
+	Parts []Part
+}
+
+// Part is one piece of a message. The set is closed: Text, Image, Document,
+// ToolCall, ToolResult, Summary and Marker.
+type Part interface {
+	// Kind names the part in the JSON encoding ("text", "image", ...).
+	Kind() string
+	part()
+}
+
+// Text is plain text.
+type Text struct {
+	Text string
+}
+
+// Image is an image by reference, with what is known of it.
+// URL is set instead of Ref for a remote image not fetched yet.
+type Image struct {
+	Ref       blob.Ref
+	URL       string
+	MediaType string
+	Bytes     int64 // size of the decoded image
+	Width     int
+	Height    int
+	Detail    string // provider detail hint ("low", "high", "auto", ...), "" for default
+	Origin    Origin
+	Caption   string
+	Keep      Keep
+	Cost      int // measured image tokens; 0 until measured
+}
+
+// Document is a non-image attachment (a PDF, say) by reference. It travels as
+// its extracted text only.
+type Document struct {
+	Ref       blob.Ref
+	MediaType string
+	Name      string
+	Text      string // extracted text, if any
+	Caption   string
+}
+
+// ToolCall is an assistant's request to run a tool. Arguments is the raw JSON
+// the model produced, kept verbatim.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string
+}
+
+// ToolResult is a tool's answer to a ToolCall. Tools return images inside
+// results, so Parts may hold any part but another ToolResult's call.
+type ToolResult struct {
+	CallID  string
+	Name    string
+	IsError bool
+	Parts   []Part
+}
+
+// Summary replaces a range of earlier messages after compaction. From and To
+// are indexes into the persisted log (To exclusive).
+type Summary struct {
+	Text string
+	From int
+	To   int
+}
+
+// Marker stands where an image or document was removed, so the text keeps its
+// meaning (the caption) and says why (the reason code).
+type Marker struct {
+	Of        string // "image" or "document"
+	MediaType string // already sanitised by whoever made the marker
+	Ref       blob.Ref
+	Caption   string
+	Reason    string // a reason.Code
+}
+
+func (Text) Kind() string       { return "text" }
+func (Image) Kind() string      { return "image" }
+func (Document) Kind() string   { return "document" }
+func (ToolCall) Kind() string   { return "tool_call" }
+func (ToolResult) Kind() string { return "tool_result" }
+func (Summary) Kind() string    { return "summary" }
+func (Marker) Kind() string     { return "marker" }
+
+func (Text) part()       {}
+func (Image) part()      {}
+func (Document) part()   {}
+func (ToolCall) part()   {}
+func (ToolResult) part() {}
+func (Summary) part()    {}
+func (Marker) part()     {}
+
+// String renders the marker as the text a model reads in place of the media.
+func (m Marker) String() string {
+	s := "[" + m.Of + " removed"
+	if m.MediaType != "" {
+		s += ": " + m.MediaType
+	}
+	if m.Caption != "" {
+		s += " — " + m.Caption
+	}
+	if m.Reason != "" {
+		s += " (" + m.Reason + ")"
+	}
+	return s + "]"
+}
+
+// Clone returns a deep copy of the conversation: no slice is shared.
+func (c Conversation) Clone() Conversation {
+	c.Messages = CloneMessages(c.Messages)
+	return c
+}
+
+// CloneMessages returns a deep copy of msgs.
+func CloneMessages(msgs []Message) []Message {
+	if msgs == nil {
+		return nil
+	}
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Clone()
+	}
+	return out
+}
+
+// Clone returns a deep copy of the message.
+func (m Message) Clone() Message {
+	m.Parts = cloneParts(m.Parts)
+	return m
+}
+
+func cloneParts(ps []Part) []Part {
+	if ps == nil {
+		return nil
+	}
+	out := make([]Part, len(ps))
+	for i, p := range ps {
+		if tr, ok := p.(ToolResult); ok {
+			tr.Parts = cloneParts(tr.Parts)
+			p = tr
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// Walk calls fn for every part of parts in order, descending into tool
+// results after visiting them. depth is 0 for top-level parts. Walk stops
+// early, returning false, when fn returns false.
+func Walk(parts []Part, fn func(p Part, depth int) bool) bool {
+	return walk(parts, 0, fn)
+}
+
+func walk(parts []Part, depth int, fn func(Part, int) bool) bool {
+	for _, p := range parts {
+		if !fn(p, depth) {
+			return false
+		}
+		if tr, ok := p.(ToolResult); ok {
+			if !walk(tr.Parts, depth+1, fn) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Images returns every image of the message, nested ones included, in order.
+func (m Message) Images() []Image {
+	var out []Image
+	Walk(m.Parts, func(p Part, _ int) bool {
+		if im, ok := p.(Image); ok {
+			out = append(out, im)
+		}
+		return true
+	})
+	return out
+}
+
+// TextContent joins the message's top-level text parts with newlines.
+func (m Message) TextContent() string {
+	var s string
+	for _, p := range m.Parts {
+		if t, ok := p.(Text); ok {
+			if s != "" {
+				s += "\n"
+			}
+			s += t.Text
+		}
+	}
+	return s
+}

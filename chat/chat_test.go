@@ -1,0 +1,203 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/blob"
+	"pgregory.net/rapid"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// sample has every part kind, nested media in a tool result, and every
+// optional field set somewhere.
+func sample() Conversation {
+	shot := blob.Of([]byte("screenshot"))
+	pdf := blob.Of([]byte("%PDF-1.7"))
+	return Conversation{
+		Thread:   Main,
+		Settings: Settings{Model: "claude-sonnet-4-6", KeepTurnImages: true},
+		Messages: []Message{
+			{Role: System, Parts: []Part{Text{Text: "You are helpful."}}},
+			{Role: User, Parts: []Part{
+				Text{Text: "What is on screen?"},
+				Image{Ref: shot, MediaType: "image/png", Bytes: 10, Width: 1920, Height: 1080, Detail: "high", Origin: FromUser, Caption: "desktop"},
+				Image{URL: "https://example.com/a.jpg", Origin: FromUser},
+				Document{Ref: pdf, MediaType: "application/pdf", Name: "spec.pdf", Text: "page one"},
+			}},
+			{Role: Assistant, Parts: []Part{ToolCall{ID: "call_1", Name: "screenshot", Arguments: `{"window":"main"}`}}},
+			{Role: Tool, Parts: []Part{ToolResult{CallID: "call_1", Name: "screenshot", IsError: true, Parts: []Part{
+				Text{Text: "captured"},
+				Image{Ref: shot, MediaType: "image/png", Origin: FromTool, Keep: Kept, Cost: 1560},
+			}}}},
+			{Role: User, Parts: []Part{
+				Summary{Text: "Earlier: the user shared a screenshot.", From: 1, To: 4},
+				Marker{Of: "image", MediaType: "image/png", Ref: shot, Caption: "desktop", Reason: "key_off"},
+			}},
+		},
+	}
+}
+
+func TestGoldenEncoding(t *testing.T) {
+	got, err := json.MarshalIndent(sample(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "conversation.golden.json")
+	if *update {
+		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./chat -update to create it)", err)
+	}
+	if !bytes.Equal(append(got, '\n'), want) {
+		t.Fatalf("encoding changed; got:\n%s\nwant:\n%s", got, want)
+	}
+	var back Conversation
+	if err := json.Unmarshal(want, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, sample()) {
+		t.Fatalf("golden file does not decode to the sample:\n%#v", back)
+	}
+}
+
+func TestDecodeRefusals(t *testing.T) {
+	cases := map[string]string{
+		"unknown part":     `{"version":1,"messages":[{"role":"user","parts":[{"type":"video"}]}]}`,
+		"unknown role":     `{"version":1,"messages":[{"role":"robot","parts":[]}]}`,
+		"newer version":    `{"version":99,"messages":[]}`,
+		"missing version":  `{"messages":[]}`,
+		"bad ref":          `{"version":1,"messages":[{"role":"user","parts":[{"type":"image","ref":"sha256-zz"}]}]}`,
+		"nested result":    `{"version":1,"messages":[{"role":"tool","parts":[{"type":"tool_result","parts":[{"type":"tool_result"}]}]}]}`,
+		"not json":         `{"version":1,`,
+		"messages not arr": `{"version":1,"messages":{}}`,
+	}
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) {
+			var c Conversation
+			if err := json.Unmarshal([]byte(in), &c); err == nil {
+				t.Fatalf("decoded %s without error: %#v", in, c)
+			}
+		})
+	}
+}
+
+func TestCloneSharesNothing(t *testing.T) {
+	orig := sample()
+	cp := orig.Clone()
+	if !reflect.DeepEqual(orig, cp) {
+		t.Fatal("clone differs from original")
+	}
+	// Mutate every level of the copy; the original must not change.
+	cp.Messages[1].Parts[0] = Text{Text: "changed"}
+	tr := cp.Messages[3].Parts[0].(ToolResult)
+	tr.Parts[1] = Marker{Of: "image", Reason: "budget"}
+	cp.Messages = append(cp.Messages[:1], cp.Messages[2:]...)
+	if !reflect.DeepEqual(orig, sample()) {
+		t.Fatal("mutating the clone changed the original")
+	}
+}
+
+func TestWalkVisitsNestedInOrderAndStops(t *testing.T) {
+	msgs := sample().Messages
+	var kinds []string
+	Walk(msgs[3].Parts, func(p Part, depth int) bool {
+		kinds = append(kinds, p.Kind()+":"+string(rune('0'+depth)))
+		return true
+	})
+	if got, want := strings.Join(kinds, ","), "tool_result:0,text:1,image:1"; got != want {
+		t.Fatalf("got %s; want %s", got, want)
+	}
+	n := 0
+	done := Walk(msgs[1].Parts, func(Part, int) bool { n++; return n < 2 })
+	if done || n != 2 {
+		t.Fatalf("Walk did not stop early: done=%v visited=%d", done, n)
+	}
+	if got := len(msgs[3].Images()); got != 1 {
+		t.Fatalf("Images found %d nested images; want 1", got)
+	}
+}
+
+func TestMarkerText(t *testing.T) {
+	m := Marker{Of: "image", MediaType: "image/png", Caption: "login form", Reason: "budget"}
+	if got, want := m.String(), "[image removed: image/png — login form (budget)]"; got != want {
+		t.Fatalf("got %q; want %q", got, want)
+	}
+}
+
+// Property: any conversation built from the closed part set round-trips.
+func TestRoundTripProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := genConversation(t)
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Conversation
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(c, back) {
+			t.Fatalf("round trip changed the conversation:\n%#v\n%#v", c, back)
+		}
+	})
+}
+
+func genPart(t *rapid.T, nested bool) Part {
+	str := rapid.StringN(0, 12, -1)
+	n := rapid.IntRange(0, 5000)
+	var ref blob.Ref
+	if rapid.Bool().Draw(t, "hasref") {
+		ref = blob.Of([]byte(str.Draw(t, "content")))
+	}
+	kinds := []string{"text", "image", "document", "tool_call", "summary", "marker"}
+	if !nested {
+		kinds = append(kinds, "tool_result")
+	}
+	switch rapid.SampledFrom(kinds).Draw(t, "kind") {
+	case "text":
+		return Text{Text: str.Draw(t, "text")}
+	case "image":
+		return Image{Ref: ref, MediaType: str.Draw(t, "mt"), Bytes: int64(n.Draw(t, "b")), Width: n.Draw(t, "w"),
+			Height: n.Draw(t, "h"), Origin: rapid.SampledFrom([]Origin{"", FromUser, FromTool}).Draw(t, "o"),
+			Keep: rapid.SampledFrom([]Keep{"", Ephemeral, Trial, Kept, Removed}).Draw(t, "k"), Cost: n.Draw(t, "c"),
+			Caption: str.Draw(t, "cap")}
+	case "document":
+		return Document{Ref: ref, MediaType: str.Draw(t, "mt"), Text: str.Draw(t, "text")}
+	case "tool_call":
+		return ToolCall{ID: str.Draw(t, "id"), Name: str.Draw(t, "name"), Arguments: str.Draw(t, "args")}
+	case "summary":
+		return Summary{Text: str.Draw(t, "text"), From: n.Draw(t, "from"), To: n.Draw(t, "to")}
+	case "marker":
+		return Marker{Of: "image", Ref: ref, Reason: str.Draw(t, "reason")}
+	default:
+		var parts []Part
+		for i := rapid.IntRange(0, 3).Draw(t, "nparts"); i > 0; i-- {
+			parts = append(parts, genPart(t, true))
+		}
+		return ToolResult{CallID: str.Draw(t, "id"), IsError: rapid.Bool().Draw(t, "err"), Parts: parts}
+	}
+}
+
+func genConversation(t *rapid.T) Conversation {
+	c := Conversation{Thread: rapid.SampledFrom([]Thread{"", Main, Sub}).Draw(t, "thread")}
+	for i := rapid.IntRange(0, 4).Draw(t, "nmsgs"); i > 0; i-- {
+		m := Message{Role: rapid.SampledFrom([]Role{System, User, Assistant, Tool}).Draw(t, "role")}
+		for j := rapid.IntRange(0, 4).Draw(t, "nparts"); j > 0; j-- {
+			m.Parts = append(m.Parts, genPart(t, false))
+		}
+		c.Messages = append(c.Messages, m)
+	}
+	return c
+}

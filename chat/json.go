@@ -1,0 +1,194 @@
+package chat
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/imgctx/imgctx/blob"
+)
+
+// Version is the version of the JSON encoding written by MarshalJSON.
+// docs/format.md describes it; a reader refuses a newer version.
+const Version = 1
+
+// partJSON is the union of every part's fields; "type" says which part it is.
+// Zero fields are omitted, so decoding restores them as zero: the encoding
+// round-trips exactly.
+type partJSON struct {
+	Type      string     `json:"type"`
+	Text      string     `json:"text,omitempty"`
+	Ref       blob.Ref   `json:"ref,omitzero"`
+	URL       string     `json:"url,omitempty"`
+	MediaType string     `json:"media_type,omitempty"`
+	Bytes     int64      `json:"bytes,omitempty"`
+	Width     int        `json:"width,omitempty"`
+	Height    int        `json:"height,omitempty"`
+	Detail    string     `json:"detail,omitempty"`
+	Origin    Origin     `json:"origin,omitempty"`
+	Keep      Keep       `json:"keep,omitempty"`
+	Cost      int        `json:"cost,omitempty"`
+	Name      string     `json:"name,omitempty"`
+	ID        string     `json:"id,omitempty"`
+	Arguments string     `json:"arguments,omitempty"`
+	CallID    string     `json:"call_id,omitempty"`
+	IsError   bool       `json:"is_error,omitempty"`
+	Parts     []partJSON `json:"parts,omitempty"`
+	From      int        `json:"from,omitempty"`
+	To        int        `json:"to,omitempty"`
+	Of        string     `json:"of,omitempty"`
+	Caption   string     `json:"caption,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+}
+
+type messageJSON struct {
+	Role  Role       `json:"role"`
+	Parts []partJSON `json:"parts"`
+}
+
+type conversationJSON struct {
+	Version  int           `json:"version"`
+	Thread   Thread        `json:"thread,omitempty"`
+	Settings settingsJSON  `json:"settings"`
+	Messages []messageJSON `json:"messages"`
+}
+
+type settingsJSON struct {
+	Model          string `json:"model,omitempty"`
+	KeepTurnImages bool   `json:"keep_turn_images,omitempty"`
+}
+
+func encodeParts(ps []Part) []partJSON {
+	out := make([]partJSON, 0, len(ps))
+	for _, p := range ps {
+		j := partJSON{Type: p.Kind()}
+		switch p := p.(type) {
+		case Text:
+			j.Text = p.Text
+		case Image:
+			j.Ref, j.URL, j.MediaType, j.Bytes = p.Ref, p.URL, p.MediaType, p.Bytes
+			j.Width, j.Height, j.Detail, j.Origin = p.Width, p.Height, p.Detail, p.Origin
+			j.Caption, j.Keep, j.Cost = p.Caption, p.Keep, p.Cost
+		case Document:
+			j.Ref, j.MediaType, j.Name, j.Text, j.Caption = p.Ref, p.MediaType, p.Name, p.Text, p.Caption
+		case ToolCall:
+			j.ID, j.Name, j.Arguments = p.ID, p.Name, p.Arguments
+		case ToolResult:
+			j.CallID, j.Name, j.IsError = p.CallID, p.Name, p.IsError
+			j.Parts = encodeParts(p.Parts)
+		case Summary:
+			j.Text, j.From, j.To = p.Text, p.From, p.To
+		case Marker:
+			j.Of, j.MediaType, j.Ref, j.Caption, j.Reason = p.Of, p.MediaType, p.Ref, p.Caption, p.Reason
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+func decodeParts(js []partJSON, depth int) ([]Part, error) {
+	if len(js) == 0 {
+		return nil, nil
+	}
+	out := make([]Part, 0, len(js))
+	for i, j := range js {
+		var p Part
+		switch j.Type {
+		case "text":
+			p = Text{Text: j.Text}
+		case "image":
+			p = Image{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Bytes: j.Bytes,
+				Width: j.Width, Height: j.Height, Detail: j.Detail, Origin: j.Origin,
+				Caption: j.Caption, Keep: j.Keep, Cost: j.Cost}
+		case "document":
+			p = Document{Ref: j.Ref, MediaType: j.MediaType, Name: j.Name, Text: j.Text, Caption: j.Caption}
+		case "tool_call":
+			p = ToolCall{ID: j.ID, Name: j.Name, Arguments: j.Arguments}
+		case "tool_result":
+			if depth > 0 {
+				return nil, fmt.Errorf("part %d: a tool_result cannot nest inside another", i)
+			}
+			nested, err := decodeParts(j.Parts, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("part %d: %w", i, err)
+			}
+			p = ToolResult{CallID: j.CallID, Name: j.Name, IsError: j.IsError, Parts: nested}
+		case "summary":
+			p = Summary{Text: j.Text, From: j.From, To: j.To}
+		case "marker":
+			p = Marker{Of: j.Of, MediaType: j.MediaType, Ref: j.Ref, Caption: j.Caption, Reason: j.Reason}
+		default:
+			return nil, fmt.Errorf("part %d: unknown part type %q", i, j.Type)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// MarshalJSON encodes the message with a "type" on each part.
+func (m Message) MarshalJSON() ([]byte, error) {
+	return json.Marshal(messageJSON{Role: m.Role, Parts: encodeParts(m.Parts)})
+}
+
+// UnmarshalJSON decodes a message written by MarshalJSON; an unknown part
+// type is an error (the set of parts is closed).
+func (m *Message) UnmarshalJSON(b []byte) error {
+	var j messageJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	switch j.Role {
+	case System, User, Assistant, Tool:
+	default:
+		return fmt.Errorf("unknown role %q", j.Role)
+	}
+	parts, err := decodeParts(j.Parts, 0)
+	if err != nil {
+		return err
+	}
+	*m = Message{Role: j.Role, Parts: parts}
+	return nil
+}
+
+// MarshalJSON encodes the conversation with the encoding's version.
+func (c Conversation) MarshalJSON() ([]byte, error) {
+	msgs := make([]messageJSON, len(c.Messages))
+	for i, m := range c.Messages {
+		msgs[i] = messageJSON{Role: m.Role, Parts: encodeParts(m.Parts)}
+	}
+	return json.Marshal(conversationJSON{
+		Version:  Version,
+		Thread:   c.Thread,
+		Settings: settingsJSON{Model: c.Settings.Model, KeepTurnImages: c.Settings.KeepTurnImages},
+		Messages: msgs,
+	})
+}
+
+// UnmarshalJSON decodes a conversation, refusing an unknown version.
+func (c *Conversation) UnmarshalJSON(b []byte) error {
+	var j struct {
+		Version  int               `json:"version"`
+		Thread   Thread            `json:"thread"`
+		Settings settingsJSON      `json:"settings"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	if j.Version < 1 || j.Version > Version {
+		return fmt.Errorf("conversation encoding version %d not supported (this build reads 1..%d)", j.Version, Version)
+	}
+	out := Conversation{
+		Thread:   j.Thread,
+		Settings: Settings{Model: j.Settings.Model, KeepTurnImages: j.Settings.KeepTurnImages},
+	}
+	if len(j.Messages) > 0 {
+		out.Messages = make([]Message, len(j.Messages))
+	}
+	for i, raw := range j.Messages {
+		if err := out.Messages[i].UnmarshalJSON(raw); err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	*c = out
+	return nil
+}
