@@ -1,0 +1,214 @@
+package media
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	_ "image/gif" // register decoders for image.DecodeConfig / image.Decode
+	_ "image/jpeg"
+	_ "image/png"
+	"io"
+	"strings"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/reason"
+	_ "golang.org/x/image/webp"
+)
+
+// Kind tells images from documents.
+type Kind string
+
+const (
+	KindImage    Kind = "image"
+	KindDocument Kind = "document"
+)
+
+// Sniff names the format of data from its magic bytes: PNG, JPEG, GIF and
+// WebP are images, PDF is a document. ok is false for anything else.
+func Sniff(data []byte) (mediaType string, kind Kind, ok bool) {
+	switch {
+	case bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")):
+		return "image/png", KindImage, true
+	case bytes.HasPrefix(data, []byte{0xFF, 0xD8, 0xFF}):
+		return "image/jpeg", KindImage, true
+	case bytes.HasPrefix(data, []byte("GIF87a")), bytes.HasPrefix(data, []byte("GIF89a")):
+		return "image/gif", KindImage, true
+	case len(data) >= 12 && string(data[:4]) == "RIFF" && string(data[8:12]) == "WEBP":
+		return "image/webp", KindImage, true
+	case bytes.HasPrefix(data, []byte("%PDF-")):
+		return "application/pdf", KindDocument, true
+	}
+	return "", "", false
+}
+
+// Limits bound what Inspect accepts. Zero fields take the defaults.
+type Limits struct {
+	MaxBytes  int64 // bytes per image or document; default 10 MB
+	MaxPixels int64 // width × height; default 40 MP
+}
+
+// Default limits.
+const (
+	DefaultMaxBytes  = 10 << 20
+	DefaultMaxPixels = 40_000_000
+)
+
+func (l Limits) maxBytes() int64 {
+	if l.MaxBytes > 0 {
+		return l.MaxBytes
+	}
+	return DefaultMaxBytes
+}
+
+func (l Limits) maxPixels() int64 {
+	if l.MaxPixels > 0 {
+		return l.MaxPixels
+	}
+	return DefaultMaxPixels
+}
+
+// Info is what Inspect learned about accepted bytes.
+type Info struct {
+	Ref       blob.Ref
+	MediaType string // sniffed; the declared type never wins
+	Kind      Kind
+	Bytes     int64
+	Width     int // as displayed (EXIF orientation applied); 0 for documents
+	Height    int
+	// Declared is the caller's declared type when it disagreed with the
+	// bytes ("" when it agreed or none was given). Report it; don't trust it.
+	Declared string
+}
+
+// Inspect checks untrusted bytes: not empty, under the byte limit, a known
+// format by magic bytes, and for images a readable header whose pixel count
+// is under the limit. Only the header is read: a decompression bomb is
+// refused without being allocated.
+func Inspect(data []byte, declared string, lim Limits) (Info, error) {
+	if len(data) == 0 {
+		return Info{}, reason.New(reason.Invalid, "empty body: no image bytes")
+	}
+	if int64(len(data)) > lim.maxBytes() {
+		return Info{}, reason.New(reason.TooLarge, fmt.Sprintf("%d bytes is over the limit of %d bytes", len(data), lim.maxBytes()))
+	}
+	mt, kind, ok := Sniff(data)
+	if !ok {
+		return Info{}, reason.New(reason.Invalid, "unsupported format: "+describeUnknown(data)+"; accepted: PNG, JPEG, GIF, WebP, PDF")
+	}
+	in := Info{Ref: blob.Of(data), MediaType: mt, Kind: kind, Bytes: int64(len(data))}
+	if d := SanitizeMIME(declared); declared != "" && d != mt && !(d == "image/jpg" && mt == "image/jpeg") {
+		in.Declared = d
+	}
+	if kind == KindImage {
+		w, h, err := Dimensions(data, lim)
+		if err != nil {
+			return Info{}, err
+		}
+		in.Width, in.Height = w, h
+	}
+	return in, nil
+}
+
+// Dimensions reads width and height from an image header and checks the
+// pixel limit. It never decodes pixels. Rotated JPEGs (EXIF orientation 5-8)
+// report their displayed size.
+func Dimensions(data []byte, lim Limits) (w, h int, err error) {
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return 0, 0, reason.Wrap(reason.Invalid, "truncated image header", err)
+		}
+		return 0, 0, reason.Wrap(reason.Invalid, "unreadable image header", err)
+	}
+	w, h = cfg.Width, cfg.Height
+	if w <= 0 || h <= 0 {
+		return 0, 0, reason.New(reason.Invalid, fmt.Sprintf("image header claims %d×%d", w, h))
+	}
+	if px := int64(w) * int64(h); px > lim.maxPixels() {
+		return 0, 0, reason.New(reason.TooLarge, fmt.Sprintf("%d×%d is %d pixels, over the limit of %d", w, h, px, lim.maxPixels()))
+	}
+	if o := jpegOrientation(data); o >= 5 {
+		w, h = h, w
+	}
+	return w, h, nil
+}
+
+// HeaderFromBase64 reads an image's type and dimensions from the start of
+// its base64 text, decoding only as much as the header needs: a few hundred
+// bytes for PNG, GIF and WebP; for JPEG, whose frame header can sit behind
+// metadata, the marker segments say exactly how far to read.
+func HeaderFromBase64(b64 string, lim Limits) (mediaType string, w, h int, err error) {
+	n := 512 // base64 characters: 384 bytes
+	for {
+		prefix, whole := base64Prefix(b64, n)
+		data, derr := DecodeBase64(prefix)
+		if derr != nil {
+			return "", 0, 0, derr
+		}
+		mt, kind, ok := Sniff(data)
+		if !ok {
+			return "", 0, 0, reason.New(reason.Invalid, "unsupported format: "+describeUnknown(data))
+		}
+		if kind != KindImage {
+			return "", 0, 0, reason.New(reason.Invalid, mt+" is a document, not an image")
+		}
+		if mt == "image/jpeg" && !whole {
+			if w, h, ok := jpegSizeFromBase64(b64); ok {
+				if px := int64(w) * int64(h); px > lim.maxPixels() {
+					return "", 0, 0, reason.New(reason.TooLarge, fmt.Sprintf("%d×%d is %d pixels, over the limit of %d", w, h, px, lim.maxPixels()))
+				}
+				return mt, w, h, nil
+			}
+			if need, found, ok := jpegHeaderNeed(data); ok && (!found || need > len(data)) {
+				n = max(n+4, (need+1024+2)/3*4)
+				continue
+			}
+		}
+		w, h, err = Dimensions(data, lim)
+		if err == nil || whole || reason.Of(err) == reason.TooLarge {
+			return mt, w, h, err
+		}
+		n *= 2
+	}
+}
+
+// base64Prefix returns the shortest prefix of s holding n significant
+// (non-space) characters, and whether that is all of s.
+func base64Prefix(s string, n int) (string, bool) {
+	end, from := min(n, len(s)), 0
+	for end < len(s) {
+		spaces := 0
+		for i := from; i < end; i++ {
+			if b64Class[s[i]] == b64Space {
+				spaces++
+			}
+		}
+		if spaces == 0 {
+			break
+		}
+		from, end = end, min(end+spaces, len(s))
+	}
+	return s[:end], end == len(s)
+}
+
+// describeUnknown gives a hint about bytes that are no known format.
+func describeUnknown(data []byte) string {
+	head := data[:min(len(data), 512)]
+	switch {
+	case bytes.HasPrefix(head, []byte("<svg")) || bytes.Contains(head, []byte("<svg")):
+		return "SVG is not supported (send PNG)"
+	case isText(head):
+		return "the bytes are text, not an image"
+	}
+	return "unknown magic bytes"
+}
+
+func isText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x09 || (c > 0x0d && c < 0x20) || c == 0x7f {
+			return false
+		}
+	}
+	return !strings.ContainsRune(string(b), '\uFFFD')
+}
