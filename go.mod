@@ -9,4 +9,10 @@ require (
 
 require golang.org/x/image v0.48.0
 
-require golang.org/x/net v0.62.0
+require (
+	github.com/tiktoken-go/tokenizer v0.10.0
+	go.yaml.in/yaml/v3 v3.0.4
+	golang.org/x/net v0.62.0
+)
+
+require github.com/dlclark/regexp2/v2 v2.5.1 // indirect
