@@ -2,6 +2,7 @@ package media
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -105,9 +106,31 @@ func Inspect(data []byte, declared string, lim Limits) (Info, error) {
 		if err != nil {
 			return Info{}, err
 		}
+		if !complete(data, mt) {
+			return Info{}, reason.New(reason.Invalid, "truncated image: "+mt+" without its end marker")
+		}
 		in.Width, in.Height = w, h
 	}
 	return in, nil
+}
+
+// complete checks, without decoding, that an image is not cut short: PNG
+// has its IEND chunk, JPEG its end-of-image marker, GIF its trailer, WebP
+// all the bytes its RIFF header declares. Trailing bytes after the end
+// marker are tolerated, as decoders tolerate them.
+func complete(data []byte, mt string) bool {
+	tail := data[max(0, len(data)-1024):]
+	switch mt {
+	case "image/png":
+		return bytes.Contains(tail, []byte("IEND"))
+	case "image/jpeg":
+		return bytes.Contains(tail, []byte{0xFF, 0xD9})
+	case "image/gif":
+		return bytes.IndexByte(data[max(0, len(data)-64):], 0x3B) >= 0
+	case "image/webp":
+		return len(data) >= 12 && int64(binary.LittleEndian.Uint32(data[4:8]))+8 <= int64(len(data))
+	}
+	return true
 }
 
 // Dimensions reads width and height from an image header and checks the

@@ -226,6 +226,9 @@ func TestInspectRefusals(t *testing.T) {
 		{"png header claiming 100000x100000", pngHeader(100000, 100000), Limits{}, reason.TooLarge, "10000000000 pixels"},
 		{"gif bomb", gifBomb(), Limits{}, reason.TooLarge, "65535×65535"},
 		{"truncated png", big[:20], Limits{}, reason.Invalid, "header"},
+		{"png cut after its header", big[:len(big)-30], Limits{}, reason.Invalid, "truncated image"},
+		{"jpeg cut short", jpegOf(t, 64, 64)[:400], Limits{}, reason.Invalid, "truncated"},
+		{"webp cut short", webpFixture(t)[:100], Limits{}, reason.Invalid, "truncated image"},
 		{"zero-size png", pngHeader(0, 10), Limits{}, reason.Invalid, ""},
 		{"over the byte cap", big, Limits{MaxBytes: 50}, reason.TooLarge, "over the limit of 50 bytes"},
 		{"over the pixel cap", big, Limits{MaxPixels: 99}, reason.TooLarge, "100 pixels"},
@@ -239,6 +242,14 @@ func TestInspectRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+func webpFixture(t *testing.T) []byte {
+	b, err := os.ReadFile("testdata/small.webp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestHeaderFromBase64(t *testing.T) {

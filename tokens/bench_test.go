@@ -66,6 +66,14 @@ func BenchmarkCountText(b *testing.B) {
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
 	}
+	// A 1.1 MB data URL pasted into a message: counted without the tokenizer.
+	pasted := "here: data:image/png;base64," + strings.Repeat("iVBORw0KGgo", 100000) + " thanks"
+	b.Run("o200k-1MB-data-url", func(b *testing.B) {
+		c := CounterFor("o200k")
+		for b.Loop() {
+			c.Count(pasted)
+		}
+	})
 }
 
 // BenchmarkCharCounts is compaction's accounting over a 2,000-message

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/spf13/cobra"
+)
+
+// representatives are the models estimate prices an image for when no
+// --model is given: one per provider family and rule.
+var representatives = []string{
+	"gpt-4o", "gpt-5.4", "claude-sonnet-4-6", "claude-opus-4-7",
+	"gemini-2.5-flash", "gemini-3-pro-preview", "qwen2.5-vl-72b-instruct", "qwen3-vl-235b-a22b",
+}
+
+type estimateRow struct {
+	Model   string `json:"model"`
+	Profile string `json:"profile"`
+	Tokens  int    `json:"tokens,omitempty"`
+	Width   int    `json:"width,omitempty"`
+	Height  int    `json:"height,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+type estimateResult struct {
+	File      string        `json:"file"`
+	Ref       string        `json:"ref,omitempty"`
+	MediaType string        `json:"media_type,omitempty"`
+	Kind      string        `json:"kind,omitempty"`
+	Bytes     int64         `json:"bytes,omitempty"`
+	Width     int           `json:"width,omitempty"`
+	Height    int           `json:"height,omitempty"`
+	Estimates []estimateRow `json:"estimates,omitempty"`
+	Note      string        `json:"note,omitempty"`
+	Error     string        `json:"error,omitempty"`
+	Reason    string        `json:"reason,omitempty"`
+}
+
+func newEstimateCmd(a *app) *cobra.Command {
+	var model, detail string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "estimate FILE...",
+		Short: "Show what images cost: format, size, ref, and tokens per model",
+		Long: "estimate reads each image's header (never decoding its pixels) and prices it with the\n" +
+			"provider's documented rule: for --model, or for one representative model of each family.",
+		Example: "  imgctx estimate testdata/screenshot.png\n  imgctx estimate shot.png --model claude-opus-4-7 --json",
+		Args:    minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tbl, err := a.cfg.ProfileTable()
+			if err != nil {
+				return err
+			}
+			models := representatives
+			if model != "" {
+				models = []string{model}
+			}
+			var results []estimateResult
+			failed := 0
+			for _, f := range args {
+				r := estimateFile(f, models, detail, tbl, a)
+				if r.Error != "" {
+					failed++
+				}
+				results = append(results, r)
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(results); err != nil {
+					return err
+				}
+			} else {
+				printEstimates(a.stdout, results)
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d file(s) refused", failed, len(args))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&model, "model", "", "price for this model only (any name; unknown models get the conservative default profile)")
+	cmd.Flags().StringVar(&detail, "detail", "", "provider detail level: low, high, original, auto, or a Gemini media_resolution")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func estimateFile(path string, models []string, detail string, tbl *tokens.Table, a *app) estimateResult {
+	r := estimateResult{File: path}
+	fail := func(err error) estimateResult {
+		r.Error, r.Reason = err.Error(), string(reason.Of(err))
+		return r
+	}
+	data, err := readCapped(path, a.cfg.Media.MaxImageBytes)
+	if err != nil {
+		return fail(err)
+	}
+	in, err := media.Inspect(data, "", a.cfg.MediaLimits())
+	if err != nil {
+		return fail(err)
+	}
+	r.Ref, r.MediaType, r.Kind, r.Bytes, r.Width, r.Height = in.Ref.String(), in.MediaType, string(in.Kind), in.Bytes, in.Width, in.Height
+	if in.Kind == media.KindDocument {
+		r.Note = "documents travel as extracted text; they are not priced as images"
+		return r
+	}
+	for _, m := range models {
+		p := tbl.Resolve(m, a.log)
+		row := estimateRow{Model: m, Profile: p.Name}
+		if e, err := tokens.EstimateImage(p, in.Width, in.Height, detail); err != nil {
+			row.Error = err.Error()
+		} else {
+			row.Tokens, row.Width, row.Height = e.Tokens, e.Width, e.Height
+		}
+		r.Estimates = append(r.Estimates, row)
+	}
+	return r
+}
+
+// readCapped reads a file, refusing one over max bytes without reading it.
+func readCapped(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > max {
+		return nil, reason.New(reason.TooLarge, fmt.Sprintf("%s is %d bytes, over the limit of %d bytes", path, fi.Size(), max))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, reason.New(reason.TooLarge, fmt.Sprintf("%s is over the limit of %d bytes", path, max))
+	}
+	return data, nil
+}
+
+func printEstimates(w io.Writer, results []estimateResult) {
+	for i, r := range results {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if r.Error != "" {
+			fmt.Fprintf(w, "%s: refused (%s): %s\n", r.File, r.Reason, r.Error)
+			continue
+		}
+		fmt.Fprintf(w, "%s  %s  %d bytes", r.File, r.MediaType, r.Bytes)
+		if r.Width > 0 {
+			fmt.Fprintf(w, "  %d×%d", r.Width, r.Height)
+		}
+		fmt.Fprintf(w, "\n  ref %s\n", r.Ref)
+		if r.Note != "" {
+			fmt.Fprintf(w, "  %s\n", r.Note)
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  MODEL\tPROFILE\tTOKENS\tSEEN AS")
+		for _, e := range r.Estimates {
+			if e.Error != "" {
+				fmt.Fprintf(tw, "  %s\t%s\t-\t%s\n", e.Model, e.Profile, e.Error)
+				continue
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d×%d\n", e.Model, e.Profile, e.Tokens, e.Width, e.Height)
+		}
+		tw.Flush()
+	}
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const sample = "../../testdata/screenshot.png"
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func imgctx(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, strings.NewReader(""), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+func TestEstimateSample(t *testing.T) {
+	r := imgctx(t, "estimate", sample)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"image/png", "1280×800", "sha256-", "gpt-4o", "1105", "claude-opus-4-7", "qwen3-vl"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestEstimateJSONForOneModel(t *testing.T) {
+	r := imgctx(t, "estimate", sample, "--model", "claude-sonnet-4-6", "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var got []estimateResult
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	// 1280×800 on the standard tier: ceil(1280/28)·ceil(800/28) = 46·29.
+	if len(got) != 1 || len(got[0].Estimates) != 1 || got[0].Estimates[0].Tokens != 1334 || got[0].Width != 1280 {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestEstimateUnknownModelWarns(t *testing.T) {
+	r := imgctx(t, "estimate", sample, "--model", "mystery-vlm")
+	if r.code != 0 || !strings.Contains(r.stderr, "unknown model") || !strings.Contains(r.stdout, "default") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func writeTemp(t *testing.T, name string, data []byte) string {
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// badInputs are the refusals the foundation issue names, as files.
+func badInputs(t *testing.T) map[string]string {
+	ihdr := make([]byte, 17)
+	copy(ihdr, "IHDR")
+	binary.BigEndian.PutUint32(ihdr[4:], 100000)
+	binary.BigEndian.PutUint32(ihdr[8:], 100000)
+	ihdr[12], ihdr[13] = 8, 6
+	bomb := append([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\x0d"), ihdr...)
+	bomb = binary.BigEndian.AppendUint32(bomb, crc32.ChecksumIEEE(ihdr))
+	png, _ := os.ReadFile(sample)
+	return map[string]string{
+		"text named .png":       writeTemp(t, "notes.png", []byte("this is not an image\n")),
+		"0-byte file":           writeTemp(t, "empty.png", nil),
+		"100000x100000 png":     writeTemp(t, "bomb.png", bomb),
+		"gif bomb":              writeTemp(t, "bomb.gif", []byte("GIF89a\xff\xff\xff\xff\x00\x00\x00\x2C\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02\x44\x01\x00\x3B")),
+		"truncated png":         writeTemp(t, "cut.png", png[:40]),
+		"missing file":          filepath.Join(t.TempDir(), "nope.png"),
+		"over the byte default": writeTemp(t, "huge.png", append(bytes.Clone(png), make([]byte, 11<<20)...)),
+	}
+}
+
+func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
+	dir := t.TempDir()
+	for name, path := range badInputs(t) {
+		t.Run(name, func(t *testing.T) {
+			r := imgctx(t, "estimate", path)
+			if r.code != 1 || !strings.Contains(r.stdout, "refused") {
+				t.Fatalf("estimate: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			r = imgctx(t, "store", "put", path, "--data-dir", dir)
+			if r.code != 1 || !strings.Contains(r.stderr, "refused") {
+				t.Fatalf("store put: exit %d\n%s", r.code, r.stderr)
+			}
+		})
+	}
+	r := imgctx(t, "store", "verify", "--data-dir", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "verified 0 image(s)") {
+		t.Fatalf("refused input left something in the store: %s %s", r.stdout, r.stderr)
+	}
+}
+
+func TestStoreRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	r := imgctx(t, "store", "put", sample, sample, "--data-dir", dir)
+	if r.code != 0 {
+		t.Fatalf("put: %d %s", r.code, r.stderr)
+	}
+	ref := strings.Fields(r.stdout)[0]
+	out := filepath.Join(t.TempDir(), "back.png")
+	if r := imgctx(t, "store", "get", ref, "-o", out, "--data-dir", dir); r.code != 0 {
+		t.Fatalf("get: %d %s", r.code, r.stderr)
+	}
+	want, _ := os.ReadFile(sample)
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Fatal("get returned different bytes")
+	}
+	r = imgctx(t, "store", "stat", ref, "--json", "--data-dir", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, `"bytes":5908`) {
+		t.Fatalf("stat: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = imgctx(t, "store", "verify", "--data-dir", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "verified 1 image(s)") {
+		t.Fatalf("two puts of one image must store it once: %s", r.stdout)
+	}
+	// Another tenant does not see it.
+	if r := imgctx(t, "store", "stat", ref, "--tenant", "other", "--data-dir", dir); r.code != 1 || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("other tenant: %d %s", r.code, r.stderr)
+	}
+	// gc keeps recent images, then removes them when told to.
+	if r := imgctx(t, "store", "gc", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, "removed 0 of 1") {
+		t.Fatalf("gc: %s %s", r.stdout, r.stderr)
+	}
+	if r := imgctx(t, "store", "gc", "--older-than", "1ns", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, "removed 1 of 1") {
+		t.Fatalf("gc all: %s %s", r.stdout, r.stderr)
+	}
+}
+
+func TestStoreVerifyFindsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	r := imgctx(t, "store", "put", sample, "--data-dir", dir)
+	ref := strings.TrimPrefix(strings.Fields(r.stdout)[0], "sha256-")
+	path := filepath.Join(dir, "images", "default", ref[:2], ref[2:])
+	b, _ := os.ReadFile(path)
+	b[len(b)-3] ^= 0xff
+	os.WriteFile(path, b, 0o600)
+	r = imgctx(t, "store", "verify", "--data-dir", dir)
+	if r.code != 1 || !strings.Contains(r.stdout, "corrupt  sha256-"+ref) || !strings.Contains(r.stderr, "hint") {
+		t.Fatalf("verify: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := imgctx(t, "store", "get", "sha256-"+ref, "-o", filepath.Join(dir, "x"), "--data-dir", dir); r.code != 1 {
+		t.Fatalf("get of a corrupt blob: exit %d", r.code)
+	}
+}
+
+func TestStoreEncrypted(t *testing.T) {
+	dir := t.TempDir()
+	key := writeTemp(t, "master.key", []byte(strings.Repeat("ab", 32)+"\n"))
+	r := imgctx(t, "store", "put", sample, "--data-dir", dir, "--encrypt-key-file", key)
+	if r.code != 0 {
+		t.Fatalf("put: %s", r.stderr)
+	}
+	ref := strings.Fields(r.stdout)[0]
+	out := filepath.Join(t.TempDir(), "back.png")
+	if r := imgctx(t, "store", "get", ref, "-o", out, "--data-dir", dir, "--encrypt-key-file", key); r.code != 0 {
+		t.Fatalf("get with key: %s", r.stderr)
+	}
+	if r := imgctx(t, "store", "get", ref, "-o", out, "--data-dir", dir); r.code != 1 {
+		t.Fatal("sealed blob read without the key")
+	}
+	loose := writeTemp(t, "loose.key", []byte(strings.Repeat("ab", 32)))
+	os.Chmod(loose, 0o644)
+	if r := imgctx(t, "store", "put", sample, "--data-dir", dir, "--encrypt-key-file", loose); r.code != 1 || !strings.Contains(r.stderr, "chmod 600") {
+		t.Fatalf("world-readable key: %d %s", r.code, r.stderr)
+	}
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"estimate"},
+		{"frobnicate"},
+		{"estimate", sample, "--no-such-flag"},
+		{"store", "get", "sha256-nothex"},
+		{"store", "stat"},
+		{"store", "gc", "--older-than", "-1h"},
+	} {
+		r := imgctx(t, args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "imgctx:") || !strings.Contains(r.stderr, "hint:") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with a hint", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestProfilesAndVersion(t *testing.T) {
+	r := imgctx(t, "profiles")
+	if r.code != 0 || !strings.Contains(r.stdout, "claude-high-resolution") || !strings.Contains(r.stdout, "(any other model)") {
+		t.Fatalf("profiles: %s", r.stdout)
+	}
+	r = imgctx(t, "profiles", "--json")
+	var got struct {
+		Profiles []struct{ Name string }
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil || len(got.Profiles) < 20 {
+		t.Fatalf("profiles --json: %d profiles", len(got.Profiles))
+	}
+	if r := imgctx(t, "version"); r.code != 0 || !strings.HasPrefix(r.stdout, "imgctx ") {
+		t.Fatalf("version: %q", r.stdout)
+	}
+}
+
+func TestConfigFileIsUsed(t *testing.T) {
+	cfg := writeTemp(t, "imgctx.yaml", []byte("media:\n  max_image_bytes: 1000\n"))
+	r := imgctx(t, "estimate", sample, "--config", cfg)
+	if r.code != 1 || !strings.Contains(r.stdout, "over the limit of 1000 bytes") {
+		t.Fatalf("config not applied: %d %s", r.code, r.stdout)
+	}
+	bad := writeTemp(t, "bad.yaml", []byte("media:\n  max_bytes_typo: 1\n"))
+	if r := imgctx(t, "estimate", sample, "--config", bad); r.code != 1 || !strings.Contains(r.stderr, "unknown key") {
+		t.Fatalf("bad config: %d %s", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/media"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+func newStoreCmd(a *app) *cobra.Command {
+	var tenant string
+	var keyFile string
+	cmd := &cobra.Command{
+		Use:   "store",
+		Short: "Manage the image store: put, get, stat, verify, gc",
+		Long: "The image store keeps each image once, by the SHA-256 of its bytes, under\n" +
+			"<data-dir>/images (docs/format.md). With --encrypt-key-file every blob is sealed with AES-256-GCM.",
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("encrypt-key-file") {
+				a.flagOverrides["store.encrypt_key_file"] = keyFile
+			}
+			return cmd.Root().PersistentPreRunE(cmd, args)
+		},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&tenant, "tenant", imagestore.DefaultTenant, "tenant whose images to use")
+	pf.StringVar(&keyFile, "encrypt-key-file", "", "master key file (env IMGCTX_STORE_ENCRYPT_KEY_FILE)")
+	cmd.AddCommand(
+		newStorePutCmd(a, &tenant), newStoreGetCmd(a, &tenant), newStoreStatCmd(a, &tenant),
+		newStoreVerifyCmd(a, &tenant), newStoreGCCmd(a, &tenant),
+	)
+	return cmd
+}
+
+func newStorePutCmd(a *app, tenant *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "put FILE...",
+		Short: "Store images; print each one's ref",
+		Long:  "put checks each file (format, size, pixel count from the header) and stores it once.\nA refused file stores nothing.",
+		Args:  minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, _, err := a.openStore()
+			if err != nil {
+				return err
+			}
+			failed := 0
+			for _, path := range args {
+				data, err := readCapped(path, a.cfg.Media.MaxImageBytes)
+				if err == nil {
+					var in media.Info
+					in, err = media.Inspect(data, "", a.cfg.MediaLimits())
+					if err == nil {
+						err = s.Put(cmd.Context(), *tenant, in.Ref, data)
+					}
+					if err == nil {
+						fmt.Fprintf(a.stdout, "%s  %s  %s  %d bytes\n", in.Ref, path, in.MediaType, in.Bytes)
+						continue
+					}
+				}
+				failed++
+				fmt.Fprintf(a.stderr, "%s: refused: %v\n", path, err)
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d file(s) refused; nothing stored for them", failed, len(args))
+			}
+			return nil
+		},
+	}
+}
+
+func parseRef(s string) (blob.Ref, error) {
+	r, err := blob.Parse(s)
+	if err != nil {
+		return blob.Ref{}, usageError{err}
+	}
+	return r, nil
+}
+
+func newStoreGetCmd(a *app, tenant *string) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "get REF",
+		Short: "Write an image's bytes to a file or standard output",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := parseRef(args[0])
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				if f, ok := a.stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+					return usageError{fmt.Errorf("refusing to write image bytes to a terminal: use -o FILE or redirect")}
+				}
+			}
+			s, _, err := a.openStore()
+			if err != nil {
+				return err
+			}
+			data, err := s.Get(cmd.Context(), *tenant, ref)
+			if err != nil {
+				return err
+			}
+			if out != "" {
+				return os.WriteFile(out, data, 0o644)
+			}
+			_, err = a.stdout.Write(data)
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of standard output")
+	return cmd
+}
+
+func newStoreStatCmd(a *app, tenant *string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stat REF",
+		Short: "Show an image's size and last use",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := parseRef(args[0])
+			if err != nil {
+				return err
+			}
+			s, _, err := a.openStore()
+			if err != nil {
+				return err
+			}
+			in, err := s.Stat(cmd.Context(), *tenant, ref)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(a.stdout).Encode(map[string]any{
+					"ref": in.Ref, "tenant": *tenant, "bytes": in.Size, "modified": in.ModTime.UTC().Format(time.RFC3339)})
+			}
+			fmt.Fprintf(a.stdout, "%s  tenant %s  %d bytes  last used %s\n", in.Ref, *tenant, in.Size, in.ModTime.UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// tenantsFor returns the tenant given with --tenant, or every tenant of the
+// store when the flag was not set.
+func tenantsFor(cmd *cobra.Command, fsys *imagestore.FS, tenant string) ([]string, error) {
+	if cmd.Flags().Changed("tenant") {
+		return []string{tenant}, nil
+	}
+	return fsys.Tenants()
+}
+
+func newStoreVerifyCmd(a *app, tenant *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "verify",
+		Short: "Read back every image and check it (all tenants unless --tenant)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, fsys, err := a.openStore()
+			if err != nil {
+				return err
+			}
+			tenants, err := tenantsFor(cmd, fsys, *tenant)
+			if err != nil {
+				return err
+			}
+			p := newProgress(a.stderr)
+			checked, corrupt := 0, 0
+			for _, t := range tenants {
+				st, err := imagestore.Verify(cmd.Context(), s, t, func(st imagestore.VerifyStats) {
+					p.update("verify %s: %d checked, %d corrupt", t, st.Checked, len(st.Corrupt))
+				})
+				p.done()
+				if err != nil {
+					return err
+				}
+				for _, r := range st.Corrupt {
+					fmt.Fprintf(a.stdout, "corrupt  %s  tenant %s\n", r, t)
+				}
+				checked += st.Checked
+				corrupt += len(st.Corrupt)
+			}
+			fmt.Fprintf(a.stdout, "verified %d image(s) in %d tenant(s): %d corrupt\n", checked, len(tenants), corrupt)
+			if corrupt > 0 {
+				return fmt.Errorf("%d corrupt image(s): %w", corrupt, imagestore.ErrCorrupt)
+			}
+			return nil
+		},
+	}
+}
+
+func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
+	var olderThan time.Duration
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Delete images not used for a while (all tenants unless --tenant)",
+		Long:  "gc deletes images not put or touched within --older-than, and temp files left by interrupted writes.",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan <= 0 {
+				return usageError{fmt.Errorf("--older-than must be positive")}
+			}
+			s, fsys, err := a.openStore()
+			if err != nil {
+				return err
+			}
+			tenants, err := tenantsFor(cmd, fsys, *tenant)
+			if err != nil {
+				return err
+			}
+			cutoff := time.Now().Add(-olderThan)
+			p := newProgress(a.stderr)
+			var total imagestore.GCStats
+			for _, t := range tenants {
+				st, err := imagestore.GC(cmd.Context(), s, t, cutoff, func(st imagestore.GCStats) {
+					p.update("gc %s: %d removed of %d scanned", t, st.Removed, st.Scanned)
+				})
+				p.done()
+				if err != nil {
+					return err
+				}
+				total.Scanned += st.Scanned
+				total.Removed += st.Removed
+				total.Freed += st.Freed
+			}
+			temps, err := fsys.RemoveStaleTemps(time.Now().Add(-time.Hour))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "gc: removed %d of %d image(s), freed %d bytes; removed %d stale temp file(s)\n",
+				total.Removed, total.Scanned, total.Freed, temps)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 30*24*time.Hour, "delete images not used for this long")
+	return cmd
+}

@@ -1,0 +1,12 @@
+// Package imgctx is the module root of imgctx, an image-aware context
+// engine for LLM agents. The code lives in the packages below; imports point
+// one way, downwards, and deps_test.go asserts it:
+//
+//	blob, reason       content refs, reason codes        (standard library only)
+//	chat               the conversation model            → blob
+//	imagestore         image bytes by ref, per tenant    → blob
+//	media              untrusted image input             → blob, reason
+//	tokens             profiles, token estimates         → chat, blob
+//	internal/config    configuration                     → media, tokens
+//	cmd/imgctx         the command line                  → everything above
+package imgctx

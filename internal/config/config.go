@@ -1,0 +1,211 @@
+// Package config loads imgctx's configuration: built-in defaults, then one
+// YAML file, then IMGCTX_* environment variables, then command-line flags,
+// each layer overriding the one before. Every key and its variable are
+// documented in docs/config.md; a test fails when one is not.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// Config is the whole configuration. The zero value of a field means its
+// default (Defaults fills them in).
+type Config struct {
+	DataDir    string           `yaml:"data_dir" doc:"directory of the image store and the session database"`
+	Store      Store            `yaml:"store"`
+	Media      Media            `yaml:"media"`
+	Compaction Compaction       `yaml:"compaction"`
+	Log        Log              `yaml:"log"`
+	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
+}
+
+// Store configures the image store.
+type Store struct {
+	EncryptKeyFile string `yaml:"encrypt_key_file" doc:"file holding a 32-byte master key (hex, base64 or raw); enables AES-256-GCM at rest"`
+	NoSync         bool   `yaml:"no_sync" doc:"skip fsync on writes (throwaway data only)"`
+}
+
+// Media configures ingestion of untrusted images.
+type Media struct {
+	MaxImageBytes     int64 `yaml:"max_image_bytes" doc:"largest image or document accepted, in bytes"`
+	MaxPixels         int64 `yaml:"max_pixels" doc:"largest width×height accepted, checked from the header"`
+	ShrinkMaxEdge     int   `yaml:"shrink_max_edge" doc:"longest edge when an image is shrunk, in pixels"`
+	ShrinkTargetBytes int64 `yaml:"shrink_target_bytes" doc:"target size when an image is shrunk, in bytes"`
+	Fetch             Fetch `yaml:"fetch"`
+}
+
+// Fetch configures downloads of image URLs.
+type Fetch struct {
+	Timeout       time.Duration `yaml:"timeout" doc:"time limit of one fetch"`
+	MaxBytes      int64         `yaml:"max_bytes" doc:"largest body fetched, in bytes"`
+	MaxRedirects  int           `yaml:"max_redirects" doc:"redirects followed at most"`
+	AllowLoopback bool          `yaml:"allow_loopback" doc:"let URLs reach 127.0.0.0/8 and ::1 (tests and local development only)"`
+}
+
+// Compaction configures compaction's estimates.
+type Compaction struct {
+	ImageTokenEstimate int `yaml:"image_token_estimate" env:"IMGCTX_IMAGE_TOKEN_ESTIMATE" doc:"flat token estimate per image or document in compaction's character accounting"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string `yaml:"level" doc:"debug, info, warn or error"`
+	Format string `yaml:"format" doc:"text or json"`
+}
+
+// Defaults returns the configuration used when nothing is set.
+func Defaults() Config {
+	return Config{
+		DataDir: "./imgctx-data",
+		Media: Media{
+			MaxImageBytes:     media.DefaultMaxBytes,
+			MaxPixels:         media.DefaultMaxPixels,
+			ShrinkMaxEdge:     media.DefaultMaxEdge,
+			ShrinkTargetBytes: media.DefaultTargetBytes,
+			Fetch:             Fetch{Timeout: media.DefaultFetchTimeout, MaxBytes: media.DefaultMaxBytes, MaxRedirects: media.DefaultMaxRedirects},
+		},
+		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate},
+		Log:        Log{Level: "info", Format: "text"},
+	}
+}
+
+// Key is one configuration key: its dotted name, its environment variable
+// and what it means.
+type Key struct {
+	Name string // "media.fetch.timeout"
+	Env  string // "IMGCTX_MEDIA_FETCH_TIMEOUT"
+	Doc  string
+}
+
+// Keys lists every scalar key of Config, derived from the struct itself so
+// the list, the loader and the docs test cannot drift apart.
+func Keys() []Key {
+	var out []Key
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := prefix + f.Tag.Get("yaml")
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+				walk(f.Type, name+".")
+				continue
+			}
+			env := f.Tag.Get("env")
+			if env == "-" {
+				continue
+			}
+			if env == "" {
+				env = "IMGCTX_" + strings.ToUpper(strings.ReplaceAll(name, ".", "_"))
+			}
+			out = append(out, Key{Name: name, Env: env, Doc: f.Tag.Get("doc")})
+		}
+	}
+	walk(reflect.TypeOf(Config{}), "")
+	return out
+}
+
+// Load builds the configuration from a YAML file (path may be ""), the
+// environment (lookup; nil means os.LookupEnv) and flag overrides given as
+// key → value.
+func Load(path string, lookup func(string) (string, bool), flags map[string]any) (Config, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	k := koanf.New(".")
+	if path != "" {
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+		if err := checkKnown(k.Keys()); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	for _, key := range Keys() {
+		if v, ok := lookup(key.Env); ok {
+			if err := k.Set(key.Name, v); err != nil {
+				return Config{}, fmt.Errorf("%s: %w", key.Env, err)
+			}
+		}
+	}
+	for name, v := range flags {
+		if err := k.Set(name, v); err != nil {
+			return Config{}, fmt.Errorf("flag for %s: %w", name, err)
+		}
+	}
+	cfg := Defaults()
+	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "yaml"}); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return cfg, cfg.Validate()
+}
+
+// checkKnown refuses keys the configuration does not have, so a typo is an
+// error rather than a silently ignored setting.
+func checkKnown(keys []string) error {
+	known := map[string]bool{}
+	for _, k := range Keys() {
+		known[k.Name] = true
+	}
+	for _, k := range keys {
+		if known[k] || k == "profiles" || strings.HasPrefix(k, "profiles.") {
+			continue
+		}
+		return fmt.Errorf("unknown key %q (docs/config.md lists the keys)", k)
+	}
+	return nil
+}
+
+// Validate checks each field, naming the key of the first bad one.
+func (c Config) Validate() error {
+	var errs []error
+	positive := func(key string, v int64) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive (got %d)", key, v))
+		}
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data_dir: must not be empty"))
+	}
+	positive("media.max_image_bytes", c.Media.MaxImageBytes)
+	positive("media.max_pixels", c.Media.MaxPixels)
+	positive("media.shrink_max_edge", int64(c.Media.ShrinkMaxEdge))
+	positive("media.shrink_target_bytes", c.Media.ShrinkTargetBytes)
+	positive("media.fetch.timeout", int64(c.Media.Fetch.Timeout))
+	positive("media.fetch.max_bytes", c.Media.Fetch.MaxBytes)
+	if c.Media.Fetch.MaxRedirects < 0 || c.Media.Fetch.MaxRedirects > 10 {
+		errs = append(errs, fmt.Errorf("media.fetch.max_redirects: must be 0 to 10 (got %d)", c.Media.Fetch.MaxRedirects))
+	}
+	positive("compaction.image_token_estimate", int64(c.Compaction.ImageTokenEstimate))
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		errs = append(errs, fmt.Errorf("log.level: %q is not debug, info, warn or error", c.Log.Level))
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		errs = append(errs, fmt.Errorf("log.format: %q is not text or json", c.Log.Format))
+	}
+	if _, err := tokens.Default().With(c.Profiles...); err != nil {
+		errs = append(errs, fmt.Errorf("profiles: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// ProfileTable is the embedded profile table with the config's overrides.
+func (c Config) ProfileTable() (*tokens.Table, error) {
+	return tokens.Default().With(c.Profiles...)
+}
+
+// MediaLimits returns the ingestion limits.
+func (c Config) MediaLimits() media.Limits {
+	return media.Limits{MaxBytes: c.Media.MaxImageBytes, MaxPixels: c.Media.MaxPixels}
+}

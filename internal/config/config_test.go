@@ -1,0 +1,129 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeFile(t *testing.T, body string) string {
+	p := filepath.Join(t.TempDir(), "imgctx.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	cfg, err := Load("", env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DataDir != "./imgctx-data" || cfg.Compaction.ImageTokenEstimate != 1600 || cfg.Media.Fetch.Timeout != 10*time.Second {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+func TestLayersOverrideInOrder(t *testing.T) {
+	path := writeFile(t, `
+data_dir: /srv/imgctx
+media:
+  max_image_bytes: 2000000
+  fetch:
+    timeout: 3s
+compaction:
+  image_token_estimate: 1200
+profiles:
+  - name: llava
+    match: ["llava*"]
+    family: ollama
+    context_window: 4096
+    vision: true
+    tokenizer: chars4
+    image: {rule: fixed, tokens: 576}
+    cache: {ttl: 5m}
+`)
+	cfg, err := Load(path, env(map[string]string{
+		"IMGCTX_IMAGE_TOKEN_ESTIMATE":  "900", // the seed's documented alias
+		"IMGCTX_MEDIA_MAX_IMAGE_BYTES": "3000000",
+		"IMGCTX_DATA_DIR":              "/from/env",
+	}), map[string]any{"data_dir": "/from/flag"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DataDir != "/from/flag" {
+		t.Errorf("flag did not win: %s", cfg.DataDir)
+	}
+	if cfg.Media.MaxImageBytes != 3000000 || cfg.Compaction.ImageTokenEstimate != 900 {
+		t.Errorf("env did not override the file: %d %d", cfg.Media.MaxImageBytes, cfg.Compaction.ImageTokenEstimate)
+	}
+	if cfg.Media.Fetch.Timeout != 3*time.Second || cfg.Media.MaxPixels != 40_000_000 {
+		t.Errorf("file value or untouched default lost: %v %d", cfg.Media.Fetch.Timeout, cfg.Media.MaxPixels)
+	}
+	tbl, err := cfg.ProfileTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := tbl.Lookup("llava:7b"); !ok || p.Image.Tokens != 576 || p.Cache.TTL != 5*time.Minute {
+		t.Errorf("profile from the file not used: %+v", p)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	cases := []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"unknown key", "media:\n  max_image_byte: 5\n", nil, `unknown key "media.max_image_byte"`},
+		{"negative", "media:\n  max_pixels: -1\n", nil, "media.max_pixels: must be positive"},
+		{"bad level", "log:\n  level: loud\n", nil, "log.level"},
+		{"bad env number", "", map[string]string{"IMGCTX_IMAGE_TOKEN_ESTIMATE": "lots"}, "image_token_estimate"},
+		{"bad profile", "profiles:\n  - name: x\n    context_window: 10\n    tokenizer: o200k\n    vision: true\n    image: {rule: openai_tile}\n", nil, "base_tokens"},
+		{"bad yaml", "media: [", nil, "config file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := ""
+			if c.file != "" {
+				path = writeFile(t, c.file)
+			}
+			_, err := Load(path, env(c.env), nil)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v; want an error mentioning %q", err, c.want)
+			}
+		})
+	}
+	if _, err := Load("/no/such/file.yaml", env(nil), nil); err == nil {
+		t.Fatal("missing config file accepted")
+	}
+}
+
+// Every key and its environment variable must be documented; this test is
+// how docs/config.md stays complete.
+func TestEveryKeyIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		if !strings.Contains(string(doc), "`"+k.Name+"`") {
+			t.Errorf("docs/config.md does not document key `%s`", k.Name)
+		}
+		if !strings.Contains(string(doc), "`"+k.Env+"`") {
+			t.Errorf("docs/config.md does not document variable `%s`", k.Env)
+		}
+		if k.Doc == "" {
+			t.Errorf("key %s has no doc tag", k.Name)
+		}
+	}
+	if !strings.Contains(string(doc), "`profiles`") {
+		t.Error("docs/config.md does not document `profiles`")
+	}
+}
