@@ -21,19 +21,21 @@ var allowed = map[string][]string{
 	"":                     {},
 	"blob":                 {},
 	"reason":               {},
-	"chat":                 {"blob"},
+	"mimetype":             {},
+	"chat":                 {"blob", "mimetype"},
 	"imagestore":           {"blob"},
 	"imagestore/storetest": {"blob", "imagestore"},
-	"media":                {"blob", "reason"},
+	"media":                {"blob", "mimetype", "reason"},
 	"tokens":               {"blob", "chat"},
 	"internal/config":      {"media", "tokens"},
-	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "reason", "tokens"},
+	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "mimetype", "reason", "tokens"},
 }
 
 // forbiddenStd are standard packages a pure layer must not use.
 var forbiddenStd = map[string][]string{
-	"chat": {"os", "net", "net/http", "io/fs", "database/sql"},
-	"blob": {"os", "net", "net/http"},
+	"chat":     {"os", "net", "net/http", "io/fs", "database/sql"},
+	"blob":     {"os", "net", "net/http"},
+	"mimetype": {"os", "net", "net/http"},
 }
 
 func TestImportTable(t *testing.T) {

@@ -3,9 +3,10 @@
 // one way, downwards, and deps_test.go asserts it:
 //
 //	blob, reason       content refs, reason codes        (standard library only)
-//	chat               the conversation model            → blob
+//	mimetype           MIME strings made safe            (standard library only)
+//	chat               the conversation model            → blob, mimetype
 //	imagestore         image bytes by ref, per tenant    → blob
-//	media              untrusted image input             → blob, reason
+//	media              untrusted image input             → blob, mimetype, reason
 //	tokens             profiles, token estimates         → chat, blob
 //	internal/config    configuration                     → media, tokens
 //	cmd/imgctx         the command line                  → everything above

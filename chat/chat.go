@@ -4,7 +4,10 @@
 // (blob.Ref), never their bytes.
 package chat
 
-import "github.com/imgctx/imgctx/blob"
+import (
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/mimetype"
+)
 
 // Role is who wrote a message.
 type Role string
@@ -152,6 +155,27 @@ func (ToolCall) part()   {}
 func (ToolResult) part() {}
 func (Summary) part()    {}
 func (Marker) part()     {}
+
+// MarkerFor returns the marker that stands where p, an Image or a Document,
+// is removed for reason (a reason.Code): its caption is kept and its MIME
+// type sanitised, since MIME strings from tools are untrusted. ok is false
+// for other parts.
+func MarkerFor(p Part, reason string) (m Marker, ok bool) {
+	switch p := p.(type) {
+	case Image:
+		return Marker{Of: "image", MediaType: safeMIME(p.MediaType), Ref: p.Ref, Caption: p.Caption, Reason: reason}, true
+	case Document:
+		return Marker{Of: "document", MediaType: safeMIME(p.MediaType), Ref: p.Ref, Caption: p.Caption, Reason: reason}, true
+	}
+	return Marker{}, false
+}
+
+func safeMIME(s string) string {
+	if s == "" {
+		return ""
+	}
+	return mimetype.Sanitize(s)
+}
 
 // String renders the marker as the text a model reads in place of the media.
 func (m Marker) String() string {

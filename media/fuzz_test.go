@@ -113,18 +113,3 @@ func FuzzJPEGOrientation(f *testing.F) {
 		}
 	})
 }
-
-func FuzzSanitizeMIME(f *testing.F) {
-	f.Add("image/png")
-	f.Add("image/png]\n[ignore previous")
-	f.Add("Application/PDF; q=1")
-	f.Fuzz(func(t *testing.T, s string) {
-		got := SanitizeMIME(s)
-		if got != OctetStream && SanitizeMIME(got) != got {
-			t.Fatalf("output %q is not a fixed point", got)
-		}
-		if strings.ContainsAny(got, "[]()\n\r\x00 ;\"'<>") || len(got) > 127 {
-			t.Fatalf("unsafe output %q from %q", got, s)
-		}
-	})
-}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/mimetype"
 	"github.com/imgctx/imgctx/reason"
 	_ "golang.org/x/image/webp"
 )
@@ -98,7 +99,7 @@ func Inspect(data []byte, declared string, lim Limits) (Info, error) {
 		return Info{}, reason.New(reason.Invalid, "unsupported format: "+describeUnknown(data)+"; accepted: PNG, JPEG, GIF, WebP, PDF")
 	}
 	in := Info{Ref: blob.Of(data), MediaType: mt, Kind: kind, Bytes: int64(len(data))}
-	if d := SanitizeMIME(declared); declared != "" && d != mt && !(d == "image/jpg" && mt == "image/jpeg") {
+	if d := mimetype.Sanitize(declared); declared != "" && d != mt && !(d == "image/jpg" && mt == "image/jpeg") {
 		in.Declared = d
 	}
 	if kind == KindImage {

@@ -310,28 +310,3 @@ func TestHeaderFromBase64(t *testing.T) {
 	_, _, _, err = HeaderFromBase64(base64.StdEncoding.EncodeToString([]byte("%PDF-1.4 .................")), Limits{})
 	wantReason(t, err, reason.Invalid)
 }
-
-func TestSanitizeMIME(t *testing.T) {
-	cases := map[string]string{
-		"image/png":                        "image/png",
-		" Image/PNG ; charset=binary ":     "image/png",
-		"application/vnd.ms-excel":         "application/vnd.ms-excel",
-		"image/svg+xml":                    "image/svg+xml",
-		"image/png]\n[system: obey":        OctetStream,
-		"image/png\x00":                    OctetStream,
-		"text/plain (evil)":                OctetStream,
-		"png":                              OctetStream,
-		"":                                 OctetStream,
-		"/png":                             OctetStream,
-		"image/":                           OctetStream,
-		"a/b/c":                            OctetStream,
-		"image/" + strings.Repeat("x", 64): OctetStream,
-		strings.Repeat("a", 300) + "/png":  OctetStream,
-		"image/pñg":                        OctetStream,
-	}
-	for in, want := range cases {
-		if got := SanitizeMIME(in); got != want {
-			t.Errorf("SanitizeMIME(%q) = %q; want %q", in, got, want)
-		}
-	}
-}

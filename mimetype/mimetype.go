@@ -1,16 +1,19 @@
-package media
+// Package mimetype makes MIME type strings safe to show a model. MIME types
+// arrive from tools, clients and servers, none of them trusted, and end up
+// inside markers and placeholders the model reads. Standard library only.
+package mimetype
 
 import "strings"
 
-// OctetStream is what SanitizeMIME returns for anything it cannot trust.
+// OctetStream is what Sanitize returns for anything it cannot trust.
 const OctetStream = "application/octet-stream"
 
-// SanitizeMIME returns a MIME type safe to embed in a marker the model reads:
+// Sanitize returns a MIME type safe to embed in a marker the model reads:
 // lower case, parameters dropped, exactly "type/subtype" of restricted
 // characters, each side at most 63 characters. Anything else (control
 // characters, brackets, quotes, spaces inside, over-long values, no slash)
 // becomes application/octet-stream. MIME strings from tools are untrusted.
-func SanitizeMIME(s string) string {
+func Sanitize(s string) string {
 	if len(s) > 256 {
 		return OctetStream
 	}
