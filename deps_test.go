@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"imagestore/storetest": {"blob", "imagestore"},
 	"media":                {"blob", "mimetype", "reason"},
 	"tokens":               {"blob", "chat"},
+	"policy":               {"blob", "chat", "mimetype", "reason", "tokens"},
 	"internal/config":      {"media", "tokens"},
 	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "mimetype", "reason", "tokens"},
 }
@@ -35,6 +36,7 @@ var allowed = map[string][]string{
 var forbiddenStd = map[string][]string{
 	"chat":     {"os", "net", "net/http", "io/fs", "database/sql"},
 	"blob":     {"os", "net", "net/http"},
+	"policy":   {"os", "net", "net/http", "io/fs", "database/sql", "time"},
 	"mimetype": {"os", "net", "net/http"},
 }
 

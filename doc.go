@@ -8,6 +8,7 @@
 //	imagestore         image bytes by ref, per tenant    → blob
 //	media              untrusted image input             → blob, mimetype, reason
 //	tokens             profiles, token estimates         → chat, blob
+//	policy             keep, evict, compact, replay      → chat, tokens, blob, mimetype, reason
 //	internal/config    configuration                     → media, tokens
 //	cmd/imgctx         the command line                  → everything above
 package imgctx

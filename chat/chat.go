@@ -277,3 +277,14 @@ func (m Message) TextContent() string {
 	}
 	return s
 }
+
+// Usage is what the engine reported for one request, normalised across
+// providers: Prompt is every input token (cached ones included; Anthropic's
+// three input fields summed), CacheRead and CacheWrite are the parts of it
+// read from and written to the prompt cache.
+type Usage struct {
+	Prompt     int
+	CacheRead  int
+	CacheWrite int
+	Output     int
+}

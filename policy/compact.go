@@ -1,0 +1,245 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/mimetype"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/tokens"
+)
+
+// SlimStats counts what Slim replaced.
+type SlimStats struct {
+	Images    int
+	Documents int
+	DataURLs  int // data URLs found inside text
+}
+
+// Slim returns the summariser's copy of msgs: every image becomes
+// "[image: <mime>]" and every document "[document: <mime>]" (with " — caption"
+// when known), at any depth inside tool results, and data URLs pasted into
+// text become the same placeholder. MIME types are sanitised. msgs is never
+// modified, and when nothing needs replacing the very same slice comes back.
+// No base64 and no image bytes survive it.
+func Slim(msgs []chat.Message) ([]chat.Message, SlimStats) {
+	var st SlimStats
+	out := edit(msgs, func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
+		switch p := p.(type) {
+		case chat.Image:
+			st.Images++
+			return []chat.Part{chat.Text{Text: placeholder("image", p.MediaType, p.Caption)}}, true
+		case chat.Document:
+			st.Documents++
+			return []chat.Part{chat.Text{Text: placeholder("document", p.MediaType, p.Caption)}}, true
+		case chat.Text:
+			if s, n := stripDataURLs(p.Text); n > 0 {
+				st.DataURLs += n
+				return []chat.Part{chat.Text{Text: s}}, true
+			}
+		}
+		return nil, false
+	})
+	return out, st
+}
+
+func placeholder(of, mediaType, caption string) string {
+	s := "[" + of + ": " + mimetype.Sanitize(mediaType)
+	if caption != "" {
+		s += " — " + caption
+	}
+	return s + "]"
+}
+
+// stripDataURLs replaces "data:<type>;base64,<payload>" spans in text by a
+// placeholder, returning the text and how many it replaced.
+func stripDataURLs(s string) (string, int) {
+	if !strings.Contains(s, ";base64,") {
+		return s, 0
+	}
+	var b strings.Builder
+	n := 0
+	for {
+		i := strings.Index(s, "data:")
+		if i < 0 {
+			break
+		}
+		rest := s[i+len("data:"):]
+		semi := strings.Index(rest, ";base64,")
+		if semi < 0 || semi > 100 || strings.ContainsAny(rest[:semi], " \n\t\"'") {
+			b.WriteString(s[:i+len("data:")])
+			s = rest
+			continue
+		}
+		end := semi + len(";base64,")
+		for end < len(rest) && isBase64Char(rest[end]) {
+			end++
+		}
+		of := "image"
+		if !strings.HasPrefix(rest[:semi], "image/") {
+			of = "document"
+		}
+		b.WriteString(s[:i])
+		b.WriteString(placeholder(of, rest[:semi], ""))
+		s = rest[end:]
+		n++
+	}
+	b.WriteString(s)
+	return b.String(), n
+}
+
+func isBase64Char(c byte) bool {
+	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' ||
+		c == '+' || c == '/' || c == '=' || c == '-' || c == '_'
+}
+
+// CompactConfig tunes compaction. Zero fields take the defaults.
+type CompactConfig struct {
+	// PreserveFraction of the characters stays verbatim at the end; the
+	// summarised prefix covers at least 1 − PreserveFraction. Default 0.3.
+	PreserveFraction float64
+	// MinCompressionFraction: no summary when the prefix is under this share
+	// of the whole. Default 0.05.
+	MinCompressionFraction float64
+	// ImageTokenEstimate prices an image or document in the character
+	// accounting; default tokens.DefaultImageTokenEstimate.
+	ImageTokenEstimate int
+}
+
+func (c CompactConfig) preserve() float64 {
+	if c.PreserveFraction > 0 {
+		return c.PreserveFraction
+	}
+	return 0.3
+}
+
+func (c CompactConfig) minFraction() float64 {
+	if c.MinCompressionFraction > 0 {
+		return c.MinCompressionFraction
+	}
+	return 0.05
+}
+
+// Summariser writes a summary of messages. The engine implements it as a
+// side query to the same upstream; it only ever receives Slim's output.
+type Summariser interface {
+	Summarise(ctx context.Context, msgs []chat.Message) (string, error)
+}
+
+// ErrNotWorthCompacting is returned when there is no split point or the
+// prefix is under MinCompressionFraction of the whole.
+var ErrNotWorthCompacting = errors.New("not enough history to compact")
+
+// CompactionRecord is what the persisted log keeps of a compaction: the
+// original messages stay in the log; the record says which ones the summary
+// replaces in the live context, so resume and export stay lossless.
+type CompactionRecord struct {
+	From, To    int // messages [From, To) of the history given to Compact
+	Summary     string
+	TotalChars  int
+	PrefixChars int
+	Slimmed     SlimStats
+}
+
+// Compacted is the result of Compact.
+type Compacted struct {
+	Messages []chat.Message // the new live context: leading system messages, the summary, the tail
+	Record   CompactionRecord
+	Removed  []Removal // images and documents the summary now covers
+}
+
+// Compact summarises a prefix of msgs. Character counts are computed once
+// and shared by the split point and the guard; the summariser receives the
+// slimmed prefix only. Leading system messages are never summarised.
+func Compact(ctx context.Context, msgs []chat.Message, cfg CompactConfig, s Summariser) (Compacted, error) {
+	counts := tokens.CharCounts(nil, msgs, cfg.ImageTokenEstimate)
+	split := SplitPoint(msgs, counts, cfg.preserve())
+	start := leadingSystem(msgs)
+	if split < 0 || !WorthCompacting(counts, start, split, cfg.minFraction()) {
+		return Compacted{}, ErrNotWorthCompacting
+	}
+	slim, st := Slim(msgs[start:split])
+	text, err := s.Summarise(ctx, slim)
+	if err != nil {
+		return Compacted{}, fmt.Errorf("summarise: %w", err)
+	}
+	var removed []Removal
+	for i, m := range msgs[start:split] {
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			switch p := p.(type) {
+			case chat.Image:
+				removed = append(removed, Removal{Ref: p.Ref, Of: "image", Reason: reason.Compaction, Message: start + i, Cost: p.Cost})
+			case chat.Document:
+				removed = append(removed, Removal{Ref: p.Ref, Of: "document", Reason: reason.Compaction, Message: start + i})
+			}
+			return true
+		})
+	}
+	out := make([]chat.Message, 0, start+1+len(msgs)-split)
+	out = append(out, msgs[:start]...)
+	out = append(out, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Summary{Text: text, From: start, To: split}}})
+	out = append(out, msgs[split:]...)
+	total, prefix := sum(counts[start:]), sum(counts[start:split])
+	return Compacted{
+		Messages: out,
+		Record:   CompactionRecord{From: start, To: split, Summary: text, TotalChars: total, PrefixChars: prefix, Slimmed: st},
+		Removed:  removed,
+	}, nil
+}
+
+func leadingSystem(msgs []chat.Message) int {
+	n := 0
+	for n < len(msgs) && msgs[n].Role == chat.System {
+		n++
+	}
+	return n
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// SplitPoint returns the index where the summarised prefix ends: the first
+// user-turn boundary (a user message) at which the prefix, leading system
+// messages excluded, holds at least 1 − preserve of the characters, and
+// before which every tool call has its result. When no boundary reaches
+// that share, the last valid boundary; -1 when there is none. counts are
+// tokens.CharCounts of msgs.
+func SplitPoint(msgs []chat.Message, counts []int, preserve float64) int {
+	start := leadingSystem(msgs)
+	target := (1 - preserve) * float64(sum(counts[start:]))
+	open := map[string]bool{} // tool calls without a result yet
+	cum, last := 0, -1
+	for k := start; k < len(msgs); k++ {
+		if k > start && msgs[k].Role == chat.User && len(open) == 0 {
+			last = k
+			if float64(cum) >= target {
+				return k
+			}
+		}
+		cum += counts[k]
+		for _, p := range msgs[k].Parts {
+			switch p := p.(type) {
+			case chat.ToolCall:
+				open[p.ID] = true
+			case chat.ToolResult:
+				delete(open, p.CallID)
+			}
+		}
+	}
+	return last
+}
+
+// WorthCompacting is the guard: the prefix [start, split) must hold at least
+// minFraction of the characters from start on.
+func WorthCompacting(counts []int, start, split int, minFraction float64) bool {
+	total := sum(counts[start:])
+	return total > 0 && split > start && float64(sum(counts[start:split])) >= minFraction*float64(total)
+}

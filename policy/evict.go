@@ -1,0 +1,55 @@
+package policy
+
+import (
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/reason"
+)
+
+// Pressure describes a full window: the estimated prompt, the compaction
+// threshold, and the low-water mark to come down to. LowWater 0 means 10%
+// under the threshold.
+type Pressure struct {
+	Estimate  int
+	Threshold int
+	LowWater  int
+}
+
+func (p Pressure) lowWater() int {
+	if p.LowWater > 0 {
+		return p.LowWater
+	}
+	return p.Threshold - p.Threshold/10
+}
+
+// EvictImages removes kept images, oldest first, when the estimate passes
+// the threshold, until it is down to the low-water mark — in one batch, so
+// the cached prefix breaks once rather than on every turn. Each removed image
+// becomes a marker with why (overflow on the reactive path, budget before a
+// request, as the caller says) and its cost counts as freed (measured, less
+// the marker's own text). It returns the new history, the removals, and the
+// estimate after them; the caller runs compaction only if that is still
+// over the threshold. Deterministic, and monotonic: a removed image is a
+// marker and is never considered again.
+func EvictImages(msgs []chat.Message, p Pressure, why reason.Code) ([]chat.Message, []Removal, int) {
+	estimate := p.Estimate
+	if estimate <= p.Threshold {
+		return msgs, nil, estimate
+	}
+	target := p.lowWater()
+	var removed []Removal
+	out := edit(msgs, func(i int, part chat.Part, _ int) ([]chat.Part, bool) {
+		img, ok := part.(chat.Image)
+		if !ok || img.Keep != chat.Kept || estimate <= target {
+			return nil, false
+		}
+		marker := markerFor(img, why)
+		freed := img.Cost - markerTokens(marker[0].(chat.Marker))
+		estimate -= max(freed, 0)
+		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: why, Message: i, Cost: img.Cost})
+		return marker, true
+	})
+	return out, removed, estimate
+}
+
+// markerTokens estimates a marker's own text at four characters a token.
+func markerTokens(m chat.Marker) int { return (len(m.String()) + 3) / 4 }

@@ -1,0 +1,352 @@
+package policy
+
+import (
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/tokens"
+)
+
+// KeepConfig tunes keeping tool images across turns. Zero fields take the
+// defaults.
+type KeepConfig struct {
+	// BudgetFraction is the share of the context window that kept images may
+	// use; default 0.10.
+	BudgetFraction float64
+	// MinShare is the measured share, in tokens, under which an image is
+	// taken as unseen by the engine; default 16.
+	MinShare int
+}
+
+func (c KeepConfig) fraction() float64 {
+	if c.BudgetFraction > 0 {
+		return c.BudgetFraction
+	}
+	return 0.10
+}
+
+func (c KeepConfig) minShare() int {
+	if c.MinShare > 0 {
+		return c.MinShare
+	}
+	return 16
+}
+
+// Storer stores the bytes of a relayed image by reference (sealed when the
+// store encrypts, date refreshed, re-read byte-exact). The engine holds the
+// bytes; the policy only needs to know whether storing worked.
+type Storer interface {
+	StoreImage(ref blob.Ref) error
+}
+
+// KeepState is what keeping learns across turns; the engine persists it.
+type KeepState struct {
+	// EngineBlind is learned: a measured share under the threshold shows the
+	// engine ignores images, and keeping stops for the session.
+	EngineBlind bool
+	// Base is the previous request, the reference a measurement needs.
+	Base Base
+}
+
+// Base is a request whose prompt size is known: later usage deltas are
+// measured against it.
+type Base struct {
+	Valid    bool
+	Prompt   int // prompt tokens the engine reported for it
+	Messages int // how many messages it carried
+}
+
+// Turn describes the turn keeping runs in.
+type Turn struct {
+	Config  KeepConfig
+	Profile tokens.Profile // context window and vision
+	Thread  chat.Thread    // only the main thread keeps images
+	Switch  bool           // the keep-turn-images switch
+	State   KeepState
+	Counter tokens.TextCounter // counts text appended between requests
+	Storer  Storer
+}
+
+// KeepEvent is one keep decision, for logs, metrics and the turn's events.
+type KeepEvent struct {
+	Kind   string // "trial", "kept", "ephemeral", "refused"
+	Ref    blob.Ref
+	Reason reason.Code // why the image is ephemeral (or refused)
+	Cost   int         // measured share, for "kept" and measured refusals
+}
+
+type relayed struct {
+	bytes    int64
+	keep     chat.Keep
+	why      reason.Code
+	cost     int
+	observed bool // a request showing it has been observed
+}
+
+// KeepTurn is the per-turn state of keeping tool images (seed
+// keep-turn-images): Start, then Relay for each tool image, Sending before
+// and Observe after each request, Rewritten and Publishable mid-turn, Finish
+// at the end. Not safe for concurrent use: one turn runs one request at a
+// time.
+type KeepTurn struct {
+	t       Turn
+	off     reason.Code // why keeping is off for this turn; "" when on
+	budget  int         // tokens left for newly kept images
+	stopped bool        // the store refused an image: no more keeping this turn
+	base    Base
+	blind   bool
+	relays  map[blob.Ref]*relayed
+	order   []blob.Ref
+	pending []blob.Ref // trial images the last Sending shows for the first time
+	text    int        // text tokens that request appended since the base
+	sent    int        // messages that request carries; the base's once observed
+	events  []KeepEvent
+}
+
+// StartTurn begins a turn. The budget is BudgetFraction of the window minus
+// the measured cost of the images history already keeps.
+func StartTurn(t Turn) *KeepTurn {
+	if t.Counter == nil {
+		t.Counter = tokens.Chars4{}
+	}
+	k := &KeepTurn{t: t, base: t.State.Base, blind: t.State.EngineBlind, relays: map[blob.Ref]*relayed{}}
+	switch {
+	case !t.Switch || t.Thread != chat.Main:
+		k.off = reason.KeyOff
+	case !t.Profile.Vision || t.State.EngineBlind:
+		k.off = reason.NoVision
+	}
+	return k
+}
+
+// Start applies turn start to the history: kept images leave when the switch
+// is off (key_off) or vision is absent (no_vision); their caption stays in
+// the marker. It returns the history, what left, and sets the budget from
+// what stays.
+func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
+	var removed []Removal
+	out := edit(msgs, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
+		img, ok := p.(chat.Image)
+		if !ok || img.Keep != chat.Kept || k.off == "" {
+			return nil, false
+		}
+		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: k.off, Message: i, Cost: img.Cost})
+		return markerFor(img, k.off), true
+	})
+	k.budget = int(k.t.Config.fraction()*float64(k.t.Profile.ContextWindow)) - KeptCost(out)
+	if len(removed) > 0 {
+		k.base.Valid = false // the prefix changed: the old prompt size no longer applies
+	}
+	return out, removed
+}
+
+// KeptCost is the measured cost of the images msgs keeps.
+func KeptCost(msgs []chat.Message) int {
+	n := 0
+	for _, m := range msgs {
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			if img, ok := p.(chat.Image); ok && img.Keep == chat.Kept {
+				n += img.Cost
+			}
+			return true
+		})
+	}
+	return n
+}
+
+// Budget is what newly kept images may still cost this turn.
+func (k *KeepTurn) Budget() int { return k.budget }
+
+// Relay takes an image arriving in a tool result. When keeping is possible
+// it is stored by reference and becomes a trial; otherwise, or when the
+// store refuses it, it stays ephemeral (sent during this turn only). A
+// refusal stops keeping for the rest of the turn.
+func (k *KeepTurn) Relay(img chat.Image) chat.Image {
+	img.Origin = chat.FromTool
+	r := &relayed{bytes: img.Bytes, keep: chat.Ephemeral}
+	switch {
+	case k.off != "":
+		r.why = k.off
+	case k.stopped:
+		r.why = reason.Refused
+	case k.budget <= 0:
+		r.why = reason.Budget // full before storing: not even stored
+	default:
+		if err := k.t.Storer.StoreImage(img.Ref); err != nil {
+			k.stopped = true
+			r.why = reason.Refused
+			k.events = append(k.events, KeepEvent{Kind: "refused", Ref: img.Ref, Reason: reason.Refused})
+		} else {
+			r.keep = chat.Trial
+			k.events = append(k.events, KeepEvent{Kind: "trial", Ref: img.Ref})
+		}
+	}
+	if _, seen := k.relays[img.Ref]; !seen {
+		k.order = append(k.order, img.Ref)
+	}
+	k.relays[img.Ref] = r
+	img.Keep = r.keep
+	return img
+}
+
+// Sending records a request about to go out: the trial images it shows for
+// the first time and the text it appended since the base. A retried request
+// calls Sending again and is measured once, on the attempt that succeeds.
+func (k *KeepTurn) Sending(msgs []chat.Message) {
+	k.pending = k.pending[:0]
+	seen := map[blob.Ref]bool{}
+	for _, m := range msgs {
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			if img, ok := p.(chat.Image); ok {
+				if r := k.relays[img.Ref]; r != nil && r.keep == chat.Trial && !r.observed && !seen[img.Ref] {
+					seen[img.Ref] = true
+					k.pending = append(k.pending, img.Ref)
+				}
+			}
+			return true
+		})
+	}
+	k.text = 0
+	if k.base.Valid && k.base.Messages <= len(msgs) {
+		for _, m := range msgs[k.base.Messages:] {
+			k.text += textTokens(m.Parts, k.t.Counter)
+		}
+	}
+	k.sent = len(msgs) // the base moves only when the request is observed
+}
+
+// textTokens counts what a request carries as text, images excluded.
+func textTokens(parts []chat.Part, c tokens.TextCounter) int {
+	n := 0
+	chat.Walk(parts, func(p chat.Part, _ int) bool {
+		switch p := p.(type) {
+		case chat.Text:
+			n += c.Count(p.Text)
+		case chat.ToolCall:
+			n += c.Count(p.Name) + c.Count(p.Arguments)
+		case chat.ToolResult:
+			n += c.Count(p.Name)
+		case chat.Summary:
+			n += c.Count(p.Text)
+		case chat.Marker:
+			n += c.Count(p.String())
+		case chat.Document:
+			n += c.Count(p.Text)
+		}
+		return true
+	})
+	return n
+}
+
+// Observe takes the usage of the request Sending described, once it
+// succeeded. The measured image tokens (prompt − base prompt − appended
+// text) are shared among the images shown for the first time, pro rata by
+// bytes: a share under MinShare means the engine does not see images; a
+// share over the budget stays ephemeral; otherwise the image is kept at its
+// measured cost. No usage (u nil), a cut completion, or no base: no
+// measurement, and the images stay on trial.
+func (k *KeepTurn) Observe(u *chat.Usage, cut bool) {
+	pending := k.pending
+	k.pending = nil
+	for _, ref := range pending {
+		k.relays[ref].observed = true
+	}
+	if u == nil {
+		k.base = Base{}
+		return
+	}
+	measurable := k.base.Valid && !cut && len(pending) > 0
+	delta := u.Prompt - k.base.Prompt - k.text
+	k.base = Base{Valid: true, Prompt: u.Prompt, Messages: k.sent}
+	if !measurable {
+		return
+	}
+	var total int64
+	for _, ref := range pending {
+		total += max(k.relays[ref].bytes, 1)
+	}
+	for _, ref := range pending {
+		r := k.relays[ref]
+		share := 0
+		if delta > 0 {
+			share = int(int64(delta) * max(r.bytes, 1) / total)
+		}
+		switch {
+		case share < k.t.Config.minShare():
+			r.keep, r.why, r.cost = chat.Ephemeral, reason.BelowThreshold, share
+			k.blind = true
+			k.off = reason.NoVision
+		case share > k.budget:
+			r.keep, r.why, r.cost = chat.Ephemeral, reason.Budget, share
+		default:
+			r.keep, r.cost = chat.Kept, share
+			k.budget -= share
+			k.events = append(k.events, KeepEvent{Kind: "kept", Ref: ref, Cost: share})
+			continue
+		}
+		k.events = append(k.events, KeepEvent{Kind: "ephemeral", Ref: ref, Reason: r.why, Cost: share})
+	}
+}
+
+// InvalidateBase forgets the base, for when the engine rewrote the prefix
+// (eviction, compaction): the next request cannot be measured against it.
+func (k *KeepTurn) InvalidateBase() { k.base = Base{} }
+
+// Rewritten returns msgs with the keep state and measured cost of this
+// turn's relayed images applied. Mid-turn, ephemeral images are still sent.
+func (k *KeepTurn) Rewritten(msgs []chat.Message) []chat.Message {
+	return edit(msgs, func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
+		img, ok := p.(chat.Image)
+		r := k.relays[img.Ref]
+		if !ok || r == nil || (img.Keep == r.keep && img.Cost == r.cost) {
+			return nil, false
+		}
+		img.Keep, img.Cost = r.keep, r.cost
+		if r.keep != chat.Kept {
+			img.Cost = 0
+		}
+		return []chat.Part{img}, true
+	})
+}
+
+// Publishable is the history to publish mid-turn (to the store, the API,
+// the UI): rewritten, without the relayed images that are not kept yet.
+func (k *KeepTurn) Publishable(msgs []chat.Message) []chat.Message {
+	return edit(k.Rewritten(msgs), func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
+		img, ok := p.(chat.Image)
+		if r := k.relays[img.Ref]; ok && r != nil && r.keep != chat.Kept {
+			return nil, true
+		}
+		return nil, false
+	})
+}
+
+// Finish ends the turn: a trial image never measured becomes ephemeral
+// (unmeasured), and every ephemeral image is replaced by a marker that keeps
+// its caption. It returns the history for the next turn, what was removed,
+// and the state to persist.
+func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepState) {
+	for _, ref := range k.order {
+		if r := k.relays[ref]; r.keep == chat.Trial {
+			r.keep, r.why = chat.Ephemeral, reason.Unmeasured
+			k.events = append(k.events, KeepEvent{Kind: "ephemeral", Ref: ref, Reason: reason.Unmeasured})
+		}
+	}
+	var removed []Removal
+	out := edit(k.Rewritten(msgs), func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
+		img, ok := p.(chat.Image)
+		r := k.relays[img.Ref]
+		if !ok || r == nil || r.keep != chat.Ephemeral {
+			return nil, false
+		}
+		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: r.why, Message: i})
+		return markerFor(img, r.why), true
+	})
+	if len(removed) > 0 {
+		k.base.Valid = false // the next prompt differs inside the old prefix
+	}
+	return out, removed, KeepState{EngineBlind: k.blind, Base: k.base}
+}
+
+// Events returns the decisions made so far, in order.
+func (k *KeepTurn) Events() []KeepEvent { return k.events }
