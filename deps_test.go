@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 var forbiddenStd = map[string][]string{
 	"chat":     {"os", "net", "net/http", "io/fs", "database/sql"},
 	"blob":     {"os", "net", "net/http"},
-	"policy":   {"os", "net", "net/http", "io/fs", "database/sql", "time"},
+	"policy":   {"os", "net", "net/http", "io/fs", "database/sql"},
 	"mimetype": {"os", "net", "net/http"},
 }
 
