@@ -2,8 +2,8 @@ package policy
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/imgctx/imgctx/chat"
@@ -68,11 +68,11 @@ type Replay struct {
 }
 
 type candidate struct {
-	turn, msg, part int // part index within the flattened walk of msg
-	img             chat.Image
-	doc             bool
-	why             reason.Code
-	ordinal         int
+	turn    int
+	img     chat.Image
+	doc     bool
+	why     reason.Code
+	ordinal int
 }
 
 // BuildReplay renders history for a wire that has one history string and one
@@ -93,24 +93,24 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 	k := len(out.Images)
 
 	first := firstReplayed(history, turns, cfg.MaxHistoryChars) // older turns are truncated
-	var cands []*candidate
+	// Candidates in walk order; renderHistory walks the same order.
+	var cands []candidate
 	for ti, turn := range turns {
 		for _, mi := range turn {
-			n := 0
 			chat.Walk(history[mi].Parts, func(p chat.Part, _ int) bool {
 				switch p := p.(type) {
 				case chat.Image:
-					cands = append(cands, &candidate{turn: ti, msg: mi, part: n, img: p})
+					cands = append(cands, candidate{turn: ti, img: p})
 				case chat.Document:
-					cands = append(cands, &candidate{turn: ti, msg: mi, part: n, doc: true, why: reason.Document})
+					cands = append(cands, candidate{turn: ti, doc: true, why: reason.Document})
 				}
-				n++
 				return true
 			})
 		}
 	}
 	counts.Candidates = len(cands)
-	for _, c := range cands {
+	for i := range cands {
+		c := &cands[i]
 		switch {
 		case c.doc:
 		case c.turn < first:
@@ -122,7 +122,7 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 	// Newest turn wins: walk the candidates backwards, filling the caps.
 	used, usedBytes := 0, int64(0)
 	for i := len(cands) - 1; i >= 0; i-- {
-		c := cands[i]
+		c := &cands[i]
 		if c.why != "" {
 			continue
 		}
@@ -149,7 +149,8 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 		used++
 		usedBytes += img.Bytes
 	}
-	for _, c := range cands { // chronological numbering after the current images
+	for i := range cands { // chronological numbering after the current images
+		c := &cands[i]
 		if c.why == "" {
 			k++
 			c.ordinal = k
@@ -225,43 +226,44 @@ func textChars(parts []chat.Part) int {
 	return n
 }
 
-func renderHistory(msgs []chat.Message, turns [][]int, first int, cands []*candidate) string {
-	byPos := map[[2]int]*candidate{}
-	for _, c := range cands {
-		byPos[[2]int{c.msg, c.part}] = c
-	}
+func renderHistory(msgs []chat.Message, turns [][]int, first int, cands []candidate) string {
 	var b strings.Builder
+	b.Grow(4096)
 	if first > 0 {
-		fmt.Fprintf(&b, "[%d earlier turn(s) omitted]\n", first)
+		b.WriteString("[" + strconv.Itoa(first) + " earlier turn(s) omitted]\n")
 	}
-	for _, turn := range turns[first:] {
+	next := 0 // candidates come in the order this walk meets media
+	for ti, turn := range turns {
 		for _, mi := range turn {
-			m := msgs[mi]
-			b.WriteString(roleLabel(m.Role))
+			if ti < first {
+				next += countMedia(msgs[mi].Parts)
+				continue
+			}
+			b.WriteString(roleLabel(msgs[mi].Role))
 			b.WriteString(": ")
-			n := 0
-			chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
-				c := byPos[[2]int{mi, n}]
-				n++
+			chat.Walk(msgs[mi].Parts, func(p chat.Part, _ int) bool {
 				switch p := p.(type) {
 				case chat.Text:
 					b.WriteString(p.Text)
 				case chat.ToolCall:
-					fmt.Fprintf(&b, "[call %s %s]", p.Name, p.Arguments)
+					b.WriteString("[call " + p.Name + " " + p.Arguments + "]")
 				case chat.ToolResult:
-					fmt.Fprintf(&b, "[result of %s] ", p.Name)
+					b.WriteString("[result of " + p.Name + "]")
 				case chat.Summary:
 					b.WriteString(p.Text)
 				case chat.Marker:
 					b.WriteString(p.String())
 				case chat.Document:
+					next++
 					b.WriteString(placeholder("document", p.MediaType, p.Caption))
 					if p.Text != "" {
 						b.WriteString("\n" + p.Text)
 					}
 				case chat.Image:
+					c := cands[next]
+					next++
 					if c.ordinal > 0 {
-						fmt.Fprintf(&b, "[Image #%d attached to this request — from an earlier turn]", c.ordinal)
+						b.WriteString("[Image #" + strconv.Itoa(c.ordinal) + " attached to this request — from an earlier turn]")
 					} else {
 						b.WriteString(notAttached(p, c.why))
 					}
@@ -269,10 +271,22 @@ func renderHistory(msgs []chat.Message, turns [][]int, first int, cands []*candi
 				b.WriteByte(' ')
 				return true
 			})
-			b.WriteString("\n")
+			b.WriteByte('\n')
 		}
 	}
 	return b.String()
+}
+
+func countMedia(parts []chat.Part) int {
+	n := 0
+	chat.Walk(parts, func(p chat.Part, _ int) bool {
+		switch p.(type) {
+		case chat.Image, chat.Document:
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 func notAttached(img chat.Image, why reason.Code) string {

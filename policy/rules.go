@@ -1,0 +1,89 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/tokens"
+)
+
+// Shrinker makes an image fit a longest edge and a byte size, storing the
+// result and returning it as a new image by ref. The engine implements it
+// with media.Shrinker and the image store.
+type Shrinker interface {
+	Shrink(ctx context.Context, img chat.Image, maxEdge int, maxBytes int64) (chat.Image, error)
+}
+
+// Shrunk records an image replaced by a smaller copy to meet a rule.
+type Shrunk struct {
+	From, To chat.Image
+	Message  int
+	Rule     string
+}
+
+// CheckProviderRules makes an outgoing request (the summariser's included)
+// meet the provider's limits from the model profile: at most MaxImages images
+// (the oldest beyond it leave), at most MaxImageBytes per image, at most
+// MaxEdge pixels on a side, and the many-image rule (more than
+// ManyImagesAbove images → ManyImagesMaxEdge). An image over a size limit is
+// shrunk when sh is not nil, otherwise — or when shrinking fails — it is
+// replaced by a marker with reason provider_limit. msgs is not modified and
+// comes back as is when everything fits.
+func CheckProviderRules(ctx context.Context, msgs []chat.Message, lim tokens.Limits, sh Shrinker) ([]chat.Message, []Removal, []Shrunk) {
+	total := 0
+	for _, m := range msgs {
+		total += len(m.Images())
+	}
+	drop := 0
+	if lim.MaxImages > 0 && total > lim.MaxImages {
+		drop = total - lim.MaxImages
+	}
+	maxEdge := lim.MaxEdge
+	if lim.ManyImagesAbove > 0 && total-drop > lim.ManyImagesAbove && lim.ManyImagesMaxEdge > 0 {
+		if maxEdge == 0 || lim.ManyImagesMaxEdge < maxEdge {
+			maxEdge = lim.ManyImagesMaxEdge
+		}
+	}
+	var removed []Removal
+	var shrunk []Shrunk
+	seen := 0
+	out := edit(msgs, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
+		img, ok := p.(chat.Image)
+		if !ok {
+			return nil, false
+		}
+		seen++
+		if seen <= drop {
+			removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: reason.ProviderLimit, Message: i, Cost: img.Cost})
+			return markerFor(img, reason.ProviderLimit), true
+		}
+		rule := violation(img, maxEdge, lim.MaxImageBytes)
+		if rule == "" {
+			return nil, false
+		}
+		if sh != nil {
+			small, err := sh.Shrink(ctx, img, maxEdge, lim.MaxImageBytes)
+			if err == nil && violation(small, maxEdge, lim.MaxImageBytes) == "" {
+				shrunk = append(shrunk, Shrunk{From: img, To: small, Message: i, Rule: rule})
+				return []chat.Part{small}, true
+			}
+		}
+		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: reason.ProviderLimit, Message: i, Cost: img.Cost})
+		return markerFor(img, reason.ProviderLimit), true
+	})
+	return out, removed, shrunk
+}
+
+// violation names the size rule img breaks, or "" when it fits. Unknown
+// dimensions or size (0) are not judged.
+func violation(img chat.Image, maxEdge int, maxBytes int64) string {
+	switch {
+	case maxBytes > 0 && img.Bytes > maxBytes:
+		return fmt.Sprintf("%d bytes over %d", img.Bytes, maxBytes)
+	case maxEdge > 0 && max(img.Width, img.Height) > maxEdge:
+		return fmt.Sprintf("%d px over %d", max(img.Width, img.Height), maxEdge)
+	}
+	return ""
+}
