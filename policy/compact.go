@@ -75,7 +75,7 @@ func stripDataURLs(s string) (string, int) {
 			continue
 		}
 		end := semi + len(";base64,")
-		for end < len(rest) && isBase64Char(rest[end]) {
+		for end < len(rest) && tokens.Base64Byte(rest[end]) {
 			end++
 		}
 		of := "image"
@@ -89,11 +89,6 @@ func stripDataURLs(s string) (string, int) {
 	}
 	b.WriteString(s)
 	return b.String(), n
-}
-
-func isBase64Char(c byte) bool {
-	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' ||
-		c == '+' || c == '/' || c == '=' || c == '-' || c == '_'
 }
 
 // CompactConfig tunes compaction. Zero fields take the defaults.

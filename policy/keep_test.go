@@ -85,7 +85,7 @@ type fixture struct {
 	turn   *KeepTurn
 }
 
-func newFixture(t *testing.T, switchOn bool, window int, images ...chat.Image) *fixture {
+func newFixture(switchOn bool, window int, images ...chat.Image) *fixture {
 	f := &fixture{
 		msgs: []chat.Message{
 			{Role: chat.System, Parts: []chat.Part{chat.Text{Text: "You are an agent with a screenshot tool."}}},
@@ -99,12 +99,12 @@ func newFixture(t *testing.T, switchOn bool, window int, images ...chat.Image) *
 	}
 	f.turn = StartTurn(Turn{Profile: profile(window), Thread: chat.Main, Switch: switchOn, Counter: tokens.Chars4{}, Storer: f.store})
 	f.msgs, _ = f.turn.Start(f.msgs)
-	f.request(t, false) // the turn's first request: the base
+	f.request(false) // the turn's first request: the base
 	return f
 }
 
 // request sends f.msgs: Sending, then Observe with the engine's usage.
-func (f *fixture) request(t *testing.T, cut bool) chat.Usage {
+func (f *fixture) request(cut bool) chat.Usage {
 	f.turn.Sending(f.msgs)
 	u := chat.Usage{Prompt: f.engine.prompt(f.msgs)}
 	f.turn.Observe(&u, cut)
@@ -144,9 +144,9 @@ func imagesIn(msgs []chat.Message) (imgs []chat.Image, markers []chat.Marker) {
 
 func TestKeptAtMeasuredCost(t *testing.T) {
 	img := shot("login", 15000) // true cost 1500
-	f := newFixture(t, true, 200000, img)
+	f := newFixture(true, 200000, img)
 	f.toolStep(img)
-	f.request(t, false)
+	f.request(false)
 	out, removed, _ := f.finish()
 	imgs, markers := imagesIn(out)
 	if len(imgs) != 1 || imgs[0].Keep != chat.Kept || imgs[0].Cost != 1500 || len(markers) != 0 || len(removed) != 0 {
@@ -159,9 +159,9 @@ func TestKeptAtMeasuredCost(t *testing.T) {
 
 func TestKeepSwitchOff(t *testing.T) {
 	img := shot("login", 15000)
-	f := newFixture(t, false, 200000, img)
+	f := newFixture(false, 200000, img)
 	f.toolStep(img)
-	f.request(t, false)
+	f.request(false)
 	out, removed, _ := f.finish()
 	imgs, markers := imagesIn(out)
 	if len(imgs) != 0 || len(markers) != 1 || markers[0].Reason != string(reason.KeyOff) || markers[0].Caption != "login" {
@@ -184,11 +184,11 @@ func TestKeepBudget(t *testing.T) {
 	// Window 20000 → budget 2000. The first image (true 1500) fits; the
 	// second (true 1200) does not fit what is left.
 	a, b := shot("a", 15000), shot("b", 12000)
-	f := newFixture(t, true, 20000, a, b)
+	f := newFixture(true, 20000, a, b)
 	f.toolStep(a)
-	f.request(t, false)
+	f.request(false)
 	f.toolStep(b)
-	f.request(t, false)
+	f.request(false)
 	out, removed, _ := f.finish()
 	imgs, _ := imagesIn(out)
 	if len(imgs) != 1 || imgs[0].Ref != a.Ref || KeptCost(out) != 1500 {
@@ -202,7 +202,7 @@ func TestKeepBudget(t *testing.T) {
 func TestNoMeasurement(t *testing.T) {
 	img := shot("login", 15000)
 	t.Run("no usage", func(t *testing.T) {
-		f := newFixture(t, true, 200000, img)
+		f := newFixture(true, 200000, img)
 		f.toolStep(img)
 		f.turn.Sending(f.msgs)
 		f.turn.Observe(nil, false)
@@ -212,19 +212,19 @@ func TestNoMeasurement(t *testing.T) {
 		}
 	})
 	t.Run("cut completion", func(t *testing.T) {
-		f := newFixture(t, true, 200000, img)
+		f := newFixture(true, 200000, img)
 		f.toolStep(img)
-		f.request(t, true)
+		f.request(true)
 		_, removed, _ := f.finish()
 		if len(removed) != 1 || removed[0].Reason != reason.Unmeasured {
 			t.Fatalf("removed %+v; want unmeasured", removed)
 		}
 	})
 	t.Run("no base", func(t *testing.T) {
-		f := newFixture(t, true, 200000, img)
+		f := newFixture(true, 200000, img)
 		f.turn.InvalidateBase()
 		f.toolStep(img)
-		f.request(t, false)
+		f.request(false)
 		_, removed, _ := f.finish()
 		if len(removed) != 1 || removed[0].Reason != reason.Unmeasured {
 			t.Fatalf("removed %+v; want unmeasured", removed)
@@ -234,11 +234,11 @@ func TestNoMeasurement(t *testing.T) {
 
 func TestRetriedRequestMeasuredOnce(t *testing.T) {
 	img := shot("login", 15000)
-	f := newFixture(t, true, 200000, img)
+	f := newFixture(true, 200000, img)
 	f.toolStep(img)
 	f.turn.Sending(f.msgs) // attempt 1 fails (429): no Observe
-	f.request(t, false)    // attempt 2 succeeds
-	f.request(t, false)    // a later request shows it again: not re-measured
+	f.request(false)       // attempt 2 succeeds
+	f.request(false)       // a later request shows it again: not re-measured
 	out, _, _ := f.finish()
 	if imgs, _ := imagesIn(out); len(imgs) != 1 || imgs[0].Cost != 1500 {
 		t.Fatalf("cost %+v; want measured once at 1500", imgs)
@@ -256,12 +256,12 @@ func TestRetriedRequestMeasuredOnce(t *testing.T) {
 
 func TestStoreRefusalStopsTheTurn(t *testing.T) {
 	a, b := shot("a", 15000), shot("b", 15000)
-	f := newFixture(t, true, 200000, a, b)
+	f := newFixture(true, 200000, a, b)
 	f.store.refuse = true
 	f.toolStep(a)
 	f.store.refuse = false // even once the store recovers, keeping stays off this turn
 	f.toolStep(b)
-	f.request(t, false)
+	f.request(false)
 	_, removed, _ := f.finish()
 	if len(removed) != 2 || removed[0].Reason != reason.Refused || removed[1].Reason != reason.Refused {
 		t.Fatalf("removed %+v; want both refused", removed)
@@ -275,9 +275,9 @@ func TestShareProRataByBytes(t *testing.T) {
 	// Two images first shown by one request: the delta (1500 + 500) is
 	// shared 3:1 by bytes.
 	a, b := shot("a", 15000), shot("b", 5000)
-	f := newFixture(t, true, 200000, a, b)
+	f := newFixture(true, 200000, a, b)
 	f.toolStep(a, b)
-	f.request(t, false)
+	f.request(false)
 	out, _, _ := f.finish()
 	imgs, _ := imagesIn(out)
 	if len(imgs) != 2 || imgs[0].Cost != 1500 || imgs[1].Cost != 500 {
@@ -287,7 +287,7 @@ func TestShareProRataByBytes(t *testing.T) {
 
 func TestPublishableHidesUnkeptRelays(t *testing.T) {
 	img := shot("login", 15000)
-	f := newFixture(t, true, 200000, img)
+	f := newFixture(true, 200000, img)
 	f.toolStep(img)
 	pub := f.turn.Publishable(f.msgs)
 	if imgs, _ := imagesIn(pub); len(imgs) != 0 {
@@ -296,7 +296,7 @@ func TestPublishableHidesUnkeptRelays(t *testing.T) {
 	if imgs, _ := imagesIn(f.msgs); len(imgs) != 1 {
 		t.Fatal("Publishable changed the live history")
 	}
-	f.request(t, false)
+	f.request(false)
 	if imgs, _ := imagesIn(f.turn.Publishable(f.msgs)); len(imgs) != 1 || imgs[0].Keep != chat.Kept {
 		t.Fatalf("a kept image was not published: %+v", imgs)
 	}
@@ -304,12 +304,12 @@ func TestPublishableHidesUnkeptRelays(t *testing.T) {
 
 func TestRewrittenCarriesStateAndCost(t *testing.T) {
 	img := shot("login", 15000)
-	f := newFixture(t, true, 200000, img)
+	f := newFixture(true, 200000, img)
 	f.toolStep(img)
 	if imgs, _ := imagesIn(f.turn.Rewritten(f.msgs)); imgs[0].Keep != chat.Trial || imgs[0].Cost != 0 {
 		t.Fatalf("before measuring: %+v", imgs[0])
 	}
-	f.request(t, false)
+	f.request(false)
 	before := chat.CloneMessages(f.msgs)
 	rw := f.turn.Rewritten(f.msgs)
 	if imgs, _ := imagesIn(rw); imgs[0].Keep != chat.Kept || imgs[0].Cost != 1500 || imgs[0].Ref != img.Ref {
@@ -325,7 +325,7 @@ func TestRewrittenCarriesStateAndCost(t *testing.T) {
 
 func TestFinishTrialNeverMeasured(t *testing.T) {
 	img := shot("login", 15000)
-	f := newFixture(t, true, 200000, img)
+	f := newFixture(true, 200000, img)
 	f.toolStep(img) // the turn ends before any request shows it
 	out, removed, _ := f.finish()
 	_, markers := imagesIn(out)
@@ -351,10 +351,10 @@ func TestBudgetFullBeforeStoring(t *testing.T) {
 
 func TestBelowThresholdLearnsBlindness(t *testing.T) {
 	img := shot("login", 15000)
-	f := newFixture(t, true, 200000, img)
+	f := newFixture(true, 200000, img)
 	f.engine.trueCost[img.Ref] = 3 // the engine does not really see images
 	f.toolStep(img)
-	f.request(t, false)
+	f.request(false)
 	later := shot("later", 15000)
 	if r := f.turn.Relay(later); r.Keep != chat.Ephemeral {
 		t.Fatalf("kept after learning the engine is blind: %v", r.Keep)
@@ -418,11 +418,11 @@ func wire(msgs []chat.Message) []chat.Message {
 func TestSwitchChangesNoRequestInsideATurn(t *testing.T) {
 	img := shot("login", 15000)
 	run := func(on bool) (requests [][]chat.Message, next []chat.Message) {
-		f := newFixture(t, on, 200000, img)
+		f := newFixture(on, 200000, img)
 		requests = append(requests, wire(f.turn.Rewritten(f.msgs)))
 		f.toolStep(img)
 		requests = append(requests, wire(f.turn.Rewritten(f.msgs)))
-		f.request(t, false)
+		f.request(false)
 		requests = append(requests, wire(f.turn.Rewritten(f.msgs)))
 		next, _, _ = f.finish()
 		return requests, next
@@ -451,7 +451,7 @@ func TestKeptCostNeverExceedsBudget(t *testing.T) {
 			img := shot(string(rune('a'+i)), int64(rapid.IntRange(100, 80000).Draw(rt, "bytes")))
 			imgs = append(imgs, img)
 		}
-		f := newFixture(&testing.T{}, true, window, imgs...)
+		f := newFixture(true, window, imgs...)
 		for _, img := range imgs {
 			f.engine.trueCost[img.Ref] = rapid.IntRange(0, 5000).Draw(rt, "cost")
 		}
@@ -461,7 +461,7 @@ func TestKeptCostNeverExceedsBudget(t *testing.T) {
 			f.toolStep(imgs[:step]...)
 			imgs = imgs[step:]
 			if rapid.Bool().Draw(rt, "request") {
-				f.request(&testing.T{}, rapid.Bool().Draw(rt, "cut"))
+				f.request(rapid.Bool().Draw(rt, "cut"))
 			}
 		}
 		out, removed, _ := f.finish()

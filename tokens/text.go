@@ -86,7 +86,7 @@ func (b *BPE) Count(s string) int {
 func nextBase64Run(s string) (start, end int) {
 	run := 0
 	for i := 0; i < len(s); i++ {
-		if c := b64Char[s[i]]; c {
+		if Base64Byte(s[i]) {
 			run++
 			continue
 		}
@@ -100,6 +100,10 @@ func nextBase64Run(s string) (start, end int) {
 	}
 	return len(s), len(s)
 }
+
+// Base64Byte reports whether c belongs to the standard or URL-safe base64
+// alphabet, padding included.
+func Base64Byte(c byte) bool { return b64Char[c] }
 
 var b64Char = func() (t [256]bool) {
 	for c := 'A'; c <= 'Z'; c++ {

@@ -74,12 +74,15 @@ func newStorePutCmd(a *app, tenant *string) *cobra.Command {
 	}
 }
 
-func parseRef(s string) (blob.Ref, error) {
-	r, err := blob.Parse(s)
+// refAndStore parses a ref argument (a bad one is a usage error) and opens
+// the store.
+func (a *app) refAndStore(arg string) (blob.Ref, imagestore.Store, error) {
+	ref, err := blob.Parse(arg)
 	if err != nil {
-		return blob.Ref{}, usageError{err}
+		return blob.Ref{}, nil, usageError{err}
 	}
-	return r, nil
+	s, _, err := a.openStore()
+	return ref, s, err
 }
 
 func newStoreGetCmd(a *app, tenant *string) *cobra.Command {
@@ -89,16 +92,12 @@ func newStoreGetCmd(a *app, tenant *string) *cobra.Command {
 		Short: "Write an image's bytes to a file or standard output",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := parseRef(args[0])
-			if err != nil {
-				return err
-			}
 			if out == "" {
 				if f, ok := a.stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 					return usageError{fmt.Errorf("refusing to write image bytes to a terminal: use -o FILE or redirect")}
 				}
 			}
-			s, _, err := a.openStore()
+			ref, s, err := a.refAndStore(args[0])
 			if err != nil {
 				return err
 			}
@@ -124,11 +123,7 @@ func newStoreStatCmd(a *app, tenant *string) *cobra.Command {
 		Short: "Show an image's size and last use",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := parseRef(args[0])
-			if err != nil {
-				return err
-			}
-			s, _, err := a.openStore()
+			ref, s, err := a.refAndStore(args[0])
 			if err != nil {
 				return err
 			}
