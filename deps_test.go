@@ -28,6 +28,9 @@ var allowed = map[string][]string{
 	"media":                {"blob", "mimetype", "reason"},
 	"tokens":               {"blob", "chat"},
 	"policy":               {"blob", "chat", "mimetype", "reason", "tokens"},
+	"session":              {"chat", "imagestore", "policy"},
+	"session/sessiontest":  {"blob", "chat", "policy", "session"},
+	"session/sqlite":       {"chat", "imagestore", "session"},
 	"internal/config":      {"media", "tokens"},
 	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "mimetype", "reason", "tokens"},
 }

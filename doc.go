@@ -9,6 +9,8 @@
 //	media              untrusted image input             → blob, mimetype, reason
 //	tokens             profiles, token estimates         → chat, blob
 //	policy             keep, evict, compact, replay      → chat, tokens, blob, mimetype, reason
+//	session            append-only log + resumable state → chat, policy, imagestore
+//	session/sqlite     the embedded session store        → session
 //	internal/config    configuration                     → media, tokens
 //	cmd/imgctx         the command line                  → everything above
 package imgctx

@@ -283,8 +283,8 @@ func (m Message) TextContent() string {
 // three input fields summed), CacheRead and CacheWrite are the parts of it
 // read from and written to the prompt cache.
 type Usage struct {
-	Prompt     int
-	CacheRead  int
-	CacheWrite int
-	Output     int
+	Prompt     int `json:"prompt"`
+	CacheRead  int `json:"cache_read,omitempty"`
+	CacheWrite int `json:"cache_write,omitempty"`
+	Output     int `json:"output"`
 }

@@ -14,9 +14,9 @@ import (
 
 // SlimStats counts what Slim replaced.
 type SlimStats struct {
-	Images    int
-	Documents int
-	DataURLs  int // data URLs found inside text
+	Images    int `json:"images"`
+	Documents int `json:"documents"`
+	DataURLs  int `json:"data_urls"` // data URLs found inside text
 }
 
 // Slim returns the summariser's copy of msgs: every image becomes
@@ -132,11 +132,12 @@ var ErrNotWorthCompacting = errors.New("not enough history to compact")
 // original messages stay in the log; the record says which ones the summary
 // replaces in the live context, so resume and export stay lossless.
 type CompactionRecord struct {
-	From, To    int // messages [From, To) of the history given to Compact
-	Summary     string
-	TotalChars  int
-	PrefixChars int
-	Slimmed     SlimStats
+	From        int       `json:"from"` // messages [From, To) of the history given to Compact
+	To          int       `json:"to"`
+	Summary     string    `json:"summary"`
+	TotalChars  int       `json:"total_chars"`
+	PrefixChars int       `json:"prefix_chars"`
+	Slimmed     SlimStats `json:"slimmed"`
 }
 
 // Compacted is the result of Compact.

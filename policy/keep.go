@@ -43,17 +43,17 @@ type Storer interface {
 type KeepState struct {
 	// EngineBlind is learned: a measured share under the threshold shows the
 	// engine ignores images, and keeping stops for the session.
-	EngineBlind bool
+	EngineBlind bool `json:"engine_blind"`
 	// Base is the previous request, the reference a measurement needs.
-	Base Base
+	Base Base `json:"base"`
 }
 
 // Base is a request whose prompt size is known: later usage deltas are
 // measured against it.
 type Base struct {
-	Valid    bool
-	Prompt   int // prompt tokens the engine reported for it
-	Messages int // how many messages it carried
+	Valid    bool `json:"valid"`
+	Prompt   int  `json:"prompt"`   // prompt tokens the engine reported for it
+	Messages int  `json:"messages"` // how many messages it carried
 }
 
 // Turn describes the turn keeping runs in.

@@ -1,0 +1,69 @@
+package session
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/policy"
+)
+
+// Version of the JSON written for states and log entries (docs/format.md).
+const Version = 1
+
+type stateJSON struct {
+	Version      int              `json:"version"`
+	Live         []chat.Message   `json:"live"`
+	Keep         policy.KeepState `json:"keep"`
+	LastUsage    chat.Usage       `json:"last_usage"`
+	LastActivity time.Time        `json:"last_activity"`
+	TurnStart    int              `json:"turn_start"`
+	TurnOpen     bool             `json:"turn_open"`
+}
+
+// EncodeState writes a state as versioned JSON.
+func EncodeState(s State) ([]byte, error) {
+	return json.Marshal(stateJSON{Version, s.Live, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen})
+}
+
+// DecodeState reads what EncodeState wrote.
+func DecodeState(b []byte) (State, error) {
+	var j stateJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return State{}, fmt.Errorf("decode session state: %w", err)
+	}
+	if j.Version != Version {
+		return State{}, fmt.Errorf("session state version %d not supported", j.Version)
+	}
+	return State{Live: j.Live, Keep: j.Keep, LastUsage: j.LastUsage, LastActivity: j.LastActivity, TurnStart: j.TurnStart, TurnOpen: j.TurnOpen}, nil
+}
+
+// entryBody is an entry's payload, without its sequence number and time.
+type entryBody struct {
+	Message    *chat.Message            `json:"message,omitempty"`
+	Compaction *policy.CompactionRecord `json:"compaction,omitempty"`
+}
+
+// EncodeEntry writes an entry's payload and names its kind.
+func EncodeEntry(e Entry) (kind string, body []byte, err error) {
+	switch {
+	case e.Message != nil && e.Compaction == nil:
+		kind = "message"
+	case e.Compaction != nil && e.Message == nil:
+		kind = "compaction"
+	default:
+		return "", nil, fmt.Errorf("a log entry holds exactly one message or one compaction")
+	}
+	body, err = json.Marshal(entryBody{e.Message, e.Compaction})
+	return kind, body, err
+}
+
+// DecodeEntry reads what EncodeEntry wrote.
+func DecodeEntry(seq int64, at time.Time, body []byte) (Entry, error) {
+	var b entryBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		return Entry{}, fmt.Errorf("decode log entry %d: %w", seq, err)
+	}
+	return Entry{Seq: seq, At: at, Message: b.Message, Compaction: b.Compaction}, nil
+}

@@ -1,0 +1,159 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/imgctx/imgctx/imagestore"
+)
+
+// Mem is an in-memory Store, for tests and throwaway gateways. It keeps
+// what it is given as encoded JSON, as a database would, so callers never
+// share memory with it.
+type Mem struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	mu       sync.Mutex
+	sessions map[string]map[ID]*memSession
+}
+
+type memSession struct {
+	meta    Meta
+	entries []memEntry
+	state   []byte
+}
+
+type memEntry struct {
+	seq  int64
+	at   time.Time
+	body []byte
+}
+
+var _ Store = (*Mem)(nil)
+
+func (m *Mem) now() time.Time {
+	if m.Now != nil {
+		return m.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (m *Mem) lookup(tenant string, id ID) (*memSession, error) {
+	if s := m.sessions[tenant][id]; s != nil {
+		return s, nil
+	}
+	return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+}
+
+func (m *Mem) Create(_ context.Context, meta Meta) (Meta, error) {
+	if err := imagestore.ValidTenant(meta.Tenant); err != nil {
+		return Meta{}, err
+	}
+	if meta.ID == "" {
+		meta.ID = NewID()
+	}
+	state, _ := EncodeState(State{})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sessions == nil {
+		m.sessions = map[string]map[ID]*memSession{}
+	}
+	if m.sessions[meta.Tenant] == nil {
+		m.sessions[meta.Tenant] = map[ID]*memSession{}
+	}
+	if m.sessions[meta.Tenant][meta.ID] != nil {
+		return Meta{}, fmt.Errorf("session %s already exists", meta.ID)
+	}
+	meta.Created = m.now()
+	meta.Updated = meta.Created
+	m.sessions[meta.Tenant][meta.ID] = &memSession{meta: meta, state: state}
+	return meta, nil
+}
+
+func (m *Mem) Load(_ context.Context, tenant string, id ID) (Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.lookup(tenant, id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	snap := Snapshot{Meta: s.meta}
+	for _, e := range s.entries {
+		entry, err := DecodeEntry(e.seq, e.at, e.body)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		snap.Log = append(snap.Log, entry)
+	}
+	snap.State, err = DecodeState(s.state)
+	return snap, err
+}
+
+func (m *Mem) Append(_ context.Context, tenant string, id ID, entries []Entry, st State) ([]Entry, error) {
+	state, err := EncodeState(st)
+	if err != nil {
+		return nil, err
+	}
+	encoded := make([][]byte, len(entries))
+	for i, e := range entries {
+		if _, encoded[i], err = EncodeEntry(e); err != nil {
+			return nil, err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.lookup(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	now := m.now()
+	out := slices.Clone(entries)
+	for i := range out {
+		out[i].Seq, out[i].At = int64(len(s.entries))+1, now
+		s.entries = append(s.entries, memEntry{out[i].Seq, now, encoded[i]})
+	}
+	s.state, s.meta.Updated = state, now
+	return out, nil
+}
+
+func (m *Mem) List(_ context.Context, tenant string) ([]Meta, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Meta
+	for _, s := range m.sessions[tenant] {
+		out = append(out, s.meta)
+	}
+	slices.SortFunc(out, func(a, b Meta) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return compareIDs(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+func compareIDs(a, b ID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (m *Mem) Delete(_ context.Context, tenant string, id ID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, err := m.lookup(tenant, id); err != nil {
+		return err
+	}
+	delete(m.sessions[tenant], id)
+	return nil
+}
+
+func (m *Mem) Close() error { return nil }

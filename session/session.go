@@ -1,0 +1,87 @@
+// Package session persists conversations: an append-only log of every
+// message and compaction record, and the state the engine resumes from (the
+// live context with its keep states and measured costs, what keeping has
+// learned, the last usage). Entries and the state that goes with them are
+// written in one transaction, so a restart resumes exactly and nothing is
+// ever half written. Sessions are scoped by tenant: another tenant's session
+// answers ErrNotFound, exactly like a missing one.
+//
+// Implementations: Mem here, SQLite in session/sqlite; both pass the
+// conformance suite in session/sessiontest.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/policy"
+)
+
+// ErrNotFound is returned for a session that does not exist for the tenant.
+var ErrNotFound = errors.New("session not found")
+
+// ID names a session.
+type ID string
+
+// NewID returns a random session ID ("s_" and 24 hex digits).
+func NewID() ID {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return ID("s_" + hex.EncodeToString(b[:]))
+}
+
+// Meta describes a session.
+type Meta struct {
+	ID       ID
+	Tenant   string
+	Thread   chat.Thread
+	Settings chat.Settings
+	Created  time.Time
+	Updated  time.Time
+}
+
+// Entry is one record of the append-only log: a message or a compaction.
+type Entry struct {
+	Seq        int64 // assigned by the store, from 1
+	At         time.Time
+	Message    *chat.Message
+	Compaction *policy.CompactionRecord
+}
+
+// State is what the engine resumes from.
+type State struct {
+	Live         []chat.Message   // the live context: what the next request starts from
+	Keep         policy.KeepState // what keeping learned, and the measurement base
+	LastUsage    chat.Usage
+	LastActivity time.Time // for microcompaction's idle trigger
+	TurnStart    int       // index in Live of the current turn's first message
+	TurnOpen     bool      // a turn is in progress (the last reply called tools)
+}
+
+// Snapshot is everything stored about a session.
+type Snapshot struct {
+	Meta  Meta
+	Log   []Entry
+	State State
+}
+
+// Store persists sessions. All methods are safe for concurrent use.
+type Store interface {
+	// Create stores a new session; an empty meta.ID gets a fresh one.
+	Create(ctx context.Context, meta Meta) (Meta, error)
+	// Load returns a session's meta, log and state.
+	Load(ctx context.Context, tenant string, id ID) (Snapshot, error)
+	// Append adds entries to the log and replaces the state, atomically. It
+	// assigns the entries' sequence numbers and returns them as stored.
+	Append(ctx context.Context, tenant string, id ID, entries []Entry, st State) ([]Entry, error)
+	// List returns the tenant's sessions, oldest first.
+	List(ctx context.Context, tenant string) ([]Meta, error)
+	// Delete removes a session and its log; a missing one is ErrNotFound.
+	Delete(ctx context.Context, tenant string, id ID) error
+	// Close releases the store.
+	Close() error
+}

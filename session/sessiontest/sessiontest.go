@@ -1,0 +1,271 @@
+// Package sessiontest is the conformance suite for session.Store
+// implementations.
+package sessiontest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/session"
+)
+
+// Harness tells the suite how to build the store under test.
+type Harness struct {
+	// New returns an empty store.
+	New func(t *testing.T) session.Store
+	// Reopen, when set, returns a new store over the same storage as the
+	// last one New returned, as a restarted process would.
+	Reopen func(t *testing.T) session.Store
+}
+
+func msg(role chat.Role, parts ...chat.Part) *chat.Message {
+	return &chat.Message{Role: role, Parts: parts}
+}
+
+// sampleLog is a turn with a kept tool screenshot, and a compaction.
+func sampleLog() ([]session.Entry, session.State) {
+	shot := chat.Image{Ref: blob.Of([]byte("shot")), MediaType: "image/png", Bytes: 1234, Width: 1280, Height: 800,
+		Origin: chat.FromTool, Keep: chat.Kept, Cost: 1334, Caption: "login form"}
+	entries := []session.Entry{
+		{Message: msg(chat.User, chat.Text{Text: "open the login page"})},
+		{Message: msg(chat.Assistant, chat.ToolCall{ID: "c1", Name: "screenshot", Arguments: `{"full":true}`})},
+		{Message: msg(chat.Tool, chat.ToolResult{CallID: "c1", Name: "screenshot", Parts: []chat.Part{chat.Text{Text: "ok"}, shot}})},
+		{Message: msg(chat.Assistant, chat.Text{Text: "I see a login form."})},
+		{Compaction: &policy.CompactionRecord{From: 0, To: 2, Summary: "the user asked for the login page", TotalChars: 900, PrefixChars: 700,
+			Slimmed: policy.SlimStats{Images: 1}}},
+	}
+	live := []chat.Message{
+		{Role: chat.User, Parts: []chat.Part{chat.Summary{Text: "the user asked for the login page", From: 0, To: 2}}},
+		*entries[2].Message, *entries[3].Message,
+	}
+	st := session.State{
+		Live:         live,
+		Keep:         policy.KeepState{EngineBlind: false, Base: policy.Base{Valid: true, Prompt: 4321, Messages: 3}},
+		LastUsage:    chat.Usage{Prompt: 4321, CacheRead: 4000, CacheWrite: 200, Output: 12},
+		LastActivity: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC),
+		TurnStart:    1,
+		TurnOpen:     true,
+	}
+	return entries, st
+}
+
+func stripSeq(es []session.Entry) []session.Entry {
+	out := make([]session.Entry, len(es))
+	for i, e := range es {
+		out[i] = session.Entry{Message: e.Message, Compaction: e.Compaction}
+	}
+	return out
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, h Harness) {
+	ctx := context.Background()
+	meta := session.Meta{Tenant: "alpha", Thread: chat.Main, Settings: chat.Settings{Model: "claude-sonnet-4-6", KeepTurnImages: true}}
+
+	t.Run("create then load", func(t *testing.T) {
+		s := h.New(t)
+		m, err := s.Create(ctx, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ID == "" || m.Created.IsZero() {
+			t.Fatalf("meta %+v", m)
+		}
+		snap, err := s.Load(ctx, "alpha", m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Meta.Thread != chat.Main || snap.Meta.Settings != meta.Settings || len(snap.Log) != 0 || snap.State.Live != nil {
+			t.Fatalf("snapshot %+v", snap)
+		}
+		if _, err := s.Create(ctx, session.Meta{Tenant: "alpha", ID: m.ID}); err == nil {
+			t.Fatal("duplicate id accepted")
+		}
+		if _, err := s.Create(ctx, session.Meta{Tenant: "../etc"}); err == nil {
+			t.Fatal("bad tenant accepted")
+		}
+	})
+
+	t.Run("append round-trips log and state exactly", func(t *testing.T) {
+		s := h.New(t)
+		m, _ := s.Create(ctx, meta)
+		entries, st := sampleLog()
+		stored, err := s.Append(ctx, "alpha", m.ID, entries[:2], session.State{Live: []chat.Message{*entries[0].Message}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored[0].Seq != 1 || stored[1].Seq != 2 {
+			t.Fatalf("seqs %d %d", stored[0].Seq, stored[1].Seq)
+		}
+		if _, err := s.Append(ctx, "alpha", m.ID, entries[2:], st); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := s.Load(ctx, "alpha", m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(stripSeq(snap.Log), entries) {
+			t.Fatalf("log differs:\n%+v", snap.Log)
+		}
+		for i, e := range snap.Log {
+			if e.Seq != int64(i+1) || e.At.IsZero() {
+				t.Fatalf("entry %d: seq %d at %v", i, e.Seq, e.At)
+			}
+		}
+		if !reflect.DeepEqual(snap.State, st) {
+			t.Fatalf("state differs:\n got %+v\nwant %+v", snap.State, st)
+		}
+		if !snap.Meta.Updated.After(snap.Meta.Created) && !snap.Meta.Updated.Equal(snap.Meta.Created) {
+			t.Fatal("updated before created")
+		}
+	})
+
+	t.Run("a bad entry appends nothing", func(t *testing.T) {
+		s := h.New(t)
+		m, _ := s.Create(ctx, meta)
+		entries, st := sampleLog()
+		bad := append(entries[:1:1], session.Entry{})
+		if _, err := s.Append(ctx, "alpha", m.ID, bad, st); err == nil {
+			t.Fatal("an empty entry was accepted")
+		}
+		snap, _ := s.Load(ctx, "alpha", m.ID)
+		if len(snap.Log) != 0 || snap.State.Live != nil {
+			t.Fatal("a refused append left a partial write")
+		}
+	})
+
+	t.Run("tenants are isolated", func(t *testing.T) {
+		s := h.New(t)
+		m, _ := s.Create(ctx, meta)
+		if _, err := s.Load(ctx, "beta", m.ID); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("other tenant load: %v", err)
+		}
+		if _, err := s.Append(ctx, "beta", m.ID, nil, session.State{}); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("other tenant append: %v", err)
+		}
+		if err := s.Delete(ctx, "beta", m.ID); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("other tenant delete: %v", err)
+		}
+		if l, _ := s.List(ctx, "beta"); len(l) != 0 {
+			t.Fatalf("other tenant lists %d", len(l))
+		}
+		if _, err := s.Load(ctx, "alpha", m.ID); err != nil {
+			t.Fatal("the owner lost its session")
+		}
+	})
+
+	t.Run("list and delete", func(t *testing.T) {
+		s := h.New(t)
+		var ids []session.ID
+		for range 3 {
+			m, _ := s.Create(ctx, meta)
+			ids = append(ids, m.ID)
+		}
+		l, err := s.List(ctx, "alpha")
+		if err != nil || len(l) != 3 {
+			t.Fatalf("list %d, %v", len(l), err)
+		}
+		if err := s.Delete(ctx, "alpha", ids[1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Load(ctx, "alpha", ids[1]); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("deleted session loads: %v", err)
+		}
+		if err := s.Delete(ctx, "alpha", ids[1]); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("second delete: %v", err)
+		}
+		if l, _ := s.List(ctx, "alpha"); len(l) != 2 {
+			t.Fatalf("list after delete: %d", len(l))
+		}
+	})
+
+	t.Run("concurrent appends keep every entry once, in order per session", func(t *testing.T) {
+		s := h.New(t)
+		var sessions []session.ID
+		for range 4 {
+			m, _ := s.Create(ctx, meta)
+			sessions = append(sessions, m.ID)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for _, id := range sessions {
+			for w := range 4 {
+				wg.Go(func() {
+					for i := range 5 {
+						e := session.Entry{Message: msg(chat.User, chat.Text{Text: fmt.Sprintf("w%d-%d", w, i)})}
+						if _, err := s.Append(ctx, "alpha", id, []session.Entry{e}, session.State{TurnStart: i}); err != nil {
+							errs <- err
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for _, id := range sessions {
+			snap, _ := s.Load(ctx, "alpha", id)
+			if len(snap.Log) != 20 {
+				t.Fatalf("%d entries; want 20", len(snap.Log))
+			}
+			for i, e := range snap.Log {
+				if e.Seq != int64(i+1) {
+					t.Fatalf("seq %d at %d", e.Seq, i)
+				}
+			}
+		}
+	})
+
+	t.Run("export is lossless", func(t *testing.T) {
+		s := h.New(t)
+		m, _ := s.Create(ctx, meta)
+		entries, st := sampleLog()
+		s.Append(ctx, "alpha", m.ID, entries, st)
+		snap, _ := s.Load(ctx, "alpha", m.ID)
+		var buf bytes.Buffer
+		if err := session.ExportJSONL(&buf, snap); err != nil {
+			t.Fatal(err)
+		}
+		back, err := session.ImportJSONL(bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap.Meta.Created, snap.Meta.Updated = snap.Meta.Created.UTC(), snap.Meta.Updated.UTC()
+		for i := range snap.Log {
+			snap.Log[i].At = snap.Log[i].At.UTC()
+		}
+		if !reflect.DeepEqual(back, snap) {
+			t.Fatalf("export round trip differs:\n got %+v\nwant %+v", back, snap)
+		}
+	})
+
+	if h.Reopen != nil {
+		t.Run("a restarted process resumes exactly", func(t *testing.T) {
+			s := h.New(t)
+			m, _ := s.Create(ctx, meta)
+			entries, st := sampleLog()
+			if _, err := s.Append(ctx, "alpha", m.ID, entries, st); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := s.Load(ctx, "alpha", m.ID)
+			after, err := h.Reopen(t).Load(ctx, "alpha", m.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(before, after) {
+				t.Fatalf("after restart:\n got %+v\nwant %+v", after, before)
+			}
+		})
+	}
+}

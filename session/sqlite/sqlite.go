@@ -1,0 +1,259 @@
+// Package sqlite is the embedded session store: one SQLite file (pure Go
+// driver, no cgo), WAL journal, migrations embedded in the binary.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/session"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a session.Store in one SQLite file.
+type Store struct {
+	db *sql.DB
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+var _ session.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at path and applies any
+// migration it has not seen.
+func Open(path string) (*Store, error) {
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(FULL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open session database: %w", err)
+	}
+	if err := migrate(db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Store{db: db}, nil
+}
+
+func migrate(db *sql.DB) error {
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	files, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	slices.Sort(files)
+	for _, f := range files {
+		v, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(f, "migrations/"), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: bad name", f)
+		}
+		var seen int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, v).Scan(&seen); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if seen > 0 {
+			continue
+		}
+		body, _ := migrations.ReadFile(f)
+		tx, err := db.Begin()
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if _, err := tx.Exec(string(body)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %s: %w", f, err)
+		}
+		if _, err := tx.Exec(`INSERT INTO schema_migrations (version) VALUES (?)`, v); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %s: %w", f, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+type metaJSON struct {
+	Thread   chat.Thread `json:"thread,omitempty"`
+	Model    string      `json:"model,omitempty"`
+	KeepTurn bool        `json:"keep_turn_images,omitempty"`
+}
+
+func (s *Store) Create(ctx context.Context, meta session.Meta) (session.Meta, error) {
+	if err := imagestore.ValidTenant(meta.Tenant); err != nil {
+		return session.Meta{}, err
+	}
+	if meta.ID == "" {
+		meta.ID = session.NewID()
+	}
+	meta.Created = s.now()
+	meta.Updated = meta.Created
+	m, _ := json.Marshal(metaJSON{meta.Thread, meta.Settings.Model, meta.Settings.KeepTurnImages})
+	st, _ := session.EncodeState(session.State{})
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (tenant, id, created_at, updated_at, meta, state) VALUES (?, ?, ?, ?, ?, ?)`,
+		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), string(m), string(st))
+	if err != nil {
+		return session.Meta{}, fmt.Errorf("create session: %w", err)
+	}
+	return meta, nil
+}
+
+func (s *Store) meta(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, tenant string, id session.ID) (session.Meta, string, error) {
+	var created, updated int64
+	var m, st string
+	err := q.QueryRowContext(ctx, `SELECT created_at, updated_at, meta, state FROM sessions WHERE tenant = ? AND id = ?`,
+		tenant, string(id)).Scan(&created, &updated, &m, &st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return session.Meta{}, "", fmt.Errorf("%s: %w", id, session.ErrNotFound)
+	}
+	if err != nil {
+		return session.Meta{}, "", fmt.Errorf("load session: %w", err)
+	}
+	var mj metaJSON
+	if err := json.Unmarshal([]byte(m), &mj); err != nil {
+		return session.Meta{}, "", fmt.Errorf("load session meta: %w", err)
+	}
+	return session.Meta{ID: id, Tenant: tenant, Thread: mj.Thread, Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
+		Created: time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()}, st, nil
+}
+
+func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session.Snapshot, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return session.Snapshot{}, err
+	}
+	defer tx.Rollback()
+	meta, st, err := s.meta(ctx, tx, tenant, id)
+	if err != nil {
+		return session.Snapshot{}, err
+	}
+	snap := session.Snapshot{Meta: meta}
+	if snap.State, err = session.DecodeState([]byte(st)); err != nil {
+		return session.Snapshot{}, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT seq, at, body FROM entries WHERE tenant = ? AND session_id = ? ORDER BY seq`, tenant, string(id))
+	if err != nil {
+		return session.Snapshot{}, fmt.Errorf("load log: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq, at int64
+		var body string
+		if err := rows.Scan(&seq, &at, &body); err != nil {
+			return session.Snapshot{}, fmt.Errorf("load log: %w", err)
+		}
+		e, err := session.DecodeEntry(seq, time.Unix(0, at).UTC(), []byte(body))
+		if err != nil {
+			return session.Snapshot{}, err
+		}
+		snap.Log = append(snap.Log, e)
+	}
+	return snap, rows.Err()
+}
+
+func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
+	state, err := session.EncodeState(st)
+	if err != nil {
+		return nil, err
+	}
+	kinds, bodies := make([]string, len(entries)), make([][]byte, len(entries))
+	for i, e := range entries {
+		if kinds[i], bodies[i], err = session.EncodeEntry(e); err != nil {
+			return nil, err
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil) // _txlock=immediate: the write lock is taken now
+	if err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	defer tx.Rollback()
+	if _, _, err := s.meta(ctx, tx, tenant, id); err != nil {
+		return nil, err
+	}
+	var last int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM entries WHERE tenant = ? AND session_id = ?`, tenant, string(id)).Scan(&last); err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	now := s.now()
+	out := slices.Clone(entries)
+	for i := range out {
+		out[i].Seq, out[i].At = last+int64(i)+1, now
+		if _, err := tx.ExecContext(ctx, `INSERT INTO entries (tenant, session_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?, ?)`,
+			tenant, string(id), out[i].Seq, now.UnixNano(), kinds[i], string(bodies[i])); err != nil {
+			return nil, fmt.Errorf("append: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET state = ?, updated_at = ? WHERE tenant = ? AND id = ?`,
+		string(state), now.UnixNano(), tenant, string(id)); err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) List(ctx context.Context, tenant string) ([]session.Meta, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM sessions WHERE tenant = ? ORDER BY created_at, id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	var ids []session.ID
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, session.ID(id))
+	}
+	rows.Close()
+	var out []session.Meta
+	for _, id := range ids {
+		m, _, err := s.meta(ctx, s.db, tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (s *Store) Delete(ctx context.Context, tenant string, id session.ID) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM sessions WHERE tenant = ? AND id = ?`, tenant, string(id))
+	if err != nil {
+		return fmt.Errorf("delete session: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s: %w", id, session.ErrNotFound)
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }

@@ -1,0 +1,48 @@
+package sqlite
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/session/sessiontest"
+)
+
+func TestConformanceSQLite(t *testing.T) {
+	var path string
+	open := func(t *testing.T) session.Store {
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	sessiontest.Run(t, sessiontest.Harness{
+		New: func(t *testing.T) session.Store {
+			path = filepath.Join(t.TempDir(), "imgctx.db")
+			return open(t)
+		},
+		Reopen: open,
+	})
+}
+
+func TestMigrationsApplyOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "imgctx.db")
+	for range 2 {
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := s.db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%d migrations recorded, %v", n, err)
+		}
+		var mode string
+		s.db.QueryRow(`PRAGMA journal_mode`).Scan(&mode)
+		if mode != "wal" {
+			t.Fatalf("journal mode %q; want wal", mode)
+		}
+		s.Close()
+	}
+}
