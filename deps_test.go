@@ -31,6 +31,9 @@ var allowed = map[string][]string{
 	"session":              {"chat", "imagestore", "policy"},
 	"session/sessiontest":  {"blob", "chat", "policy", "session"},
 	"session/sqlite":       {"chat", "imagestore", "session"},
+	"wire":                 {},
+	"wire/wiretest":        {},
+	"wire/openai":          {"chat", "wire"},
 	"internal/config":      {"media", "tokens"},
 	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "mimetype", "reason", "tokens"},
 }

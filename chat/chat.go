@@ -5,6 +5,8 @@
 package chat
 
 import (
+	"encoding/json"
+
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/mimetype"
 )
@@ -64,6 +66,10 @@ type Settings struct {
 type Message struct {
 	Role  Role
 	Parts []Part
+	// Extra holds the message's wire fields imgctx does not model, raw and
+	// keyed by name, so a request passes through byte-stable. Opaque: no
+	// policy reads it.
+	Extra map[string]json.RawMessage
 }
 
 // Part is one piece of a message. The set is closed: Text, Image, Document,
@@ -213,6 +219,13 @@ func CloneMessages(msgs []Message) []Message {
 // Clone returns a deep copy of the message.
 func (m Message) Clone() Message {
 	m.Parts = cloneParts(m.Parts)
+	if m.Extra != nil {
+		extra := make(map[string]json.RawMessage, len(m.Extra))
+		for k, v := range m.Extra {
+			extra[k] = append(json.RawMessage(nil), v...)
+		}
+		m.Extra = extra
+	}
 	return m
 }
 

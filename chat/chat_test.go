@@ -25,7 +25,7 @@ func sample() Conversation {
 		Thread:   Main,
 		Settings: Settings{Model: "claude-sonnet-4-6", KeepTurnImages: true},
 		Messages: []Message{
-			{Role: System, Parts: []Part{Text{Text: "You are helpful."}}},
+			{Role: System, Parts: []Part{Text{Text: "You are helpful."}}, Extra: map[string]json.RawMessage{"name": json.RawMessage(`"planner"`)}},
 			{Role: User, Parts: []Part{
 				Text{Text: "What is on screen?"},
 				Image{Ref: shot, MediaType: "image/png", Bytes: 10, Width: 1920, Height: 1080, Detail: "high", Origin: FromUser, Caption: "desktop"},
@@ -103,6 +103,7 @@ func TestCloneSharesNothing(t *testing.T) {
 	cp.Messages[1].Parts[0] = Text{Text: "changed"}
 	tr := cp.Messages[3].Parts[0].(ToolResult)
 	tr.Parts[1] = Marker{Of: "image", Reason: "budget"}
+	cp.Messages[0].Extra["name"][1] = 'X'
 	cp.Messages = append(cp.Messages[:1], cp.Messages[2:]...)
 	if !reflect.DeepEqual(orig, sample()) {
 		t.Fatal("mutating the clone changed the original")

@@ -41,8 +41,9 @@ type partJSON struct {
 }
 
 type messageJSON struct {
-	Role  Role       `json:"role"`
-	Parts []partJSON `json:"parts"`
+	Role  Role                       `json:"role"`
+	Parts []partJSON                 `json:"parts"`
+	Extra map[string]json.RawMessage `json:"extra,omitempty"`
 }
 
 type conversationJSON struct {
@@ -126,7 +127,7 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 
 // MarshalJSON encodes the message with a "type" on each part.
 func (m Message) MarshalJSON() ([]byte, error) {
-	return json.Marshal(messageJSON{Role: m.Role, Parts: encodeParts(m.Parts)})
+	return json.Marshal(messageJSON{Role: m.Role, Parts: encodeParts(m.Parts), Extra: m.Extra})
 }
 
 // UnmarshalJSON decodes a message written by MarshalJSON; an unknown part
@@ -145,7 +146,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	*m = Message{Role: j.Role, Parts: parts}
+	*m = Message{Role: j.Role, Parts: parts, Extra: j.Extra}
 	return nil
 }
 
@@ -153,7 +154,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 func (c Conversation) MarshalJSON() ([]byte, error) {
 	msgs := make([]messageJSON, len(c.Messages))
 	for i, m := range c.Messages {
-		msgs[i] = messageJSON{Role: m.Role, Parts: encodeParts(m.Parts)}
+		msgs[i] = messageJSON{Role: m.Role, Parts: encodeParts(m.Parts), Extra: m.Extra}
 	}
 	return json.Marshal(conversationJSON{
 		Version:  Version,

@@ -44,7 +44,8 @@ func edit(msgs []chat.Message, fn func(msg int, p chat.Part, depth int) ([]chat.
 			out = make([]chat.Message, len(msgs))
 			copy(out, msgs)
 		}
-		out[i] = chat.Message{Role: m.Role, Parts: parts}
+		m.Parts = parts
+		out[i] = m
 	}
 	if out == nil {
 		return msgs

@@ -141,7 +141,7 @@ func Microcompact(msgs []chat.Message, idle time.Duration, currentTurn int, cfg 
 			}
 		}
 		if parts != nil {
-			out[i] = chat.Message{Role: msgs[i].Role, Parts: parts}
+			out[i].Parts = parts
 		}
 	}
 	return out, st

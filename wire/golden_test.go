@@ -1,0 +1,79 @@
+package wire
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestObjectKeepsOrderAndBytes(t *testing.T) {
+	in := []byte(`{"model":"gpt-4o","temperature":0.70,"messages":[{"role":"user","content":"hi"}],"x-custom":{"a":[1, 2]}}`)
+	o, err := ParseObject(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := o.MarshalJSON()
+	if !bytes.Equal(in, out) {
+		t.Fatalf("round trip changed bytes:\n%s\n%s", in, out)
+	}
+	o.Set("temperature", []byte(`0.1`))
+	o.Set("new", []byte(`true`))
+	o.Delete("x-custom")
+	out, _ = o.MarshalJSON()
+	if string(out) != `{"model":"gpt-4o","temperature":0.1,"messages":[{"role":"user","content":"hi"}],"new":true}` {
+		t.Fatalf("got %s", out)
+	}
+	for _, bad := range []string{`[]`, `{"a":1} {"b":2}`, `{"a":`, `"x"`} {
+		if _, err := ParseObject([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}
+
+func TestSSEReaderKeepsRawEvents(t *testing.T) {
+	stream := "event: message_start\ndata: {\"a\":1}\n\n: comment\ndata: line1\ndata: line2\n\n\ndata: [DONE]\n\n"
+	r := NewSSEReader(strings.NewReader(stream))
+	var got []Event
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ev)
+	}
+	if len(got) != 3 || got[0].Name != "message_start" || string(got[0].Data) != `{"a":1}` ||
+		string(got[1].Data) != "line1\nline2" || string(got[2].Data) != "[DONE]" {
+		t.Fatalf("events %+v", got)
+	}
+	var joined []byte
+	for _, ev := range got {
+		joined = append(joined, ev.Raw...)
+	}
+	if string(joined) != strings.Replace(stream, "\n\n\ndata: [DONE]", "\n\ndata: [DONE]", 1) {
+		t.Fatalf("raw bytes differ:\n%q", joined)
+	}
+}
+
+func TestRetryAfterAndKinds(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := http.Header{}
+	h.Set("Retry-After", "2")
+	if got := RetryAfter(h, now); got != 2*time.Second {
+		t.Fatalf("seconds: %v", got)
+	}
+	h.Set("Retry-After", now.Add(30*time.Second).Format(http.TimeFormat))
+	if got := RetryAfter(h, now); got != 30*time.Second {
+		t.Fatalf("date: %v", got)
+	}
+	for status, want := range map[int]Kind{401: Auth, 403: Auth, 413: RequestTooLarge, 429: RateLimited, 529: Overloaded, 500: Server, 400: BadRequest, 404: BadRequest} {
+		if got := KindForStatus(status); got != want {
+			t.Errorf("%d: %s; want %s", status, got, want)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package openai
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"testing"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/wire"
+)
+
+// Fuzz targets for every decoder of upstream and client bytes:
+//
+//	go test ./wire/openai -run XXX -fuzz FuzzDecodeRequest -fuzztime 60s
+
+func seed(f *testing.F, names ...string) {
+	for _, n := range names {
+		if b, err := os.ReadFile("testdata/" + n); err == nil {
+			f.Add(b)
+		}
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	seed(f, "request.json")
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeRequest(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes re-encodes, and the re-encoding decodes the same.
+		out, err := r.Encode(r.Messages, func(img chat.Image) (string, error) { return img.URL, nil })
+		if err != nil {
+			t.Fatalf("decoded but cannot encode: %v", err)
+		}
+		if _, err := DecodeRequest(out); err != nil {
+			t.Fatalf("re-encoding does not decode: %v\n%s", err, out)
+		}
+	})
+}
+
+func FuzzDecodeResponse(f *testing.F) {
+	seed(f, "response.json")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeResponse(b)
+		if err == nil && r.Message.Role == "" {
+			t.Fatal("a response without a role")
+		}
+	})
+}
+
+func FuzzStream(f *testing.F) {
+	seed(f, "stream.sse", "stream-cut.sse")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sr := wire.NewSSEReader(bytes.NewReader(b))
+		var s Stream
+		for range 10000 {
+			ev, err := sr.Next()
+			if err != nil {
+				if err != io.EOF && err != io.ErrShortBuffer && err != io.ErrUnexpectedEOF {
+					t.Fatalf("reader: %v", err)
+				}
+				break
+			}
+			_ = s.Add(ev.Data)
+		}
+		_ = s.Response()
+	})
+}
+
+func FuzzDecodeError(f *testing.F) {
+	seed(f, "error-context.json", "error-ratelimit.json", "error-server.html")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e := DecodeError(400, http.Header{}, b)
+		if e.Kind == "" || e.Status != 400 {
+			t.Fatalf("unclassified: %+v", e)
+		}
+	})
+}

@@ -1,0 +1,480 @@
+// Package openai translates the OpenAI Chat Completions wire format (also
+// spoken by llama.cpp server, vLLM, Ollama and LM Studio) to and from
+// imgctx's conversation model: requests, responses, streamed chunks and
+// errors. Unknown fields are kept: an unchanged message is re-emitted byte
+// for byte, and top-level fields pass through in their order.
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/wire"
+)
+
+// Request is a decoded /v1/chat/completions request.
+type Request struct {
+	Model    string
+	Stream   bool
+	Messages []chat.Message
+
+	top      wire.Object
+	verbatim map[string]json.RawMessage // canonical chat JSON of a decoded message → its original bytes
+}
+
+type contentPart struct {
+	Type     string    `json:"type"`
+	Text     string    `json:"text,omitempty"`
+	ImageURL *imageURL `json:"image_url,omitempty"`
+}
+
+type imageURL struct {
+	URL    string `json:"url"`
+	Detail string `json:"detail,omitempty"`
+}
+
+type toolCallJSON struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+var messageKnown = []string{"role", "content", "tool_calls", "tool_call_id"}
+
+// DecodeRequest reads a request. Images keep their URL as sent (a data URL,
+// an https URL, or "imgctx:sha256-…"); ingesting them is the engine's job.
+func DecodeRequest(b []byte) (*Request, error) {
+	top, err := wire.ParseObject(b)
+	if err != nil {
+		return nil, fmt.Errorf("request body: %w", err)
+	}
+	r := &Request{top: top, verbatim: map[string]json.RawMessage{}}
+	if v, ok := top.Get("model"); ok {
+		if err := json.Unmarshal(v, &r.Model); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+	}
+	if v, ok := top.Get("stream"); ok {
+		_ = json.Unmarshal(v, &r.Stream)
+	}
+	raw, ok := top.Get("messages")
+	if !ok {
+		return nil, fmt.Errorf("request has no messages")
+	}
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
+	}
+	for i, m := range msgs {
+		msg, err := decodeMessage(m)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		r.Messages = append(r.Messages, msg)
+		if canon, err := json.Marshal(msg); err == nil {
+			r.verbatim[string(canon)] = m
+		}
+	}
+	return r, nil
+}
+
+func decodeMessage(raw json.RawMessage) (chat.Message, error) {
+	obj, err := wire.ParseObject(raw)
+	if err != nil {
+		return chat.Message{}, err
+	}
+	var m struct {
+		Role       string          `json:"role"`
+		Content    json.RawMessage `json:"content"`
+		ToolCalls  []toolCallJSON  `json:"tool_calls"`
+		ToolCallID string          `json:"tool_call_id"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return chat.Message{}, err
+	}
+	msg := chat.Message{Extra: obj.Extra(messageKnown...)}
+	parts, err := decodeContent(m.Content)
+	if err != nil {
+		return chat.Message{}, err
+	}
+	switch m.Role {
+	case "system", "developer":
+		msg.Role = chat.System
+		if m.Role == "developer" {
+			msg.Extra = withExtra(msg.Extra, "role", json.RawMessage(`"developer"`))
+		}
+		msg.Parts = parts
+	case "user":
+		msg.Role, msg.Parts = chat.User, parts
+	case "assistant":
+		msg.Role, msg.Parts = chat.Assistant, parts
+		for _, tc := range m.ToolCalls {
+			msg.Parts = append(msg.Parts, chat.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+	case "tool":
+		msg.Role = chat.Tool
+		msg.Parts = []chat.Part{chat.ToolResult{CallID: m.ToolCallID, Parts: parts}}
+	default:
+		return chat.Message{}, fmt.Errorf("unknown role %q", m.Role)
+	}
+	return msg, nil
+}
+
+func withExtra(m map[string]json.RawMessage, k string, v json.RawMessage) map[string]json.RawMessage {
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	m[k] = v
+	return m
+}
+
+func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+		return []chat.Part{chat.Text{Text: s}}, nil
+	}
+	var cps []contentPart
+	if err := json.Unmarshal(raw, &cps); err != nil {
+		return nil, fmt.Errorf("content: %w", err)
+	}
+	var parts []chat.Part
+	for i, cp := range cps {
+		switch cp.Type {
+		case "text":
+			parts = append(parts, chat.Text{Text: cp.Text})
+		case "image_url":
+			if cp.ImageURL == nil || cp.ImageURL.URL == "" {
+				return nil, fmt.Errorf("content[%d]: image_url without a url", i)
+			}
+			parts = append(parts, chat.Image{URL: cp.ImageURL.URL, Detail: cp.ImageURL.Detail, Origin: chat.FromUser})
+		default:
+			return nil, fmt.Errorf("content[%d]: part type %q is not supported", i, cp.Type)
+		}
+	}
+	return parts, nil
+}
+
+// ImageURL returns the URL to send for an image: a data URL for a stored
+// ref, or the image's own URL. The engine provides it.
+type ImageURL func(img chat.Image) (string, error)
+
+// Encode writes the request with msgs in place of its messages. A message
+// decoded from this request and not changed since is written as it came;
+// others are encoded here. Every other top-level field is kept as sent.
+// When streaming, stream_options.include_usage is turned on so the engine
+// can measure.
+func (r *Request) Encode(msgs []chat.Message, url ImageURL) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, m := range msgs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if canon, err := json.Marshal(m); err == nil {
+			if v, ok := r.verbatim[string(canon)]; ok {
+				buf.Write(v)
+				continue
+			}
+		}
+		b, err := EncodeMessage(m, url)
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		buf.Write(b)
+	}
+	buf.WriteByte(']')
+	top := append(wire.Object(nil), r.top...)
+	top.Set("messages", buf.Bytes())
+	if r.Stream {
+		opts := map[string]any{}
+		if v, ok := top.Get("stream_options"); ok {
+			_ = json.Unmarshal(v, &opts)
+		}
+		if opts["include_usage"] != true {
+			opts["include_usage"] = true
+			b, _ := json.Marshal(opts)
+			top.Set("stream_options", b)
+		}
+	}
+	return top.MarshalJSON()
+}
+
+// SetModel replaces the model name.
+func (r *Request) SetModel(model string) {
+	b, _ := json.Marshal(model)
+	r.top.Set("model", b)
+	r.Model = model
+}
+
+// EncodeMessage writes one message in the Chat Completions shape: a single
+// text part as a string, anything else as a content array; markers,
+// summaries and documents as text; images through url.
+func EncodeMessage(m chat.Message, url ImageURL) ([]byte, error) {
+	obj := wire.Object{}
+	role := string(m.Role)
+	if v, ok := m.Extra["role"]; ok && m.Role == chat.System {
+		var s string
+		_ = json.Unmarshal(v, &s)
+		role = s
+	}
+	obj.Set("role", mustJSON(role))
+	var content []chat.Part
+	var calls []toolCallJSON
+	var callID string
+	for _, p := range m.Parts {
+		switch p := p.(type) {
+		case chat.ToolCall:
+			tc := toolCallJSON{ID: p.ID, Type: "function"}
+			tc.Function.Name, tc.Function.Arguments = p.Name, p.Arguments
+			calls = append(calls, tc)
+		case chat.ToolResult:
+			callID = p.CallID
+			content = append(content, p.Parts...)
+		default:
+			content = append(content, p)
+		}
+	}
+	c, err := encodeContent(content, url, m.Role == chat.Assistant && len(calls) > 0)
+	if err != nil {
+		return nil, err
+	}
+	obj.Set("content", c)
+	if len(calls) > 0 {
+		obj.Set("tool_calls", mustJSON(calls))
+	}
+	if m.Role == chat.Tool {
+		obj.Set("tool_call_id", mustJSON(callID))
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Extra)) {
+		if k != "role" {
+			obj.Set(k, m.Extra[k])
+		}
+	}
+	return obj.MarshalJSON()
+}
+
+func encodeContent(parts []chat.Part, url ImageURL, nullable bool) (json.RawMessage, error) {
+	if len(parts) == 0 {
+		if nullable {
+			return json.RawMessage("null"), nil
+		}
+		return json.RawMessage(`""`), nil
+	}
+	if t, ok := parts[0].(chat.Text); ok && len(parts) == 1 {
+		return mustJSON(t.Text), nil
+	}
+	var cps []contentPart
+	text := func(s string) contentPart { return contentPart{Type: "text", Text: s} }
+	for _, p := range parts {
+		switch p := p.(type) {
+		case chat.Text:
+			cps = append(cps, text(p.Text))
+		case chat.Summary:
+			cps = append(cps, text(p.Text))
+		case chat.Marker:
+			cps = append(cps, text(p.String()))
+		case chat.Document:
+			s := "[document: " + p.MediaType + "]"
+			if p.Text != "" {
+				s += "\n" + p.Text
+			}
+			cps = append(cps, text(s))
+		case chat.Image:
+			u, err := url(p)
+			if err != nil {
+				return nil, err
+			}
+			cp := contentPart{Type: "image_url", ImageURL: &imageURL{URL: u, Detail: p.Detail}}
+			cps = append(cps, cp)
+		}
+	}
+	return mustJSON(cps), nil
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only values built here, which always encode
+	}
+	return b
+}
+
+// Response is a decoded non-streaming response, or a streamed one
+// accumulated.
+type Response struct {
+	Message chat.Message
+	Usage   *chat.Usage // nil when the upstream reported none
+	Finish  string
+	Cut     bool // the completion was cut by the token limit
+}
+
+type usageJSON struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens     int `json:"cached_tokens"`
+		CacheWriteTokens int `json:"cache_write_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func (u *usageJSON) usage() *chat.Usage {
+	if u == nil {
+		return nil
+	}
+	out := &chat.Usage{Prompt: u.PromptTokens, Output: u.CompletionTokens}
+	if d := u.PromptTokensDetails; d != nil {
+		out.CacheRead, out.CacheWrite = d.CachedTokens, d.CacheWriteTokens
+	}
+	return out
+}
+
+// DecodeResponse reads a non-streaming response (the first choice).
+func DecodeResponse(b []byte) (*Response, error) {
+	var r struct {
+		Choices []struct {
+			Message      json.RawMessage `json:"message"`
+			FinishReason string          `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *usageJSON `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("response: %w", err)
+	}
+	if len(r.Choices) == 0 {
+		return nil, fmt.Errorf("response has no choices")
+	}
+	msg, err := decodeMessage(r.Choices[0].Message)
+	if err != nil {
+		return nil, fmt.Errorf("response message: %w", err)
+	}
+	fin := r.Choices[0].FinishReason
+	return &Response{Message: msg, Usage: r.Usage.usage(), Finish: fin, Cut: fin == "length"}, nil
+}
+
+// Stream accumulates streamed chunks into a Response.
+type Stream struct {
+	text   strings.Builder
+	calls  []chat.ToolCall
+	finish string
+	usage  *chat.Usage
+	done   bool
+}
+
+// Add takes one event's data: a chunk, or "[DONE]".
+func (s *Stream) Add(data []byte) error {
+	if string(bytes.TrimSpace(data)) == "[DONE]" {
+		s.done = true
+		return nil
+	}
+	var c struct {
+		Choices []struct {
+			Delta struct {
+				Content   *string `json:"content"`
+				ToolCalls []struct {
+					Index    int    `json:"index"`
+					ID       string `json:"id"`
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"delta"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *usageJSON `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return fmt.Errorf("stream chunk: %w", err)
+	}
+	for _, ch := range c.Choices {
+		if ch.Delta.Content != nil {
+			s.text.WriteString(*ch.Delta.Content)
+		}
+		for _, tc := range ch.Delta.ToolCalls {
+			if tc.Index < 0 || tc.Index > 1024 {
+				return fmt.Errorf("stream chunk: tool call index %d", tc.Index)
+			}
+			for len(s.calls) <= tc.Index {
+				s.calls = append(s.calls, chat.ToolCall{})
+			}
+			call := &s.calls[tc.Index]
+			if tc.ID != "" {
+				call.ID = tc.ID
+			}
+			call.Name += tc.Function.Name
+			call.Arguments += tc.Function.Arguments
+		}
+		if ch.FinishReason != nil {
+			s.finish = *ch.FinishReason
+		}
+	}
+	if u := c.Usage.usage(); u != nil {
+		s.usage = u
+	}
+	return nil
+}
+
+// Done reports whether the "[DONE]" event was seen.
+func (s *Stream) Done() bool { return s.done }
+
+// Response returns what the stream said so far.
+func (s *Stream) Response() *Response {
+	msg := chat.Message{Role: chat.Assistant}
+	if s.text.Len() > 0 {
+		msg.Parts = append(msg.Parts, chat.Text{Text: s.text.String()})
+	}
+	for _, c := range s.calls {
+		msg.Parts = append(msg.Parts, c)
+	}
+	return &Response{Message: msg, Usage: s.usage, Finish: s.finish, Cut: s.finish == "length"}
+}
+
+// DecodeError classifies an error response:
+// {"error": {"message", "type", "param", "code"}}.
+func DecodeError(status int, h http.Header, body []byte) *wire.Error {
+	e := &wire.Error{Status: status, Kind: wire.KindForStatus(status), Body: body, RetryAfter: wire.RetryAfter(h, time.Now())}
+	var j struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    any    `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &j) != nil || j.Error.Message == "" {
+		e.Message = strings.TrimSpace(string(body[:min(len(body), 300)]))
+		return e
+	}
+	e.Message, e.Type = j.Error.Message, j.Error.Type
+	code, _ := j.Error.Code.(string)
+	if code != "" {
+		e.Type = code
+	}
+	msg := strings.ToLower(e.Message)
+	switch {
+	case code == "context_length_exceeded" || strings.Contains(msg, "maximum context length") ||
+		strings.Contains(msg, "exceeds the context window") || strings.Contains(msg, "prompt is too long"):
+		e.Kind = wire.PromptTooLong
+	case code == "insufficient_quota":
+		e.Kind = wire.BadRequest // a 429 that no retry will cure
+	case status == 400 && (strings.Contains(code, "image") || strings.Contains(msg, "image")):
+		e.Kind = wire.InvalidImage
+	}
+	return e
+}

@@ -1,0 +1,191 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/wiretest"
+)
+
+func read(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDecodeRequestGolden(t *testing.T) {
+	r, err := DecodeRequest(read(t, "request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Model != "gpt-4o" || r.Stream {
+		t.Fatalf("model %q stream %v", r.Model, r.Stream)
+	}
+	// The data URL is long; the golden file shows its start only.
+	msgs := chat.CloneMessages(r.Messages)
+	img := msgs[1].Parts[1].(chat.Image)
+	img.URL = img.URL[:40] + "…"
+	msgs[1].Parts[1] = img
+	wiretest.Golden(t, "testdata/request.decoded.golden", wiretest.Dump(t, msgs))
+}
+
+// A request imgctx does not change passes through byte for byte.
+func TestRequestPassesThroughByteStable(t *testing.T) {
+	in := read(t, "request.json")
+	in = bytes.TrimSpace(in)
+	r, err := DecodeRequest(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Encode(r.Messages, func(img chat.Image) (string, error) { return img.URL, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out, in) {
+		t.Fatalf("pass-through changed the request:\n%s\n%s", in, out)
+	}
+}
+
+// What imgctx changes on purpose: images stored by ref are expanded to data
+// URLs, a marker replaces a removed image; everything else stays.
+func TestEncodeExpandsRefsGolden(t *testing.T) {
+	r, err := DecodeRequest(read(t, "request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := chat.CloneMessages(r.Messages)
+	ref := blob.Of([]byte("stored"))
+	msgs[1].Parts[1] = chat.Image{Ref: ref, MediaType: "image/webp", Detail: "high", Origin: chat.FromUser}
+	msgs[4].Parts[0] = chat.Marker{Of: "image", MediaType: "image/png", Caption: "old chart", Reason: "budget"}
+	out, err := r.Encode(msgs, func(img chat.Image) (string, error) {
+		if !img.Ref.Valid() {
+			return img.URL, nil
+		}
+		return "data:" + img.MediaType + ";base64,QUJD", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pretty bytes.Buffer
+	json.Indent(&pretty, out, "", "  ")
+	pretty.WriteByte('\n')
+	wiretest.Golden(t, "testdata/request.encoded.golden", pretty.Bytes())
+	if _, err := r.Encode(msgs, func(chat.Image) (string, error) { return "", errors.New("ref not found") }); err == nil {
+		t.Fatal("an expansion error was swallowed")
+	}
+}
+
+func TestStreamingRequestAsksForUsage(t *testing.T) {
+	r, err := DecodeRequest([]byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := r.Encode(r.Messages, nil)
+	if !strings.Contains(string(out), `"stream_options":{"include_usage":true}`) {
+		t.Fatalf("got %s", out)
+	}
+}
+
+func TestDecodeRequestRefusals(t *testing.T) {
+	for name, in := range map[string]string{
+		"not json":      `{"model":`,
+		"no messages":   `{"model":"m"}`,
+		"bad role":      `{"messages":[{"role":"robot","content":"x"}]}`,
+		"audio part":    `{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}]}`,
+		"image no url":  `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}`,
+		"content type":  `{"messages":[{"role":"user","content":42}]}`,
+		"messages type": `{"messages":{}}`,
+	} {
+		if _, err := DecodeRequest([]byte(in)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestDecodeResponseGolden(t *testing.T) {
+	r, err := DecodeResponse(read(t, "response.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Usage == nil || r.Usage.Prompt != 2006 || r.Usage.CacheRead != 1920 || r.Usage.Output != 300 || r.Cut {
+		t.Fatalf("usage %+v cut %v", r.Usage, r.Cut)
+	}
+	wiretest.Golden(t, "testdata/response.golden", wiretest.Dump(t, r))
+}
+
+func streamOf(t *testing.T, name string) *Response {
+	t.Helper()
+	sr := wire.NewSSEReader(bytes.NewReader(read(t, name)))
+	var s Stream
+	for {
+		ev, err := sr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Add(ev.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !s.Done() {
+		t.Fatal("no [DONE]")
+	}
+	return s.Response()
+}
+
+func TestStreamGolden(t *testing.T) {
+	r := streamOf(t, "stream.sse")
+	if r.Usage == nil || r.Usage.Prompt != 1500 || r.Usage.CacheRead != 1024 || r.Finish != "tool_calls" {
+		t.Fatalf("%+v", r)
+	}
+	wiretest.Golden(t, "testdata/stream.golden", wiretest.Dump(t, r))
+	cut := streamOf(t, "stream-cut.sse")
+	if !cut.Cut || cut.Usage.Prompt != 7900 {
+		t.Fatalf("cut stream %+v", cut)
+	}
+	wiretest.Golden(t, "testdata/stream-cut.golden", wiretest.Dump(t, cut))
+}
+
+func TestErrorsGolden(t *testing.T) {
+	cases := []struct {
+		file   string
+		status int
+		retry  string
+		want   wire.Kind
+	}{
+		{"error-context.json", 400, "", wire.PromptTooLong},
+		{"error-ratelimit.json", 429, "3", wire.RateLimited},
+		{"error-quota.json", 429, "", wire.BadRequest},
+		{"error-image.json", 400, "", wire.InvalidImage},
+		{"error-auth.json", 401, "", wire.Auth},
+		{"error-server.html", 502, "", wire.Server},
+	}
+	var got []*wire.Error
+	for _, c := range cases {
+		h := http.Header{}
+		if c.retry != "" {
+			h.Set("Retry-After", c.retry)
+		}
+		e := DecodeError(c.status, h, read(t, c.file))
+		if e.Kind != c.want {
+			t.Errorf("%s: kind %s; want %s", c.file, e.Kind, c.want)
+		}
+		e.Body = nil
+		got = append(got, e)
+	}
+	wiretest.Golden(t, "testdata/errors.golden", wiretest.Dump(t, got))
+}

@@ -1,0 +1,192 @@
+// Package wire holds what the provider codecs (wire/openai,
+// wire/anthropic) share: a JSON object kept as ordered raw fields, so
+// unknown fields pass through byte-stable, and the upstream error with its
+// classification. Codecs translate; they do not decide.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Field is one member of a JSON object, its value kept as raw bytes.
+type Field struct {
+	Key   string
+	Value json.RawMessage
+}
+
+// Object is a JSON object as ordered raw fields: re-encoding it reproduces
+// every value byte for byte, in the original order.
+type Object []Field
+
+// ParseObject reads a JSON object without interpreting its values.
+func ParseObject(b []byte) (Object, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	var o Object
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("field %q: %w", key, err)
+		}
+		o = append(o, Field{Key: key, Value: v})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after the JSON object")
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, errors.New("trailing data after the JSON object")
+	}
+	return o, nil
+}
+
+// Get returns the raw value of key.
+func (o Object) Get(key string) (json.RawMessage, bool) {
+	for _, f := range o {
+		if f.Key == key {
+			return f.Value, true
+		}
+	}
+	return nil, false
+}
+
+// Set replaces the value of key in place, or appends it.
+func (o *Object) Set(key string, v json.RawMessage) {
+	for i := range *o {
+		if (*o)[i].Key == key {
+			(*o)[i].Value = v
+			return
+		}
+	}
+	*o = append(*o, Field{Key: key, Value: v})
+}
+
+// Delete removes key.
+func (o *Object) Delete(key string) {
+	for i := range *o {
+		if (*o)[i].Key == key {
+			*o = append((*o)[:i], (*o)[i+1:]...)
+			return
+		}
+	}
+}
+
+// MarshalJSON writes the fields in order, values verbatim.
+func (o Object) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, f := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.Key)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(f.Value)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// Extra returns the fields of o whose keys are not in known, or nil.
+func (o Object) Extra(known ...string) map[string]json.RawMessage {
+	var out map[string]json.RawMessage
+outer:
+	for _, f := range o {
+		for _, k := range known {
+			if f.Key == k {
+				continue outer
+			}
+		}
+		if out == nil {
+			out = map[string]json.RawMessage{}
+		}
+		out[f.Key] = f.Value
+	}
+	return out
+}
+
+// Kind classifies an upstream error by what the engine does about it.
+type Kind string
+
+const (
+	PromptTooLong   Kind = "prompt_too_long"   // the window is full: evict images, then compact
+	RateLimited     Kind = "rate_limited"      // 429: retry after a while
+	Overloaded      Kind = "overloaded"        // 529 / 503: retry after a while
+	InvalidImage    Kind = "invalid_image"     // the provider refused an image
+	RequestTooLarge Kind = "request_too_large" // 413: the body is over the provider's cap
+	Auth            Kind = "auth"              // 401 / 403: never retried
+	BadRequest      Kind = "bad_request"       // any other 4xx: never retried
+	Server          Kind = "server"            // 5xx: retry
+)
+
+// Error is an upstream error in a provider's own shape, classified.
+type Error struct {
+	Kind       Kind
+	Status     int
+	Type       string // the provider's error type or code
+	Message    string
+	RetryAfter time.Duration // from the Retry-After header, when present
+	Body       []byte        // the provider's JSON, to pass through unchanged
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("upstream %d %s: %s", e.Status, e.Kind, e.Message)
+}
+
+// Retryable reports whether sending the same request again may succeed.
+func (e *Error) Retryable() bool {
+	return e.Kind == RateLimited || e.Kind == Overloaded || e.Kind == Server
+}
+
+// RetryAfter parses a Retry-After header (seconds or an HTTP date).
+func RetryAfter(h http.Header, now time.Time) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// KindForStatus is the classification of a status when the body says
+// nothing more specific.
+func KindForStatus(status int) Kind {
+	switch {
+	case status == 401 || status == 403:
+		return Auth
+	case status == 413:
+		return RequestTooLarge
+	case status == 429:
+		return RateLimited
+	case status == 529 || status == 503:
+		return Overloaded
+	case status >= 500:
+		return Server
+	}
+	return BadRequest
+}
