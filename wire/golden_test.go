@@ -3,8 +3,8 @@ package wire
 import (
 	"bytes"
 	"io"
-	"strings"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
