@@ -34,6 +34,7 @@ var allowed = map[string][]string{
 	"wire":                 {},
 	"wire/wiretest":        {},
 	"wire/openai":          {"chat", "wire"},
+	"wire/anthropic":       {"chat", "wire"},
 	"internal/config":      {"media", "tokens"},
 	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "mimetype", "reason", "tokens"},
 }

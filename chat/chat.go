@@ -105,6 +105,7 @@ type Image struct {
 // its extracted text only.
 type Document struct {
 	Ref       blob.Ref
+	URL       string // a data URL or remote URL not ingested yet, instead of Ref
 	MediaType string
 	Name      string
 	Text      string // extracted text, if any

@@ -70,7 +70,7 @@ func encodeParts(ps []Part) []partJSON {
 			j.Width, j.Height, j.Detail, j.Origin = p.Width, p.Height, p.Detail, p.Origin
 			j.Caption, j.Keep, j.Cost = p.Caption, p.Keep, p.Cost
 		case Document:
-			j.Ref, j.MediaType, j.Name, j.Text, j.Caption = p.Ref, p.MediaType, p.Name, p.Text, p.Caption
+			j.Ref, j.URL, j.MediaType, j.Name, j.Text, j.Caption = p.Ref, p.URL, p.MediaType, p.Name, p.Text, p.Caption
 		case ToolCall:
 			j.ID, j.Name, j.Arguments = p.ID, p.Name, p.Arguments
 		case ToolResult:
@@ -101,7 +101,7 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 				Width: j.Width, Height: j.Height, Detail: j.Detail, Origin: j.Origin,
 				Caption: j.Caption, Keep: j.Keep, Cost: j.Cost}
 		case "document":
-			p = Document{Ref: j.Ref, MediaType: j.MediaType, Name: j.Name, Text: j.Text, Caption: j.Caption}
+			p = Document{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Name: j.Name, Text: j.Text, Caption: j.Caption}
 		case "tool_call":
 			p = ToolCall{ID: j.ID, Name: j.Name, Arguments: j.Arguments}
 		case "tool_result":

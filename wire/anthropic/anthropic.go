@@ -1,0 +1,627 @@
+// Package anthropic translates the Anthropic Messages wire format to and
+// from imgctx's conversation model: requests (system, content blocks, tool
+// use and results carrying images, cache_control), responses, streamed
+// events and errors. Unknown top-level fields pass through in their order;
+// an unchanged message is re-emitted byte for byte.
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/wire"
+)
+
+// Request is a decoded /v1/messages request.
+type Request struct {
+	Model    string
+	Stream   bool
+	Messages []chat.Message // the system prompt, if any, first as a System message
+
+	top      wire.Object
+	verbatim map[string]json.RawMessage
+}
+
+type source struct {
+	Type      string `json:"type"` // base64, url, text, file
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+}
+
+type block struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text,omitempty"`
+	Source    *source         `json:"source,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	ToolUseID string          `json:"tool_use_id,omitempty"`
+	Content   json.RawMessage `json:"content,omitempty"`
+	IsError   bool            `json:"is_error,omitempty"`
+	Title     string          `json:"title,omitempty"`
+	Cache     *cacheControl   `json:"cache_control,omitempty"`
+}
+
+type cacheControl struct {
+	Type string `json:"type"`
+	TTL  string `json:"ttl,omitempty"`
+}
+
+// DecodeRequest reads a request. Images and documents keep a data URL (or
+// their remote URL) for the engine to ingest.
+func DecodeRequest(b []byte) (*Request, error) {
+	top, err := wire.ParseObject(b)
+	if err != nil {
+		return nil, fmt.Errorf("request body: %w", err)
+	}
+	r := &Request{top: top, verbatim: map[string]json.RawMessage{}}
+	if v, ok := top.Get("model"); ok {
+		if err := json.Unmarshal(v, &r.Model); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+	}
+	if v, ok := top.Get("stream"); ok {
+		_ = json.Unmarshal(v, &r.Stream)
+	}
+	if v, ok := top.Get("system"); ok {
+		parts, err := decodeContent(v)
+		if err != nil {
+			return nil, fmt.Errorf("system: %w", err)
+		}
+		r.Messages = append(r.Messages, chat.Message{Role: chat.System, Parts: parts})
+	}
+	raw, ok := top.Get("messages")
+	if !ok {
+		return nil, fmt.Errorf("request has no messages")
+	}
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
+	}
+	for i, m := range msgs {
+		out, err := decodeMessage(m)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		r.Messages = append(r.Messages, out...)
+		if len(out) == 1 {
+			if canon, err := json.Marshal(out[0]); err == nil {
+				r.verbatim[string(canon)] = m
+			}
+		}
+	}
+	return r, nil
+}
+
+// decodeMessage reads one message. A user message carrying tool results
+// becomes a Tool message (the results) and, when other blocks follow, a User
+// message: runs of blocks keep their order.
+func decodeMessage(raw json.RawMessage) ([]chat.Message, error) {
+	obj, err := wire.ParseObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	var m struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	var role chat.Role
+	switch m.Role {
+	case "user":
+		role = chat.User
+	case "assistant":
+		role = chat.Assistant
+	default:
+		return nil, fmt.Errorf("unknown role %q", m.Role)
+	}
+	parts, err := decodeContent(m.Content)
+	if err != nil {
+		return nil, err
+	}
+	extra := obj.Extra("role", "content")
+	var out []chat.Message
+	for _, p := range parts {
+		r := role
+		if _, ok := p.(chat.ToolResult); ok {
+			r = chat.Tool
+		}
+		if len(out) == 0 || out[len(out)-1].Role != r {
+			out = append(out, chat.Message{Role: r, Extra: extra})
+		}
+		out[len(out)-1].Parts = append(out[len(out)-1].Parts, p)
+	}
+	if len(out) == 0 {
+		out = []chat.Message{{Role: role, Extra: extra}}
+	}
+	return out, nil
+}
+
+func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+		return []chat.Part{chat.Text{Text: s}}, nil
+	}
+	var blocks []block
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return nil, fmt.Errorf("content: %w", err)
+	}
+	var parts []chat.Part
+	for i, b := range blocks {
+		p, err := decodeBlock(b)
+		if err != nil {
+			return nil, fmt.Errorf("content[%d]: %w", i, err)
+		}
+		parts = append(parts, p)
+	}
+	return parts, nil
+}
+
+func decodeBlock(b block) (chat.Part, error) {
+	switch b.Type {
+	case "text":
+		return chat.Text{Text: b.Text}, nil
+	case "image":
+		u, mt, err := sourceURL(b.Source)
+		if err != nil {
+			return nil, err
+		}
+		return chat.Image{URL: u, MediaType: mt, Origin: chat.FromUser}, nil
+	case "document":
+		if b.Source != nil && b.Source.Type == "text" {
+			return chat.Document{MediaType: "text/plain", Text: b.Source.Data, Name: b.Title}, nil
+		}
+		u, mt, err := sourceURL(b.Source)
+		if err != nil {
+			return nil, err
+		}
+		return chat.Document{URL: u, MediaType: mt, Name: b.Title}, nil
+	case "tool_use":
+		input := string(b.Input)
+		if input == "" {
+			input = "{}"
+		}
+		return chat.ToolCall{ID: b.ID, Name: b.Name, Arguments: input}, nil
+	case "tool_result":
+		nested, err := decodeContent(b.Content)
+		if err != nil {
+			return nil, err
+		}
+		for i, p := range nested {
+			if img, ok := p.(chat.Image); ok {
+				img.Origin = chat.FromTool
+				nested[i] = img
+			}
+			if _, ok := p.(chat.ToolResult); ok {
+				return nil, fmt.Errorf("a tool_result inside a tool_result")
+			}
+		}
+		return chat.ToolResult{CallID: b.ToolUseID, IsError: b.IsError, Parts: nested}, nil
+	}
+	return nil, fmt.Errorf("block type %q is not supported", b.Type)
+}
+
+func sourceURL(s *source) (url, mediaType string, err error) {
+	if s == nil {
+		return "", "", fmt.Errorf("block without a source")
+	}
+	switch s.Type {
+	case "base64":
+		if s.Data == "" {
+			return "", "", fmt.Errorf("base64 source without data")
+		}
+		return "data:" + s.MediaType + ";base64," + s.Data, s.MediaType, nil
+	case "url":
+		if s.URL == "" {
+			return "", "", fmt.Errorf("url source without a url")
+		}
+		return s.URL, s.MediaType, nil
+	}
+	return "", "", fmt.Errorf("source type %q is not supported", s.Type)
+}
+
+// Source returns how an image goes upstream: base64 data with its media
+// type, or a URL. The engine provides it.
+type Source func(img chat.Image) (mediaType, base64Data, url string, err error)
+
+// Cache says where imgctx puts cache breakpoints: on the system prompt
+// and on the last block of the messages at the given indexes (indexes into
+// the msgs given to Encode). At most four in all, as the API allows.
+type Cache struct {
+	System   bool
+	Messages []int
+}
+
+// Encode writes the request with msgs (system first, if any) in place of
+// its system prompt and messages. An unchanged message is written as it
+// came unless a breakpoint must go on it; every other top-level field is
+// kept as sent.
+func (r *Request) Encode(msgs []chat.Message, src Source, cache Cache) ([]byte, error) {
+	top := append(wire.Object(nil), r.top...)
+	start := 0
+	if len(msgs) > 0 && msgs[0].Role == chat.System {
+		blocks, err := encodeBlocks(msgs[0].Parts, src)
+		if err != nil {
+			return nil, fmt.Errorf("system: %w", err)
+		}
+		if cache.System && len(blocks) > 0 {
+			blocks[len(blocks)-1].Cache = &cacheControl{Type: "ephemeral"}
+		}
+		top.Set("system", mustJSON(blocks))
+		start = 1
+	} else {
+		top.Delete("system")
+	}
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	n := 0
+	for i := start; i < len(msgs); {
+		// Consecutive user and tool messages are one Anthropic user turn.
+		j := i + 1
+		if msgs[i].Role != chat.Assistant {
+			for j < len(msgs) && msgs[j].Role != chat.Assistant && msgs[j].Role != chat.System {
+				j++
+			}
+		}
+		breakpoint := false
+		for k := i; k < j; k++ {
+			breakpoint = breakpoint || slices.Contains(cache.Messages, k)
+		}
+		if n > 0 {
+			buf.WriteByte(',')
+		}
+		n++
+		if j == i+1 && !breakpoint {
+			if canon, err := json.Marshal(msgs[i]); err == nil {
+				if v, ok := r.verbatim[string(canon)]; ok {
+					buf.Write(v)
+					i = j
+					continue
+				}
+			}
+		}
+		b, err := encodeTurn(msgs[i:j], src, breakpoint)
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		buf.Write(b)
+		i = j
+	}
+	buf.WriteByte(']')
+	top.Set("messages", buf.Bytes())
+	return top.MarshalJSON()
+}
+
+// SetModel replaces the model name.
+func (r *Request) SetModel(model string) {
+	r.top.Set("model", mustJSON(model))
+	r.Model = model
+}
+
+func encodeTurn(msgs []chat.Message, src Source, breakpoint bool) ([]byte, error) {
+	role := "user"
+	if msgs[0].Role == chat.Assistant {
+		role = "assistant"
+	}
+	var blocks []block
+	extra := map[string]json.RawMessage{}
+	for _, m := range msgs {
+		bs, err := encodeBlocks(m.Parts, src)
+		if err != nil {
+			return nil, err
+		}
+		blocks = append(blocks, bs...)
+		maps.Copy(extra, m.Extra)
+	}
+	if breakpoint && len(blocks) > 0 {
+		blocks[len(blocks)-1].Cache = &cacheControl{Type: "ephemeral"}
+	}
+	obj := wire.Object{{Key: "role", Value: mustJSON(role)}}
+	if len(blocks) == 1 && blocks[0].Type == "text" && blocks[0].Cache == nil {
+		obj.Set("content", mustJSON(blocks[0].Text))
+	} else {
+		if blocks == nil {
+			blocks = []block{}
+		}
+		obj.Set("content", mustJSON(blocks))
+	}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		obj.Set(k, extra[k])
+	}
+	return obj.MarshalJSON()
+}
+
+func encodeBlocks(parts []chat.Part, src Source) ([]block, error) {
+	var out []block
+	text := func(s string) block { return block{Type: "text", Text: s} }
+	for _, p := range parts {
+		switch p := p.(type) {
+		case chat.Text:
+			out = append(out, text(p.Text))
+		case chat.Summary:
+			out = append(out, text(p.Text))
+		case chat.Marker:
+			out = append(out, text(p.String()))
+		case chat.Document:
+			s := "[document: " + p.MediaType + "]"
+			if p.Text != "" {
+				s += "\n" + p.Text
+			}
+			out = append(out, text(s))
+		case chat.Image:
+			mt, data, url, err := src(p)
+			if err != nil {
+				return nil, err
+			}
+			if data != "" {
+				out = append(out, block{Type: "image", Source: &source{Type: "base64", MediaType: mt, Data: data}})
+			} else {
+				out = append(out, block{Type: "image", Source: &source{Type: "url", URL: url}})
+			}
+		case chat.ToolCall:
+			input := json.RawMessage(p.Arguments)
+			if !json.Valid(input) {
+				input = json.RawMessage("{}")
+			}
+			out = append(out, block{Type: "tool_use", ID: p.ID, Name: p.Name, Input: input})
+		case chat.ToolResult:
+			nested, err := encodeBlocks(p.Parts, src)
+			if err != nil {
+				return nil, err
+			}
+			if nested == nil {
+				nested = []block{}
+			}
+			out = append(out, block{Type: "tool_result", ToolUseID: p.CallID, IsError: p.IsError, Content: mustJSON(nested)})
+		}
+	}
+	return out, nil
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only values built here, which always encode
+	}
+	return b
+}
+
+// Response is a decoded response, or a streamed one accumulated.
+type Response struct {
+	Message    chat.Message
+	Usage      *chat.Usage
+	StopReason string
+	Cut        bool // max_tokens, or the window filled
+	WindowFull bool // stop_reason model_context_window_exceeded
+}
+
+type usageJSON struct {
+	InputTokens              int `json:"input_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	OutputTokens             int `json:"output_tokens"`
+}
+
+// usage normalises Anthropic's three input fields: the prompt is their sum.
+func (u *usageJSON) usage() *chat.Usage {
+	if u == nil {
+		return nil
+	}
+	return &chat.Usage{
+		Prompt:     u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
+		CacheRead:  u.CacheReadInputTokens,
+		CacheWrite: u.CacheCreationInputTokens,
+		Output:     u.OutputTokens,
+	}
+}
+
+func stopped(reason string) (cut, full bool) {
+	return reason == "max_tokens" || reason == "model_context_window_exceeded", reason == "model_context_window_exceeded"
+}
+
+// DecodeResponse reads a non-streaming response.
+func DecodeResponse(b []byte) (*Response, error) {
+	var r struct {
+		Role       string          `json:"role"`
+		Content    json.RawMessage `json:"content"`
+		StopReason string          `json:"stop_reason"`
+		Usage      *usageJSON      `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("response: %w", err)
+	}
+	if r.Role != "assistant" {
+		return nil, fmt.Errorf("response role %q", r.Role)
+	}
+	parts, err := decodeContent(r.Content)
+	if err != nil {
+		return nil, fmt.Errorf("response content: %w", err)
+	}
+	cut, full := stopped(r.StopReason)
+	return &Response{Message: chat.Message{Role: chat.Assistant, Parts: parts}, Usage: r.Usage.usage(),
+		StopReason: r.StopReason, Cut: cut, WindowFull: full}, nil
+}
+
+// Stream accumulates streamed events into a Response.
+type Stream struct {
+	blocks []streamBlock
+	stop   string
+	usage  usageJSON
+	seen   bool
+	done   bool
+	err    *wire.Error
+}
+
+type streamBlock struct {
+	typ, id, name string
+	text, input   strings.Builder
+}
+
+// Add takes one event (its name and data).
+func (s *Stream) Add(name string, data []byte) error {
+	var e struct {
+		Type    string `json:"type"`
+		Index   int    `json:"index"`
+		Message struct {
+			Usage *usageJSON `json:"usage"`
+		} `json:"message"`
+		ContentBlock block `json:"content_block"`
+		Delta        struct {
+			Type        string `json:"type"`
+			Text        string `json:"text"`
+			PartialJSON string `json:"partial_json"`
+			StopReason  string `json:"stop_reason"`
+		} `json:"delta"`
+		Usage *usageJSON `json:"usage"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(data, &e); err != nil {
+		return fmt.Errorf("stream event %q: %w", name, err)
+	}
+	block := func() (*streamBlock, error) {
+		if e.Index < 0 || e.Index >= len(s.blocks) {
+			return nil, fmt.Errorf("stream event %q: block index %d out of range", e.Type, e.Index)
+		}
+		return &s.blocks[e.Index], nil
+	}
+	switch e.Type {
+	case "message_start":
+		if u := e.Message.Usage; u != nil {
+			s.usage, s.seen = *u, true
+		}
+	case "content_block_start":
+		if e.Index != len(s.blocks) {
+			return fmt.Errorf("stream: block %d started out of order", e.Index)
+		}
+		s.blocks = append(s.blocks, streamBlock{typ: e.ContentBlock.Type, id: e.ContentBlock.ID, name: e.ContentBlock.Name})
+		s.blocks[e.Index].text.WriteString(e.ContentBlock.Text)
+	case "content_block_delta":
+		b, err := block()
+		if err != nil {
+			return err
+		}
+		b.text.WriteString(e.Delta.Text)
+		b.input.WriteString(e.Delta.PartialJSON)
+	case "message_delta":
+		if e.Delta.StopReason != "" {
+			s.stop = e.Delta.StopReason
+		}
+		if u := e.Usage; u != nil {
+			// message_delta carries the final counts; zero fields keep the start's.
+			s.usage.OutputTokens = u.OutputTokens
+			if u.InputTokens > 0 {
+				s.usage.InputTokens = u.InputTokens
+			}
+			if u.CacheReadInputTokens > 0 {
+				s.usage.CacheReadInputTokens = u.CacheReadInputTokens
+			}
+			if u.CacheCreationInputTokens > 0 {
+				s.usage.CacheCreationInputTokens = u.CacheCreationInputTokens
+			}
+			s.seen = true
+		}
+	case "message_stop":
+		s.done = true
+	case "error":
+		s.err = &wire.Error{Status: 500, Kind: kindForType(e.Error.Type, 500), Type: e.Error.Type, Message: e.Error.Message, Body: data}
+		classifyMessage(s.err)
+	}
+	return nil
+}
+
+// Done reports whether message_stop was seen.
+func (s *Stream) Done() bool { return s.done }
+
+// Err is the error event the stream carried, if any.
+func (s *Stream) Err() *wire.Error { return s.err }
+
+// Response returns what the stream said so far.
+func (s *Stream) Response() *Response {
+	msg := chat.Message{Role: chat.Assistant}
+	for i := range s.blocks {
+		b := &s.blocks[i]
+		switch b.typ {
+		case "text":
+			msg.Parts = append(msg.Parts, chat.Text{Text: b.text.String()})
+		case "tool_use":
+			input := b.input.String()
+			if input == "" {
+				input = "{}"
+			}
+			msg.Parts = append(msg.Parts, chat.ToolCall{ID: b.id, Name: b.name, Arguments: input})
+		}
+	}
+	r := &Response{Message: msg, StopReason: s.stop}
+	r.Cut, r.WindowFull = stopped(s.stop)
+	if s.seen {
+		r.Usage = s.usage.usage()
+	}
+	return r
+}
+
+func kindForType(t string, status int) wire.Kind {
+	switch t {
+	case "overloaded_error":
+		return wire.Overloaded
+	case "rate_limit_error":
+		return wire.RateLimited
+	case "authentication_error", "permission_error":
+		return wire.Auth
+	case "request_too_large":
+		return wire.RequestTooLarge
+	case "api_error":
+		return wire.Server
+	}
+	return wire.KindForStatus(status)
+}
+
+func classifyMessage(e *wire.Error) {
+	msg := strings.ToLower(e.Message)
+	switch {
+	case strings.Contains(msg, "prompt is too long") || strings.Contains(msg, "exceed context limit") ||
+		strings.Contains(msg, "context window"):
+		e.Kind = wire.PromptTooLong
+	case e.Kind == wire.BadRequest && strings.Contains(msg, "image"):
+		e.Kind = wire.InvalidImage
+	}
+}
+
+// DecodeError classifies an error response:
+// {"type": "error", "error": {"type", "message"}, "request_id"}.
+func DecodeError(status int, h http.Header, body []byte) *wire.Error {
+	e := &wire.Error{Status: status, Kind: wire.KindForStatus(status), Body: body, RetryAfter: wire.RetryAfter(h, time.Now())}
+	var j struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &j) != nil || j.Error.Type == "" {
+		e.Message = strings.TrimSpace(string(body[:min(len(body), 300)]))
+		return e
+	}
+	e.Type, e.Message = j.Error.Type, j.Error.Message
+	e.Kind = kindForType(j.Error.Type, status)
+	classifyMessage(e)
+	return e
+}

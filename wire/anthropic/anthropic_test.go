@@ -1,0 +1,200 @@
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/wiretest"
+)
+
+func read(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.TrimSpace(b)
+}
+
+// passSource sends a URL image as a URL and a data URL as base64, as the
+// engine would before ingesting.
+func passSource(img chat.Image) (string, string, string, error) {
+	if rest, ok := strings.CutPrefix(img.URL, "data:"); ok {
+		meta, data, _ := strings.Cut(rest, ",")
+		return strings.TrimSuffix(meta, ";base64"), data, "", nil
+	}
+	return "", "", img.URL, nil
+}
+
+func TestDecodeRequestGolden(t *testing.T) {
+	r, err := DecodeRequest(read(t, "request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Model != "claude-sonnet-4-6" || r.Messages[0].Role != chat.System {
+		t.Fatalf("model %q first role %s", r.Model, r.Messages[0].Role)
+	}
+	// The tool result (with its image) and the text after it are two messages.
+	if r.Messages[3].Role != chat.Tool || r.Messages[4].Role != chat.User {
+		t.Fatalf("roles %s %s", r.Messages[3].Role, r.Messages[4].Role)
+	}
+	tr := r.Messages[3].Parts[0].(chat.ToolResult)
+	if img := tr.Parts[1].(chat.Image); img.Origin != chat.FromTool || img.MediaType != "image/webp" {
+		t.Fatalf("tool image %+v", img)
+	}
+	msgs := chat.CloneMessages(r.Messages)
+	img := tr.Parts[1].(chat.Image)
+	img.URL = img.URL[:40] + "…"
+	msgs[3].Parts[0].(chat.ToolResult).Parts[1] = img
+	wiretest.Golden(t, "testdata/request.decoded.golden", wiretest.Dump(t, msgs))
+}
+
+func TestRequestPassesThroughByteStable(t *testing.T) {
+	in := read(t, "request.json")
+	r, err := DecodeRequest(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The system prompt's cache_control is the client's own: keep it.
+	out, err := r.Encode(r.Messages, passSource, Cache{System: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out, in) {
+		t.Fatalf("pass-through changed the request:\n%s\n%s", in, out)
+	}
+}
+
+func TestEncodeRefsAndBreakpointsGolden(t *testing.T) {
+	r, err := DecodeRequest(read(t, "request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := chat.CloneMessages(r.Messages)
+	tr := msgs[3].Parts[0].(chat.ToolResult)
+	tr.Parts[1] = chat.Image{Ref: blob.Of([]byte("kept")), MediaType: "image/png", Origin: chat.FromTool, Keep: chat.Kept, Cost: 1334}
+	msgs[3].Parts[0] = tr
+	src := func(img chat.Image) (string, string, string, error) {
+		if img.Ref.Valid() {
+			return img.MediaType, "QUJD", "", nil
+		}
+		return passSource(img)
+	}
+	// Breakpoints: the system prompt and the turn holding the kept image.
+	out, err := r.Encode(msgs, src, Cache{System: true, Messages: []int{3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), `"cache_control"`); n != 2 {
+		t.Fatalf("%d breakpoints; want 2", n)
+	}
+	var pretty bytes.Buffer
+	json.Indent(&pretty, out, "", "  ")
+	pretty.WriteByte('\n')
+	wiretest.Golden(t, "testdata/request.encoded.golden", pretty.Bytes())
+}
+
+func TestDecodeRequestRefusals(t *testing.T) {
+	for name, in := range map[string]string{
+		"not json":        `{"model":`,
+		"no messages":     `{"model":"m"}`,
+		"bad role":        `{"messages":[{"role":"system","content":"x"}]}`,
+		"thinking block":  `{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"…"}]}]}`,
+		"image no source": `{"messages":[{"role":"user","content":[{"type":"image"}]}]}`,
+		"empty base64":    `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":""}}]}]}`,
+		"file source":     `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"f"}}]}]}`,
+		"nested result":   `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":[{"type":"tool_result","tool_use_id":"b"}]}]}]}`,
+	} {
+		if _, err := DecodeRequest([]byte(in)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestDecodeResponseGolden(t *testing.T) {
+	r, err := DecodeResponse(read(t, "response.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The three input fields are summed: 50 + 248 + 1800.
+	if r.Usage.Prompt != 2098 || r.Usage.CacheRead != 1800 || r.Usage.CacheWrite != 248 || r.Usage.Output != 40 || r.Cut {
+		t.Fatalf("%+v", r.Usage)
+	}
+	wiretest.Golden(t, "testdata/response.golden", wiretest.Dump(t, r))
+}
+
+func streamOf(t *testing.T, name string) *Stream {
+	t.Helper()
+	sr := wire.NewSSEReader(bytes.NewReader(read(t, name)))
+	s := &Stream{}
+	for {
+		ev, err := sr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Add(ev.Name, ev.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func TestStreamGolden(t *testing.T) {
+	s := streamOf(t, "stream.sse")
+	r := s.Response()
+	if !s.Done() || r.Usage.Prompt != 2073 || r.Usage.Output != 33 || r.StopReason != "tool_use" {
+		t.Fatalf("%+v %+v", r, r.Usage)
+	}
+	wiretest.Golden(t, "testdata/stream.golden", wiretest.Dump(t, r))
+	w := streamOf(t, "stream-window.sse").Response()
+	if !w.Cut || !w.WindowFull {
+		t.Fatalf("window-full stream: %+v", w)
+	}
+	wiretest.Golden(t, "testdata/stream-window.golden", wiretest.Dump(t, w))
+	e := streamOf(t, "stream-error.sse")
+	if e.Err() == nil || e.Err().Kind != wire.Overloaded || e.Done() {
+		t.Fatalf("error event: %+v", e.Err())
+	}
+}
+
+func TestErrorsGolden(t *testing.T) {
+	cases := []struct {
+		file   string
+		status int
+		want   wire.Kind
+	}{
+		{"error-prompt.json", 400, wire.PromptTooLong},
+		{"error-context-legacy.json", 400, wire.PromptTooLong},
+		{"error-image.json", 400, wire.InvalidImage},
+		{"error-many-images.json", 400, wire.InvalidImage},
+		{"error-overloaded.json", 529, wire.Overloaded},
+		{"error-ratelimit.json", 429, wire.RateLimited},
+		{"error-auth.json", 401, wire.Auth},
+		{"error-too-large.json", 413, wire.RequestTooLarge},
+	}
+	var got []*wire.Error
+	for _, c := range cases {
+		h := http.Header{}
+		if c.status == 429 {
+			h.Set("Retry-After", "7")
+		}
+		e := DecodeError(c.status, h, read(t, c.file))
+		if e.Kind != c.want {
+			t.Errorf("%s: kind %s; want %s", c.file, e.Kind, c.want)
+		}
+		e.Body = nil
+		got = append(got, e)
+	}
+	wiretest.Golden(t, "testdata/errors.golden", wiretest.Dump(t, got))
+}

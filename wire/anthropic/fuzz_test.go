@@ -1,0 +1,74 @@
+package anthropic
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"testing"
+
+	"github.com/imgctx/imgctx/wire"
+)
+
+// Fuzz targets for every decoder:
+//
+//	go test ./wire/anthropic -run XXX -fuzz FuzzDecodeRequest -fuzztime 60s
+
+func seed(f *testing.F, names ...string) {
+	for _, n := range names {
+		if b, err := os.ReadFile("testdata/" + n); err == nil {
+			f.Add(b)
+		}
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	seed(f, "request.json")
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeRequest(b)
+		if err != nil {
+			return
+		}
+		out, err := r.Encode(r.Messages, passSource, Cache{})
+		if err != nil {
+			t.Fatalf("decoded but cannot encode: %v", err)
+		}
+		if _, err := DecodeRequest(out); err != nil {
+			t.Fatalf("re-encoding does not decode: %v\n%s", err, out)
+		}
+	})
+}
+
+func FuzzDecodeResponse(f *testing.F) {
+	seed(f, "response.json")
+	f.Fuzz(func(t *testing.T, b []byte) { DecodeResponse(b) })
+}
+
+func FuzzStream(f *testing.F) {
+	seed(f, "stream.sse", "stream-window.sse", "stream-error.sse")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sr := wire.NewSSEReader(bytes.NewReader(b))
+		var s Stream
+		for range 10000 {
+			ev, err := sr.Next()
+			if err != nil {
+				if err != io.EOF && err != io.ErrShortBuffer && err != io.ErrUnexpectedEOF {
+					t.Fatalf("reader: %v", err)
+				}
+				break
+			}
+			_ = s.Add(ev.Name, ev.Data)
+		}
+		_ = s.Response()
+	})
+}
+
+func FuzzDecodeError(f *testing.F) {
+	seed(f, "error-prompt.json", "error-overloaded.json")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if e := DecodeError(400, http.Header{}, b); e.Kind == "" {
+			t.Fatal("unclassified")
+		}
+	})
+}
