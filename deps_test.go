@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"wire/wiretest":        {},
 	"wire/openai":          {"chat", "wire"},
 	"wire/anthropic":       {"chat", "wire"},
+	"upstream":             {"wire", "wire/anthropic", "wire/openai"},
 	"internal/config":      {"media", "tokens"},
 	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "mimetype", "reason", "tokens"},
 }

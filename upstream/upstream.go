@@ -1,0 +1,151 @@
+// Package upstream sends requests to a model engine over HTTP, in the
+// OpenAI Chat Completions or the Anthropic Messages format, retrying what a
+// retry can cure (429, 5xx, 529, connection failures) with exponential
+// backoff that honours Retry-After, and never a 4xx that would fail again.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/openai"
+)
+
+// Format names a wire format.
+type Format string
+
+const (
+	OpenAI    Format = "openai"    // /v1/chat/completions: OpenAI, llama.cpp server, vLLM, Ollama, LM Studio
+	Anthropic Format = "anthropic" // /v1/messages
+)
+
+// Client talks to one upstream. Zero fields take the defaults. Safe for
+// concurrent use.
+type Client struct {
+	Format  Format
+	BaseURL string // e.g. https://api.openai.com or http://127.0.0.1:8080; "/v1/…" is appended
+	APIKey  string
+	HTTP    *http.Client // default: 10 min timeout, for long streamed completions
+	// MaxRetries after the first attempt; default 2. Negative: none.
+	MaxRetries int
+	// Backoff is the first wait; it doubles up to MaxBackoff. Defaults 500 ms, 8 s.
+	Backoff, MaxBackoff time.Duration
+	// Sleep waits between attempts; tests replace it. Default: a timer that
+	// honours ctx.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// MaxErrorBody bounds how much of an error response is read.
+const MaxErrorBody = 1 << 20
+
+func (c *Client) path() string {
+	if c.Format == Anthropic {
+		return "/v1/messages"
+	}
+	return "/v1/chat/completions"
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return &http.Client{Timeout: 10 * time.Minute}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// DecodeError classifies an error response in the client's format.
+func (c *Client) DecodeError(status int, h http.Header, body []byte) *wire.Error {
+	if c.Format == Anthropic {
+		return anthropic.DecodeError(status, h, body)
+	}
+	return openai.DecodeError(status, h, body)
+}
+
+// Do sends body and returns the successful response, its body open for the
+// caller to read (a stream, or JSON) and close. Failures come back as a
+// *wire.Error (an HTTP error, classified) or a transport error. header may
+// add or override request headers (a client's own key, say).
+func (c *Client) Do(ctx context.Context, body []byte, header http.Header) (*http.Response, error) {
+	retries := c.MaxRetries
+	if retries == 0 {
+		retries = 2
+	}
+	backoff, maxBackoff := c.Backoff, c.MaxBackoff
+	if backoff <= 0 {
+		backoff = 500 * time.Millisecond
+	}
+	if maxBackoff <= 0 {
+		maxBackoff = 8 * time.Second
+	}
+	wait := c.Sleep
+	if wait == nil {
+		wait = sleep
+	}
+	for attempt := 0; ; attempt++ {
+		resp, err := c.once(ctx, body, header)
+		if err == nil {
+			return resp, nil
+		}
+		var we *wire.Error
+		retryable := errors.As(err, &we) && we.Retryable() || !errors.As(err, &we) && ctx.Err() == nil
+		if !retryable || attempt >= retries {
+			return nil, err
+		}
+		d := min(backoff<<attempt, maxBackoff)
+		d = d/2 + rand.N(d/2+1) // jitter
+		if we != nil && we.RetryAfter > d {
+			d = min(we.RetryAfter, 60*time.Second)
+		}
+		if err := wait(ctx, d); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *Client) once(ctx context.Context, body []byte, header http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+c.path(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.Format == Anthropic {
+		req.Header.Set("anthropic-version", "2023-06-01")
+		if c.APIKey != "" {
+			req.Header.Set("x-api-key", c.APIKey)
+		}
+	} else if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+	return nil, c.DecodeError(resp.StatusCode, resp.Header, b)
+}
