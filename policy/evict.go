@@ -1,13 +1,15 @@
 package policy
 
 import (
+	"math"
+
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/reason"
 )
 
 // Pressure describes a full window: the estimated prompt, the compaction
 // threshold, and the low-water mark to come down to. LowWater 0 means 10%
-// under the threshold.
+// under the threshold; a negative one means remove every kept image.
 type Pressure struct {
 	Estimate  int
 	Threshold int
@@ -15,7 +17,7 @@ type Pressure struct {
 }
 
 func (p Pressure) lowWater() int {
-	if p.LowWater > 0 {
+	if p.LowWater != 0 {
 		return p.LowWater
 	}
 	return p.Threshold - p.Threshold/10
@@ -53,3 +55,10 @@ func EvictImages(msgs []chat.Message, p Pressure, why reason.Code) ([]chat.Messa
 
 // markerTokens estimates a marker's own text at four characters a token.
 func markerTokens(m chat.Marker) int { return (len(m.String()) + 3) / 4 }
+
+// RemoveKept removes every kept image, as the reactive net does when the
+// engine says the prompt is too long: one batch, each with why.
+func RemoveKept(msgs []chat.Message, why reason.Code) ([]chat.Message, []Removal) {
+	out, removed, _ := EvictImages(msgs, Pressure{Estimate: math.MaxInt / 2, Threshold: 0, LowWater: math.MinInt / 2}, why)
+	return out, removed
+}

@@ -107,3 +107,11 @@ func TestEvictDeterministicAndMonotonic(t *testing.T) {
 		}
 	})
 }
+
+func TestRemoveKeptTakesEveryKeptImage(t *testing.T) {
+	msgs := keptHistory(10, 20, 30)
+	out, removed := RemoveKept(msgs, reason.Overflow)
+	if len(removed) != 3 || KeptCost(out) != 0 || removed[2].Reason != reason.Overflow {
+		t.Fatalf("removed %+v", removed)
+	}
+}

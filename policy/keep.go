@@ -350,3 +350,50 @@ func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepS
 
 // Events returns the decisions made so far, in order.
 func (k *KeepTurn) Events() []KeepEvent { return k.events }
+
+// TurnSnapshot is a KeepTurn at rest: a turn spans several calls when the
+// client runs the tools, and a process may restart between them.
+type TurnSnapshot struct {
+	Off     reason.Code     `json:"off,omitempty"`
+	Budget  int             `json:"budget"`
+	Stopped bool            `json:"stopped,omitempty"`
+	Base    Base            `json:"base"`
+	Blind   bool            `json:"blind,omitempty"`
+	Relays  []RelaySnapshot `json:"relays,omitempty"`
+	Pending []blob.Ref      `json:"pending,omitempty"`
+	Text    int             `json:"text,omitempty"`
+	Sent    int             `json:"sent,omitempty"`
+}
+
+// RelaySnapshot is one relayed image's keep state.
+type RelaySnapshot struct {
+	Ref      blob.Ref    `json:"ref"`
+	Bytes    int64       `json:"bytes"`
+	Keep     chat.Keep   `json:"keep"`
+	Why      reason.Code `json:"why,omitempty"`
+	Cost     int         `json:"cost,omitempty"`
+	Observed bool        `json:"observed,omitempty"`
+}
+
+// Snapshot returns the turn's state; ResumeTurn restores it exactly.
+func (k *KeepTurn) Snapshot() TurnSnapshot {
+	s := TurnSnapshot{Off: k.off, Budget: k.budget, Stopped: k.stopped, Base: k.base, Blind: k.blind,
+		Pending: append([]blob.Ref(nil), k.pending...), Text: k.text, Sent: k.sent}
+	for _, ref := range k.order {
+		r := k.relays[ref]
+		s.Relays = append(s.Relays, RelaySnapshot{Ref: ref, Bytes: r.bytes, Keep: r.keep, Why: r.why, Cost: r.cost, Observed: r.observed})
+	}
+	return s
+}
+
+// ResumeTurn rebuilds a turn from its snapshot, in the same Turn setting.
+func ResumeTurn(t Turn, s TurnSnapshot) *KeepTurn {
+	k := StartTurn(t)
+	k.off, k.budget, k.stopped, k.base, k.blind = s.Off, s.Budget, s.Stopped, s.Base, s.Blind
+	k.pending, k.text, k.sent = append([]blob.Ref(nil), s.Pending...), s.Text, s.Sent
+	for _, r := range s.Relays {
+		k.order = append(k.order, r.Ref)
+		k.relays[r.Ref] = &relayed{bytes: r.Bytes, keep: r.Keep, why: r.Why, cost: r.Cost, observed: r.Observed}
+	}
+	return k
+}

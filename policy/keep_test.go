@@ -479,3 +479,31 @@ func TestKeptCostNeverExceedsBudget(t *testing.T) {
 		}
 	})
 }
+
+// A turn saved between two calls and resumed (as after a restart) ends
+// exactly as the same turn run in one process.
+func TestTurnSnapshotResumesExactly(t *testing.T) {
+	a, b := shot("a", 15000), shot("b", 9000)
+	run := func(pause bool) ([]chat.Message, []Removal, KeepState) {
+		f := newFixture(true, 30000, a, b)
+		f.toolStep(a)
+		f.turn.Sending(f.msgs) // sent, not yet observed
+		if pause {
+			snap := f.turn.Snapshot()
+			f.turn = ResumeTurn(Turn{Profile: profile(30000), Thread: chat.Main, Switch: true, Counter: tokens.Chars4{}, Storer: f.store}, snap)
+		}
+		u := chat.Usage{Prompt: f.engine.prompt(f.msgs)}
+		f.turn.Observe(&u, false)
+		f.toolStep(b)
+		f.request(false)
+		return f.finish()
+	}
+	m1, r1, s1 := run(false)
+	m2, r2, s2 := run(true)
+	if !reflect.DeepEqual(m1, m2) || !reflect.DeepEqual(r1, r2) || s1 != s2 {
+		t.Fatalf("resumed turn differs:\n%+v\n%+v", r1, r2)
+	}
+	if KeptCost(m1) != 1500+900 {
+		t.Fatalf("kept %d", KeptCost(m1))
+	}
+}

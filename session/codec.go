@@ -13,18 +13,19 @@ import (
 const Version = 1
 
 type stateJSON struct {
-	Version      int              `json:"version"`
-	Live         []chat.Message   `json:"live"`
-	Keep         policy.KeepState `json:"keep"`
-	LastUsage    chat.Usage       `json:"last_usage"`
-	LastActivity time.Time        `json:"last_activity"`
-	TurnStart    int              `json:"turn_start"`
-	TurnOpen     bool             `json:"turn_open"`
+	Version      int                  `json:"version"`
+	Live         []chat.Message       `json:"live"`
+	Keep         policy.KeepState     `json:"keep"`
+	LastUsage    chat.Usage           `json:"last_usage"`
+	LastActivity time.Time            `json:"last_activity"`
+	TurnStart    int                  `json:"turn_start"`
+	TurnOpen     bool                 `json:"turn_open"`
+	Turn         *policy.TurnSnapshot `json:"turn,omitempty"`
 }
 
 // EncodeState writes a state as versioned JSON.
 func EncodeState(s State) ([]byte, error) {
-	return json.Marshal(stateJSON{Version, s.Live, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen})
+	return json.Marshal(stateJSON{Version, s.Live, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn})
 }
 
 // DecodeState reads what EncodeState wrote.
@@ -36,7 +37,7 @@ func DecodeState(b []byte) (State, error) {
 	if j.Version != Version {
 		return State{}, fmt.Errorf("session state version %d not supported", j.Version)
 	}
-	return State{Live: j.Live, Keep: j.Keep, LastUsage: j.LastUsage, LastActivity: j.LastActivity, TurnStart: j.TurnStart, TurnOpen: j.TurnOpen}, nil
+	return State{Live: j.Live, Keep: j.Keep, LastUsage: j.LastUsage, LastActivity: j.LastActivity, TurnStart: j.TurnStart, TurnOpen: j.TurnOpen, Turn: j.Turn}, nil
 }
 
 // entryBody is an entry's payload, without its sequence number and time.

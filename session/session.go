@@ -60,6 +60,8 @@ type State struct {
 	LastActivity time.Time // for microcompaction's idle trigger
 	TurnStart    int       // index in Live of the current turn's first message
 	TurnOpen     bool      // a turn is in progress (the last reply called tools)
+	// Turn is the keep-images state of the open turn, nil between turns.
+	Turn *policy.TurnSnapshot
 }
 
 // Snapshot is everything stored about a session.

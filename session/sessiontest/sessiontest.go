@@ -54,6 +54,8 @@ func sampleLog() ([]session.Entry, session.State) {
 		LastActivity: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC),
 		TurnStart:    1,
 		TurnOpen:     true,
+		Turn: &policy.TurnSnapshot{Budget: 18666, Base: policy.Base{Valid: true, Prompt: 4321, Messages: 3},
+			Relays: []policy.RelaySnapshot{{Ref: shot.Ref, Bytes: 1234, Keep: chat.Kept, Cost: 1334, Observed: true}}},
 	}
 	return entries, st
 }

@@ -55,6 +55,11 @@ type cacheControl struct {
 	TTL  string `json:"ttl,omitempty"`
 }
 
+// NewRequest starts a request of imgctx's own (a session's, a summary's).
+func NewRequest(model string, maxTokens int) *Request {
+	return &Request{Model: model, top: wire.Object{{Key: "model", Value: mustJSON(model)}, {Key: "max_tokens", Value: mustJSON(maxTokens)}}}
+}
+
 // DecodeRequest reads a request. Images and documents keep a data URL (or
 // their remote URL) for the engine to ingest.
 func DecodeRequest(b []byte) (*Request, error) {

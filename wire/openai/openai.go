@@ -51,6 +51,11 @@ type toolCallJSON struct {
 
 var messageKnown = []string{"role", "content", "tool_calls", "tool_call_id"}
 
+// NewRequest starts a request of imgctx's own (a session's, a summary's).
+func NewRequest(model string) *Request {
+	return &Request{Model: model, top: wire.Object{{Key: "model", Value: mustJSON(model)}}}
+}
+
 // DecodeRequest reads a request. Images keep their URL as sent (a data URL,
 // an https URL, or "imgctx:sha256-…"); ingesting them is the engine's job.
 func DecodeRequest(b []byte) (*Request, error) {
