@@ -36,6 +36,7 @@ var allowed = map[string][]string{
 	"wire/openai":          {"chat", "wire"},
 	"wire/anthropic":       {"chat", "wire"},
 	"upstream":             {"wire", "wire/anthropic", "wire/openai"},
+	"engine":               {"blob", "chat", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
 	"internal/config":      {"media", "tokens"},
 	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "mimetype", "reason", "tokens"},
 }

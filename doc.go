@@ -11,6 +11,9 @@
 //	policy             keep, evict, compact, replay      → chat, tokens, blob, mimetype, reason
 //	session            append-only log + resumable state → chat, policy, imagestore
 //	session/sqlite     the embedded session store        → session
+//	wire, wire/openai, wire/anthropic  provider JSON ⇄ chat  → chat
+//	upstream           HTTP to the model, with retries   → wire
+//	engine             the turn loop                     → everything above but config
 //	internal/config    configuration                     → media, tokens
 //	cmd/imgctx         the command line                  → everything above
 package imgctx

@@ -215,7 +215,8 @@ func (k *KeepTurn) Sending(msgs []chat.Message) {
 	k.sent = len(msgs) // the base moves only when the request is observed
 }
 
-// textTokens counts what a request carries as text, images excluded.
+// textTokens counts what a request carries as text, images excluded. A
+// tool result's name is not counted: neither wire format sends it.
 func textTokens(parts []chat.Part, c tokens.TextCounter) int {
 	n := 0
 	chat.Walk(parts, func(p chat.Part, _ int) bool {
@@ -224,8 +225,6 @@ func textTokens(parts []chat.Part, c tokens.TextCounter) int {
 			n += c.Count(p.Text)
 		case chat.ToolCall:
 			n += c.Count(p.Name) + c.Count(p.Arguments)
-		case chat.ToolResult:
-			n += c.Count(p.Name)
 		case chat.Summary:
 			n += c.Count(p.Text)
 		case chat.Marker:

@@ -338,15 +338,12 @@ func encodeTurn(msgs []chat.Message, src Source, breakpoint bool) ([]byte, error
 	if breakpoint && len(blocks) > 0 {
 		blocks[len(blocks)-1].Cache = &cacheControl{Type: "ephemeral"}
 	}
-	obj := wire.Object{{Key: "role", Value: mustJSON(role)}}
-	if len(blocks) == 1 && blocks[0].Type == "text" && blocks[0].Cache == nil {
-		obj.Set("content", mustJSON(blocks[0].Text))
-	} else {
-		if blocks == nil {
-			blocks = []block{}
-		}
-		obj.Set("content", mustJSON(blocks))
+	// Always blocks, never the string shorthand: a message encodes the same
+	// with or without a breakpoint, so the prefix stays byte-stable.
+	if blocks == nil {
+		blocks = []block{}
 	}
+	obj := wire.Object{{Key: "role", Value: mustJSON(role)}, {Key: "content", Value: mustJSON(blocks)}}
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		obj.Set(k, extra[k])
 	}

@@ -1,0 +1,288 @@
+// Package engine runs the turn loop of a stateful session: it ingests the
+// client's new messages (images stored once by ref, within limits), applies
+// the policies (turn start, keep images at their measured cost,
+// images-first eviction, the reactive net on prompt-too-long and cut
+// completions, compaction with a slimmed side query, microcompaction when
+// idle, provider rules), talks to the upstream in its own wire format,
+// measures what came back, and persists everything so a restarted process
+// resumes exactly. Every decision is an Event, handed to a sink.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/upstream"
+)
+
+// Config tunes the engine. Zero fields take the defaults.
+type Config struct {
+	Keep    policy.KeepConfig
+	Compact policy.CompactConfig
+	Micro   policy.MicroConfig // zero: policy.DefaultMicro()
+	// CompactThreshold is the share of the window past which, before a
+	// request, kept images leave and then compaction runs; default 0.8.
+	CompactThreshold float64
+	// MaxTokens is the completion budget of Anthropic requests; default 4096.
+	MaxTokens int
+	Limits    media.Limits
+	// Base64CacheBytes bounds the cache of encoded images; default 256 MB.
+	Base64CacheBytes int64
+}
+
+// Engine runs sessions. Build it with its fields set, then use it from many
+// goroutines: calls on one session are serialised, others run in parallel.
+type Engine struct {
+	Config
+	Images   imagestore.Store
+	Sessions session.Store
+	Profiles *tokens.Table
+	Upstream *upstream.Client
+	Fetcher  *media.Fetcher   // nil: image URLs are refused
+	Shrinker *media.Shrinker  // nil: images over provider limits become markers
+	Sink     func(Event)      // nil: events are only returned
+	Log      *slog.Logger     // nil: slog.Default()
+	Now      func() time.Time // nil: time.Now
+
+	once  sync.Once
+	locks sync.Map // tenant/id → *sync.Mutex
+	b64   *base64Cache
+}
+
+// Event is one decision the engine made, for logs, metrics and the caller.
+type Event struct {
+	Session session.ID
+	Kind    string // "kept", "removed", "compacted", "retried", "measured", "stored"
+	Ref     blob.Ref
+	Reason  reason.Code
+	Tokens  int
+	Detail  string
+}
+
+// Result is what one call returns.
+type Result struct {
+	Message chat.Message // the assistant's reply
+	Usage   *chat.Usage
+	Events  []Event
+	TurnEnd bool // the reply called no tool: the turn is over
+}
+
+// Errors callers branch on.
+var (
+	// ErrContextFull: the prompt is too long even without kept images and
+	// after compaction.
+	ErrContextFull = errors.New("context window full even after removing images and compacting")
+	// ErrUnknownRef: an imgctx: ref the tenant's store does not hold.
+	ErrUnknownRef = errors.New("unknown image ref")
+	// ErrBadTurn: the messages do not fit the turn (tool results without an
+	// open turn, say).
+	ErrBadTurn = errors.New("messages do not fit the session's turn")
+)
+
+func (e *Engine) init() {
+	e.b64 = newBase64Cache(e.Base64CacheBytes)
+}
+
+func (e *Engine) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+func (e *Engine) log() *slog.Logger {
+	if e.Log != nil {
+		return e.Log
+	}
+	return slog.Default()
+}
+
+func (e *Engine) threshold(window int) int {
+	f := e.CompactThreshold
+	if f <= 0 {
+		f = 0.8
+	}
+	return int(f * float64(window))
+}
+
+func (e *Engine) micro() policy.MicroConfig {
+	if e.Micro.IdleAfter == 0 && e.Micro.CompactableTools == nil {
+		return policy.DefaultMicro()
+	}
+	return e.Micro
+}
+
+func (e *Engine) lock(tenant string, id session.ID) func() {
+	m, _ := e.locks.LoadOrStore(tenant+"/"+string(id), &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// NewSession creates a session for model.
+func (e *Engine) NewSession(ctx context.Context, tenant, model string, keepTurnImages bool, thread chat.Thread) (session.Meta, error) {
+	if thread == "" {
+		thread = chat.Main
+	}
+	return e.Sessions.Create(ctx, session.Meta{Tenant: tenant, Thread: thread, Settings: chat.Settings{Model: model, KeepTurnImages: keepTurnImages}})
+}
+
+// call is the working state of one Call.
+type call struct {
+	e       *Engine
+	tenant  string
+	meta    session.Meta
+	st      session.State
+	profile tokens.Profile
+	turn    *policy.KeepTurn
+	entries []session.Entry
+	events  []Event
+}
+
+func (c *call) emit(ev Event) {
+	ev.Session = c.meta.ID
+	c.events = append(c.events, ev)
+	if c.e.Sink != nil {
+		c.e.Sink(ev)
+	}
+}
+
+func (c *call) removed(rs []policy.Removal) {
+	for _, r := range rs {
+		c.emit(Event{Kind: "removed", Ref: r.Ref, Reason: r.Reason, Tokens: r.Cost, Detail: r.Of})
+	}
+}
+
+// Call runs one exchange of a session: incoming is the client's new
+// messages — a user message to start a turn, or the results of the tools
+// the last reply called. It returns the assistant's reply.
+func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incoming []chat.Message) (*Result, error) {
+	e.once.Do(e.init)
+	defer e.lock(tenant, id)()
+	snap, err := e.Sessions.Load(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{e: e, tenant: tenant, meta: snap.Meta, st: snap.State}
+	c.profile = e.Profiles.Resolve(snap.Meta.Settings.Model, e.log())
+	if len(incoming) == 0 {
+		return nil, fmt.Errorf("%w: no messages", ErrBadTurn)
+	}
+	incoming, err = e.ingest(ctx, tenant, incoming)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.startOrContinue(incoming); err != nil {
+		return nil, err
+	}
+	for _, m := range incoming {
+		c.entries = append(c.entries, session.Entry{Message: &m})
+	}
+	res, err := c.exchange(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Persist the turn: entries and the state that goes with them, at once.
+	c.st.LastActivity = e.now().UTC()
+	if _, err := e.Sessions.Append(ctx, tenant, id, c.entries, c.st); err != nil {
+		return nil, fmt.Errorf("persist session: %w", err)
+	}
+	res.Events = c.events
+	return res, nil
+}
+
+func (c *call) keepTurn() policy.Turn {
+	return policy.Turn{
+		Config: c.e.Keep, Profile: c.profile, Thread: c.meta.Thread, Switch: c.meta.Settings.KeepTurnImages,
+		State: c.st.Keep, Counter: tokens.CounterFor(c.profile.Tokenizer), Storer: storer{c.e.Images, c.tenant},
+	}
+}
+
+// startOrContinue opens a turn for a user message, or resumes the open
+// turn for tool results, relaying the images the tools returned.
+func (c *call) startOrContinue(incoming []chat.Message) error {
+	first := incoming[0].Role
+	switch {
+	case !c.st.TurnOpen && first == chat.User, !c.st.TurnOpen && first == chat.System:
+		if idle := c.e.now().Sub(c.st.LastActivity); !c.st.LastActivity.IsZero() {
+			live, stats := policy.Microcompact(c.st.Live, idle, len(c.st.Live), c.e.micro())
+			if live2 := live; len(stats.Removed) > 0 || stats.Tool > 0 {
+				c.st.Live = live2
+				c.st.Keep.Base.Valid = false
+				c.removed(stats.Removed)
+				c.emit(Event{Kind: "compacted", Detail: fmt.Sprintf("microcompaction after %s idle: %d tool results, %d media, %d nested media cleared", idle.Round(time.Second), stats.Tool, stats.Media, stats.NestedMedia)})
+			}
+		}
+		c.turn = policy.StartTurn(c.keepTurn())
+		var removed []policy.Removal
+		c.st.Live, removed = c.turn.Start(c.st.Live)
+		c.removed(removed)
+		c.st.TurnStart = len(c.st.Live)
+	case c.st.TurnOpen && first == chat.Tool:
+		if c.st.Turn == nil {
+			return fmt.Errorf("%w: the open turn has no saved state", ErrBadTurn)
+		}
+		c.turn = policy.ResumeTurn(c.keepTurn(), *c.st.Turn)
+	case c.st.TurnOpen:
+		return fmt.Errorf("%w: the last reply called tools; send their results (role tool) first", ErrBadTurn)
+	default:
+		return fmt.Errorf("%w: a turn starts with a user message", ErrBadTurn)
+	}
+	for _, m := range incoming {
+		c.st.Live = append(c.st.Live, c.relay(m))
+	}
+	return nil
+}
+
+// relay hands the images inside tool results to keeping.
+func (c *call) relay(m chat.Message) chat.Message {
+	if m.Role != chat.Tool {
+		return m
+	}
+	m = m.Clone()
+	for i, p := range m.Parts {
+		tr, ok := p.(chat.ToolResult)
+		if !ok {
+			continue
+		}
+		for j, q := range tr.Parts {
+			if img, ok := q.(chat.Image); ok {
+				img = c.turn.Relay(img)
+				tr.Parts[j] = img
+				if img.Keep == chat.Trial {
+					c.emit(Event{Kind: "stored", Ref: img.Ref, Detail: "trial"})
+				}
+			}
+		}
+		m.Parts[i] = tr
+	}
+	return m
+}
+
+// storer is policy.Storer over the image store: the image was stored at
+// ingestion; keeping it refreshes its date and re-reads it byte-exact
+// (the Verified store checks the hash).
+type storer struct {
+	s      imagestore.Store
+	tenant string
+}
+
+func (s storer) StoreImage(ref blob.Ref) error {
+	ctx := context.Background()
+	if _, err := s.s.Get(ctx, s.tenant, ref); err != nil {
+		return err
+	}
+	return s.s.Touch(ctx, s.tenant, ref)
+}

@@ -1,0 +1,392 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/upstream"
+)
+
+// Seed keep-turn-images.md, "La boucle du tour" and "Le vrai hôte", and the
+// engine issue's list, case by case:
+//
+//	image stored by ref, seen inline by the engine, kept at its measured cost  TestKeptAtTheUsageShare
+//	request identical with and without the key; prefix stable across turns     TestPrefixStable
+//	key removed: the image leaves at the next turn start, caption kept         TestSwitchOffRemovesAtTurnStart
+//	refusals: budget / no usage / store refused                                policy tests (keep_test.go)
+//	trial image at the end of a turn                                           policy TestFinishTrialNeverMeasured
+//	removal at the reactive net, without a summary                             TestPromptTooLongRemovesImagesFirst
+//	compaction when images are not enough, input without base64; then error   TestPromptTooLongThenCompactThenError
+//	removal mid-turn at the threshold, compaction only if still needed         TestPressureEvictsBeforeSending
+//	completion cut by a full window: replay without kept images                TestCutCompletionReplaysWithoutKeptImages
+//	a restarted process resumes identical history, keep states and costs       TestRestartResumesExactly
+//	retry on 5xx measured once                                                 TestRetriedRequestIsMeasuredOnce
+//	bad input: unknown ref, another tenant's ref, bad base64, wrong turn       TestIngestRefusals
+
+var formats = []upstream.Format{upstream.OpenAI, upstream.Anthropic}
+
+// turn is one screenshot turn: a user asks, the model calls the
+// screenshot tool, the client sends the screenshot, the model answers.
+func turn(t *testing.T, r *rig, id session.ID, text, shot string) *Result {
+	t.Helper()
+	res := r.call(t, id, user(text))
+	return r.call(t, id, toolResult(t, res, shot))
+}
+
+func TestKeptAtTheUsageShare(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."})
+			id := r.session(t, true)
+			end := turn(t, r, id, "Open the login page.", screenshot(1280, 800, 1))
+			if !end.TurnEnd {
+				t.Fatal("the turn did not end")
+			}
+			kept := keptImages(r.live(t, id).Live)
+			// The upstream charged the image 46×29 = 1334 tokens (28-px rule);
+			// imgctx must have measured exactly that from the usage delta.
+			if len(kept) != 1 || kept[0].Cost != r.up.imageTokens[1] || kept[0].Cost != 1334 {
+				t.Fatalf("kept %+v; upstream charged %v", kept, r.up.imageTokens)
+			}
+			if kept[0].Ref.String() == "" || kept[0].URL != "" {
+				t.Fatal("the kept image is not held by ref")
+			}
+			if !hasEvent(r.events, "kept", "") {
+				t.Fatal("no kept event")
+			}
+		})
+	}
+}
+
+// messagesArray returns the bytes of a request's messages array.
+func messagesArray(t *testing.T, body []byte) []byte {
+	i := bytes.Index(body, []byte(`"messages":[`))
+	if i < 0 {
+		t.Fatalf("no messages in %s", body)
+	}
+	return body[i+len(`"messages":`):]
+}
+
+func stripCacheControl(b []byte) []byte {
+	return bytes.ReplaceAll(b, []byte(`,"cache_control":{"type":"ephemeral"}`), nil)
+}
+
+// With images kept, each request starts with exactly the bytes of the one
+// before it (the provider's prompt cache keeps hitting); with the switch
+// off, the next turn differs at the image that left. Anthropic breakpoints
+// move to the newest message, and the cache_control marks are not content,
+// so they are set aside for the comparison.
+func TestPrefixStable(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			run := func(keep bool) [][]byte {
+				r := newRig(t, f, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."},
+					reply{text: "Done."})
+				id := r.session(t, keep)
+				turn(t, r, id, "Open the login page.", screenshot(640, 400, 2))
+				r.call(t, id, user("Thanks. Anything else?"))
+				var out [][]byte
+				for _, b := range r.up.requests {
+					out = append(out, stripCacheControl(messagesArray(t, b)))
+				}
+				return out
+			}
+			on := run(true)
+			for i := 1; i < len(on); i++ {
+				prev := on[i-1][:len(on[i-1])-len("]}")]
+				if f == upstream.OpenAI {
+					prev = on[i-1][:bytes.LastIndexByte(on[i-1], ']')]
+				}
+				prev = prev[:bytes.LastIndexByte(prev, '}')+1]
+				if !bytes.HasPrefix(on[i], prev) {
+					t.Fatalf("keep on: request %d does not start with request %d", i+1, i)
+				}
+			}
+			off := run(false)
+			// Inside the turn, requests are the same as with the switch on.
+			if !bytes.Equal(off[0], on[0]) || !bytes.Equal(off[1], on[1]) {
+				t.Fatal("the switch changed a request inside the turn")
+			}
+			// The next turn differs, at the image that became a marker.
+			n := 0
+			for n < len(off[2]) && n < len(on[2]) && off[2][n] == on[2][n] {
+				n++
+			}
+			img := bytes.Index(on[2], []byte(`data:image/png;base64,`))
+			if img < 0 {
+				img = bytes.Index(on[2], []byte(`"type":"base64"`))
+			}
+			if n == len(off[2]) || n < img-200 || n > img+40 {
+				t.Fatalf("keep off: requests diverge at byte %d; the image is at %d", n, img)
+			}
+			if !bytes.Contains(off[2], []byte("[image removed: image/png (key_off)]")) {
+				t.Fatal("no marker where the image was")
+			}
+		})
+	}
+}
+
+func TestSwitchOffRemovesAtTurnStart(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."}, reply{text: "ok"})
+	id := r.session(t, true)
+	turn(t, r, id, "Open the login page.", screenshot(640, 400, 3))
+	if len(keptImages(r.live(t, id).Live)) != 1 {
+		t.Fatal("not kept")
+	}
+	// The client turns the switch off: the next turn starts without it.
+	snap, _ := r.engine.Sessions.Load(t.Context(), "acme", id)
+	r.engine.Sessions.Delete(t.Context(), "acme", id)
+	snap.Meta.Settings.KeepTurnImages = false
+	m, _ := r.engine.Sessions.Create(t.Context(), snap.Meta)
+	r.engine.Sessions.Append(t.Context(), "acme", m.ID, nil, snap.State)
+	r.call(t, m.ID, user("Next question."))
+	live := r.live(t, m.ID).Live
+	if len(keptImages(live)) != 0 || !hasEvent(r.events, "removed", string(reason.KeyOff)) {
+		t.Fatal("the kept image did not leave when the switch went off")
+	}
+	found := false
+	for _, msg := range live {
+		chat.Walk(msg.Parts, func(p chat.Part, _ int) bool {
+			if mk, ok := p.(chat.Marker); ok && mk.Reason == "key_off" && mk.MediaType == "image/png" {
+				found = true
+			}
+			return true
+		})
+	}
+	if !found {
+		t.Fatal("no marker kept its place")
+	}
+}
+
+// A window too small for the next request with its kept images: the first
+// replay drops the kept images and no summary is made.
+func TestPromptTooLongRemovesImagesFirst(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."}, reply{text: "Here it is."})
+			id := r.session(t, true)
+			turn(t, r, id, "Open the login page.", screenshot(1280, 800, 4))
+			r.up.overflowAt = r.up.prompts[len(r.up.prompts)-1] + 100 // with the image (1334), the next request no longer fits
+			r.call(t, id, user(strings.Repeat("Please describe everything in detail. ", 30)))
+			if len(r.up.summaries) != 0 {
+				t.Fatal("a summary was made although removing the images was enough")
+			}
+			if !hasEvent(r.events, "removed", "overflow") || !hasEvent(r.events, "retried", "overflow") {
+				t.Fatalf("events %+v", r.events)
+			}
+			if len(keptImages(r.live(t, id).Live)) != 0 {
+				t.Fatal("kept images survived the overflow")
+			}
+		})
+	}
+}
+
+func TestPromptTooLongThenCompactThenError(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000)
+			id := r.session(t, true)
+			// Three turns of history, one kept screenshot each.
+			for i := range 3 {
+				r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: strings.Repeat("Seen. ", 100)})
+				turn(t, r, id, strings.Repeat("look ", 800), screenshot(600, 400, uint8(10+i)))
+			}
+			// Now even without its images (3 × 330 tokens) the prompt is too
+			// long: compaction must run.
+			r.up.overflowAt = r.up.prompts[len(r.up.prompts)-1] - 1500
+			r.up.replies = append(r.up.replies, reply{text: "Answer after compaction."})
+			res := r.call(t, id, user("And now?"))
+			if res.Message.TextContent() != "Answer after compaction." {
+				t.Fatalf("reply %+v", res.Message)
+			}
+			if len(r.up.summaries) != 1 {
+				t.Fatalf("%d summaries; want 1", len(r.up.summaries))
+			}
+			sum := r.up.summaries[0]
+			if bytes.Contains(sum, []byte(";base64,")) || bytes.Contains(sum, []byte(`"type":"base64"`)) || bytes.Contains(sum, []byte(`"image_url"`)) {
+				t.Fatalf("image bytes reached the summariser: %.300s", sum)
+			}
+			snap, _ := r.engine.Sessions.Load(t.Context(), "acme", id)
+			var records int
+			for _, e := range snap.Log {
+				if e.Compaction != nil {
+					records++
+				}
+			}
+			if records != 1 || !hasEvent(r.events, "compacted", "") {
+				t.Fatalf("%d compaction records", records)
+			}
+			// The persisted log still holds every original message.
+			if len(snap.Log) < 3*4 {
+				t.Fatalf("log has %d entries: originals lost", len(snap.Log))
+			}
+			// A window too small for anything: a clear error, nothing stored.
+			r.up.overflowAt = 5
+			before, _ := r.engine.Sessions.Load(t.Context(), "acme", id)
+			_, err := r.engine.Call(t.Context(), "acme", id, user("Still there?"))
+			if !errors.Is(err, ErrContextFull) {
+				t.Fatalf("got %v; want ErrContextFull", err)
+			}
+			after, _ := r.engine.Sessions.Load(t.Context(), "acme", id)
+			if !reflect.DeepEqual(before, after) {
+				t.Fatal("a failed call changed the session")
+			}
+		})
+	}
+}
+
+// Before a request, an estimate past the threshold makes kept images leave
+// first, in one batch; compaction does not run when that is enough.
+func TestPressureEvictsBeforeSending(t *testing.T) {
+	const window = 30000 // keep budget 3000: room for two 1334-token screenshots
+	r := newRig(t, upstream.OpenAI, window)
+	id := r.session(t, true)
+	for i := range 2 {
+		r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: "ok"})
+		turn(t, r, id, "look", screenshot(1280, 800, uint8(20+i)))
+	}
+	if n := len(keptImages(r.live(t, id).Live)); n != 2 {
+		t.Fatalf("%d kept", n)
+	}
+	last := r.up.prompts[len(r.up.prompts)-1]
+	threshold := last + 300
+	r.engine.CompactThreshold = float64(threshold) / window
+	r.up.replies = append(r.up.replies, reply{text: "fine"})
+	r.call(t, id, user(strings.Repeat("words ", 350))) // ≈525 tokens: over the threshold
+	if len(r.up.summaries) != 0 {
+		t.Fatal("compaction ran although removing images was enough")
+	}
+	// Down to the low-water mark (10% under the threshold): the oldest
+	// image leaves, the newer one stays, in one batch.
+	kept := keptImages(r.live(t, id).Live)
+	if len(kept) != 1 || !hasEvent(r.events, "removed", "budget") {
+		t.Fatalf("%d kept after pressure; events %+v", len(kept), r.events)
+	}
+	if sent := r.up.prompts[len(r.up.prompts)-1]; sent > threshold {
+		t.Fatalf("the request carried %d tokens, over the threshold %d", sent, threshold)
+	}
+}
+
+func TestCutCompletionReplaysWithoutKeptImages(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."},
+		reply{text: "The", windowFull: true}, reply{text: "The full answer."})
+	id := r.session(t, true)
+	turn(t, r, id, "Open the login page.", screenshot(1280, 800, 5))
+	res := r.call(t, id, user("Describe it."))
+	if res.Message.TextContent() != "The full answer." || len(r.up.summaries) != 0 {
+		t.Fatalf("reply %q, %d summaries", res.Message.TextContent(), len(r.up.summaries))
+	}
+	if !hasEvent(r.events, "retried", "overflow") || len(keptImages(r.live(t, id).Live)) != 0 {
+		t.Fatal("the cut completion was not replayed without kept images")
+	}
+	if r.up.imageTokens[len(r.up.imageTokens)-1] != 0 {
+		t.Fatal("the replay still carried the image")
+	}
+}
+
+// Kill the engine between two calls: a new process on the same data
+// directory resumes with identical history, keep states and costs, mid-turn.
+func TestRestartResumesExactly(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."},
+		reply{toolCall: "screenshot"}, reply{text: "Now logged in."})
+	id := r.session(t, true)
+	turn(t, r, id, "Open the login page.", screenshot(1280, 800, 6))
+	open := r.call(t, id, user("Log in and show me.")) // the turn is open: a tool call
+	before, _ := r.engine.Sessions.Load(t.Context(), "acme", id)
+
+	r.engine = r.open(t) // a new process on the same directory
+	after, err := r.engine.Sessions.Load(t.Context(), "acme", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(before, after) {
+		t.Fatal("the session differs after a restart")
+	}
+	if !after.State.TurnOpen || after.State.Turn == nil || len(keptImages(after.State.Live)) != 1 {
+		t.Fatalf("state after restart: open %v turn %v", after.State.TurnOpen, after.State.Turn)
+	}
+	res := r.call(t, id, toolResult(t, open, screenshot(1280, 800, 7)))
+	if !res.TurnEnd {
+		t.Fatal("the resumed turn did not finish")
+	}
+	kept := keptImages(r.live(t, id).Live)
+	if len(kept) != 2 || kept[0].Cost != 1334 || kept[1].Cost != 1334 {
+		t.Fatalf("after the resumed turn: %+v", kept)
+	}
+}
+
+func TestRetriedRequestIsMeasuredOnce(t *testing.T) {
+	r := newRig(t, upstream.OpenAI, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."})
+	id := r.session(t, true)
+	res := r.call(t, id, user("Open the login page."))
+	r.up.failNext = 2 // two 503s before the request goes through
+	r.call(t, id, toolResult(t, res, screenshot(1280, 800, 8)))
+	kept := keptImages(r.live(t, id).Live)
+	if len(kept) != 1 || kept[0].Cost != 1334 {
+		t.Fatalf("kept %+v", kept)
+	}
+}
+
+func TestIngestRefusals(t *testing.T) {
+	r := newRig(t, upstream.OpenAI, 100000, reply{text: "ok"})
+	id := r.session(t, true)
+	img := func(url string) []chat.Message {
+		return []chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "see"}, chat.Image{URL: url}}}}
+	}
+	cases := map[string]struct {
+		msgs []chat.Message
+		want reason.Code
+		err  error
+	}{
+		"bad base64":   {img("data:image/png;base64,@@@@"), reason.Invalid, nil},
+		"unknown type": {img("data:image/png;base64,aGVsbG8gd29ybGQ="), reason.Invalid, nil},
+		"unknown ref":  {img("imgctx:sha256-" + strings.Repeat("ab", 32)), "", ErrUnknownRef},
+		"no fetcher":   {img("https://example.com/a.png"), reason.FetchFailed, nil},
+		"tool first":   {[]chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "x"}}}}, "", ErrBadTurn},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := r.engine.Call(t.Context(), "acme", id, c.msgs)
+			if c.err != nil && !errors.Is(err, c.err) || c.want != "" && reason.Of(err) != c.want {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+	// A ref stored by another tenant answers like a missing one.
+	other, _ := r.engine.NewSession(t.Context(), "globex", "scripted-vl", true, chat.Main)
+	shot := screenshot(64, 64, 9)
+	r.up.replies = append(r.up.replies, reply{text: "ok"})
+	if _, err := r.engine.Call(t.Context(), "globex", other.ID, img(shot)); err != nil {
+		t.Fatal(err)
+	}
+	ref := keptOrAny(r.live2(t, "globex", other.ID))
+	if _, err := r.engine.Call(t.Context(), "acme", id, img("imgctx:"+ref)); !errors.Is(err, ErrUnknownRef) {
+		t.Fatalf("another tenant's ref: %v", err)
+	}
+	if snap, _ := r.engine.Sessions.Load(t.Context(), "acme", id); len(snap.Log) != 0 {
+		t.Fatal("a refused call left entries")
+	}
+}
+
+func (r *rig) live2(t *testing.T, tenant string, id session.ID) []chat.Message {
+	snap, err := r.engine.Sessions.Load(t.Context(), tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.State.Live
+}
+
+func keptOrAny(msgs []chat.Message) string {
+	for _, m := range msgs {
+		for _, im := range m.Images() {
+			return im.Ref.String()
+		}
+	}
+	return ""
+}

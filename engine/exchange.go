@@ -1,0 +1,206 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/wire"
+)
+
+// exchange sends the live context and handles what comes back: window
+// pressure before sending (images first, then compaction), the reactive net
+// on prompt-too-long (replay without kept images, then compact and replay,
+// then a clear error), and the cut-completion replay.
+func (c *call) exchange(ctx context.Context) (*Result, error) {
+	if err := c.relieve(ctx); err != nil {
+		return nil, err
+	}
+	var resp *response
+	var err error
+	netStep := 0 // 0 nothing done, 1 images removed, 2 compacted
+	cutReplayed := false
+	for {
+		resp, err = c.send(ctx)
+		var we *wire.Error
+		if errors.As(err, &we) && we.Kind == wire.PromptTooLong {
+			if netStep, err = c.reactive(ctx, netStep, we); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if resp.cut && !cutReplayed && c.windowFull(resp) {
+			cutReplayed = true
+			if kept := policy.KeptCost(c.st.Live); kept > 0 && kept >= resp.usage.Output {
+				live, removed := policy.RemoveKept(c.st.Live, reason.Overflow)
+				c.st.Live = live
+				c.removed(removed)
+				c.turn.InvalidateBase()
+				c.emit(Event{Kind: "retried", Reason: reason.Overflow, Detail: "completion cut by a full window: replay without kept images"})
+			} else {
+				if err := c.compact(ctx); err != nil {
+					return nil, err
+				}
+				c.emit(Event{Kind: "retried", Reason: reason.Compaction, Detail: "completion cut by a full window: replay after compaction"})
+			}
+			continue
+		}
+		break
+	}
+	c.turn.Observe(resp.usage, resp.cut)
+	if resp.usage != nil {
+		c.st.LastUsage = *resp.usage
+	}
+	c.st.Live = c.turn.Rewritten(c.st.Live)
+	for _, ev := range c.turn.Events() {
+		c.emit(Event{Kind: ev.Kind, Ref: ev.Ref, Reason: ev.Reason, Tokens: ev.Cost})
+	}
+	reply := resp.message
+	c.st.Live = append(c.st.Live, reply)
+	c.entries = append(c.entries, session.Entry{Message: &reply})
+	end := !hasToolCalls(reply)
+	if end {
+		var removed []policy.Removal
+		c.st.Live, removed, c.st.Keep = c.turn.Finish(c.st.Live)
+		c.removed(removed)
+		c.st.TurnOpen, c.st.Turn = false, nil
+	} else {
+		snap := c.turn.Snapshot()
+		c.st.TurnOpen, c.st.Turn = true, &snap
+	}
+	return &Result{Message: reply, Usage: resp.usage, TurnEnd: end}, nil
+}
+
+func hasToolCalls(m chat.Message) bool {
+	for _, p := range m.Parts {
+		if _, ok := p.(chat.ToolCall); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// windowFull tells a completion cut by the window from one cut by
+// max_tokens: Anthropic says so; otherwise prompt and output fill it.
+func (c *call) windowFull(r *response) bool {
+	if r.windowFull {
+		return true
+	}
+	return r.usage != nil && r.usage.Prompt+r.usage.Output >= c.profile.ContextWindow*98/100
+}
+
+// reactive is the net under prompt-too-long: first replay without kept
+// images (no summary), then compact and replay, then give up clearly.
+func (c *call) reactive(ctx context.Context, step int, cause *wire.Error) (int, error) {
+	if step == 0 {
+		live, removed := policy.RemoveKept(c.st.Live, reason.Overflow)
+		if len(removed) > 0 {
+			c.st.Live = live
+			c.removed(removed)
+			c.turn.InvalidateBase()
+			c.emit(Event{Kind: "retried", Reason: reason.Overflow, Detail: "prompt too long: replay without kept images"})
+			return 1, nil
+		}
+		step = 1
+	}
+	if step == 1 {
+		if err := c.compact(ctx); err != nil {
+			if errors.Is(err, policy.ErrNotWorthCompacting) {
+				return 0, fmt.Errorf("%w: %v", ErrContextFull, cause)
+			}
+			return 0, err
+		}
+		c.emit(Event{Kind: "retried", Reason: reason.Compaction, Detail: "prompt too long: replay after compaction"})
+		return 2, nil
+	}
+	return 0, fmt.Errorf("%w: %v", ErrContextFull, cause)
+}
+
+// relieve applies window pressure before a request: when the estimate
+// passes the threshold, kept images leave first (one batch, down to the
+// low-water mark); compaction runs only if that was not enough.
+func (c *call) relieve(ctx context.Context) error {
+	est := c.estimate()
+	limit := c.e.threshold(c.profile.ContextWindow)
+	if est <= limit {
+		return nil
+	}
+	live, removed, after := policy.EvictImages(c.st.Live, policy.Pressure{Estimate: est, Threshold: limit}, reason.Budget)
+	if len(removed) > 0 {
+		c.st.Live = live
+		c.removed(removed)
+		c.turn.InvalidateBase()
+	}
+	if after <= limit {
+		return nil
+	}
+	err := c.compact(ctx)
+	if errors.Is(err, policy.ErrNotWorthCompacting) {
+		return nil // nothing to summarise yet: let the upstream decide
+	}
+	return err
+}
+
+// estimate is the next prompt's size: the last measured prompt plus an
+// estimate of what was appended since, or an estimate of it all.
+func (c *call) estimate() int {
+	counter := tokens.CounterFor(c.profile.Tokenizer)
+	snap := c.turn.Snapshot()
+	from, base := 0, 0
+	if snap.Base.Valid && snap.Base.Messages <= len(c.st.Live) {
+		from, base = snap.Base.Messages, snap.Base.Prompt
+	}
+	n := base
+	for _, m := range c.st.Live[from:] {
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			switch p := p.(type) {
+			case chat.Text:
+				n += counter.Count(p.Text)
+			case chat.ToolCall:
+				n += counter.Count(p.Arguments) + 8
+			case chat.Summary:
+				n += counter.Count(p.Text)
+			case chat.Marker:
+				n += counter.Count(p.String())
+			case chat.Document:
+				n += counter.Count(p.Text) + 16
+			case chat.Image:
+				if p.Cost > 0 {
+					n += p.Cost
+				} else if t, err := tokens.ImageTokens(c.profile, p.Width, p.Height, p.Detail); err == nil {
+					n += t
+				}
+			}
+			return true
+		})
+		n += 4 // per-message framing
+	}
+	return n
+}
+
+// compact summarises a prefix of the live context through a side query to
+// the same upstream, with slimmed input, and records it in the log.
+func (c *call) compact(ctx context.Context) error {
+	res, err := policy.Compact(ctx, c.st.Live, c.e.Compact, summariser{c})
+	if err != nil {
+		return err
+	}
+	rec := res.Record
+	c.st.Live = res.Messages
+	c.turn.InvalidateBase()
+	if c.st.TurnStart >= rec.To {
+		c.st.TurnStart -= rec.To - rec.From - 1
+	}
+	c.entries = append(c.entries, session.Entry{Compaction: &rec})
+	c.removed(res.Removed)
+	c.emit(Event{Kind: "compacted", Reason: reason.Compaction, Detail: fmt.Sprintf("summarised messages %d–%d (%d of %d characters)", rec.From, rec.To, rec.PrefixChars, rec.TotalChars)})
+	return nil
+}

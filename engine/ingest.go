@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/reason"
+)
+
+// RefScheme prefixes an image URL that names a stored image by ref.
+const RefScheme = "imgctx:"
+
+// ingest turns every image and document given by URL into one stored by
+// ref: data URLs are decoded, remote URLs fetched through the SSRF guard,
+// "imgctx:sha256-…" looked up in the tenant's store. Each is checked (format,
+// bytes, pixels) before it is stored; a refusal is a *reason.Error and
+// nothing of the call is kept.
+func (e *Engine) ingest(ctx context.Context, tenant string, msgs []chat.Message) ([]chat.Message, error) {
+	out := make([]chat.Message, len(msgs))
+	for i, m := range msgs {
+		m = m.Clone()
+		if err := e.ingestParts(ctx, tenant, m.Parts); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+func (e *Engine) ingestParts(ctx context.Context, tenant string, parts []chat.Part) error {
+	for i, p := range parts {
+		switch p := p.(type) {
+		case chat.Image:
+			if p.URL == "" {
+				continue
+			}
+			data, in, err := e.resolve(ctx, tenant, p.URL)
+			if err != nil {
+				return err
+			}
+			if in.Kind != media.KindImage {
+				return reason.New(reason.Invalid, in.MediaType+" sent as an image")
+			}
+			if err := e.store(ctx, tenant, in, data); err != nil {
+				return err
+			}
+			p.URL, p.Ref, p.MediaType, p.Bytes, p.Width, p.Height = "", in.Ref, in.MediaType, in.Bytes, in.Width, in.Height
+			parts[i] = p
+		case chat.Document:
+			if p.URL == "" {
+				continue
+			}
+			data, in, err := e.resolve(ctx, tenant, p.URL)
+			if err != nil {
+				return err
+			}
+			if err := e.store(ctx, tenant, in, data); err != nil {
+				return err
+			}
+			p.URL, p.Ref, p.MediaType = "", in.Ref, in.MediaType
+			parts[i] = p
+		case chat.ToolResult:
+			if err := e.ingestParts(ctx, tenant, p.Parts); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Engine) store(ctx context.Context, tenant string, in media.Info, data []byte) error {
+	if data == nil {
+		return nil // already stored (an imgctx: ref)
+	}
+	if err := e.Images.Put(ctx, tenant, in.Ref, data); err != nil {
+		return reason.Wrap(reason.Refused, "the image store refused the image", err)
+	}
+	return nil
+}
+
+// resolve returns the bytes behind an image URL (nil for a stored ref) and
+// what they are.
+func (e *Engine) resolve(ctx context.Context, tenant, url string) ([]byte, media.Info, error) {
+	switch {
+	case strings.HasPrefix(url, RefScheme):
+		ref, err := blob.Parse(strings.TrimPrefix(url, RefScheme))
+		if err != nil {
+			return nil, media.Info{}, reason.Wrap(reason.Invalid, "bad imgctx ref", err)
+		}
+		data, err := e.Images.Get(ctx, tenant, ref)
+		if errors.Is(err, imagestore.ErrNotFound) {
+			return nil, media.Info{}, fmt.Errorf("%w: %s", ErrUnknownRef, ref)
+		}
+		if err != nil {
+			return nil, media.Info{}, err
+		}
+		in, err := media.Inspect(data, "", e.Limits)
+		return nil, in, err
+	case len(url) > 5 && strings.EqualFold(url[:5], "data:"):
+		d, err := media.ParseDataURL(url)
+		if err != nil {
+			return nil, media.Info{}, err
+		}
+		in, err := media.Inspect(d.Data, d.MediaType, e.Limits)
+		return d.Data, in, err
+	case strings.HasPrefix(url, "http://") || strings.HasPrefix(url, "https://"):
+		if e.Fetcher == nil {
+			return nil, media.Info{}, reason.New(reason.FetchFailed, "image URLs are not fetched by this engine")
+		}
+		f, err := e.Fetcher.Fetch(ctx, url)
+		if err != nil {
+			return nil, media.Info{}, err
+		}
+		in, err := media.Inspect(f.Data, f.ContentType, e.Limits)
+		return f.Data, in, err
+	}
+	return nil, media.Info{}, reason.New(reason.Invalid, "image URL must be a data URL, http(s), or imgctx:sha256-…")
+}

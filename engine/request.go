@@ -1,0 +1,251 @@
+package engine
+
+import (
+	"container/list"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/openai"
+)
+
+// MaxResponseBytes bounds a non-streamed upstream response.
+const MaxResponseBytes = 64 << 20
+
+type response struct {
+	message    chat.Message
+	usage      *chat.Usage
+	cut        bool
+	windowFull bool
+}
+
+// send checks the provider rules, encodes the live context in the
+// upstream's format, records it for measurement, and sends it.
+func (c *call) send(ctx context.Context) (*response, error) {
+	var sh policy.Shrinker
+	if c.e.Shrinker != nil {
+		sh = shrinker{c}
+	}
+	live, removed, shrunk := policy.CheckProviderRules(ctx, c.st.Live, c.profile.Limits, sh)
+	if len(removed) > 0 || len(shrunk) > 0 {
+		c.st.Live = live
+		c.removed(removed)
+		for _, s := range shrunk {
+			c.emit(Event{Kind: "shrunk", Ref: s.To.Ref, Reason: "provider_limit", Detail: s.Rule})
+		}
+		c.turn.InvalidateBase()
+	}
+	body, err := c.encode(ctx, c.st.Live, true)
+	if err != nil {
+		return nil, err
+	}
+	c.turn.Sending(c.st.Live)
+	return c.roundTrip(ctx, body)
+}
+
+func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
+	resp, err := c.e.Upstream.Do(ctx, body, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read upstream response: %w", err)
+	}
+	if c.e.Upstream.Format == upstream.Anthropic {
+		r, err := anthropic.DecodeResponse(b)
+		if err != nil {
+			return nil, err
+		}
+		return &response{message: r.Message, usage: r.Usage, cut: r.Cut, windowFull: r.WindowFull}, nil
+	}
+	r, err := openai.DecodeResponse(b)
+	if err != nil {
+		return nil, err
+	}
+	return &response{message: r.Message, usage: r.Usage, cut: r.Cut}, nil
+}
+
+// encode writes msgs as a request in the upstream's format. With
+// breakpoints (Anthropic), the system prompt, the last message holding a
+// kept image and the newest message are marked for the prompt cache, so
+// system, tools and kept images sit in the cached prefix.
+func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool) ([]byte, error) {
+	model := c.meta.Settings.Model
+	if c.e.Upstream.Format == upstream.Anthropic {
+		maxTokens := c.e.MaxTokens
+		if maxTokens <= 0 {
+			maxTokens = 4096
+		}
+		var cache anthropic.Cache
+		if breakpoints {
+			cache.System = len(msgs) > 0 && msgs[0].Role == chat.System
+			for i := len(msgs) - 1; i >= 0; i-- {
+				if holdsKept(msgs[i]) {
+					cache.Messages = append(cache.Messages, i)
+					break
+				}
+			}
+			if n := len(msgs) - 1; n >= 0 && (len(cache.Messages) == 0 || cache.Messages[0] != n) {
+				cache.Messages = append(cache.Messages, n)
+			}
+		}
+		src := func(img chat.Image) (string, string, string, error) {
+			if !img.Ref.Valid() {
+				return "", "", img.URL, nil
+			}
+			data, err := c.e.base64(ctx, c.tenant, img.Ref)
+			return img.MediaType, data, "", err
+		}
+		return anthropic.NewRequest(model, maxTokens).Encode(msgs, src, cache)
+	}
+	url := func(img chat.Image) (string, error) {
+		if !img.Ref.Valid() {
+			return img.URL, nil
+		}
+		data, err := c.e.base64(ctx, c.tenant, img.Ref)
+		if err != nil {
+			return "", err
+		}
+		return "data:" + img.MediaType + ";base64," + data, nil
+	}
+	return openai.NewRequest(model).Encode(msgs, url)
+}
+
+func holdsKept(m chat.Message) bool {
+	kept := false
+	chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+		if img, ok := p.(chat.Image); ok && img.Keep == chat.Kept {
+			kept = true
+		}
+		return !kept
+	})
+	return kept
+}
+
+// summariser is compaction's side query to the same upstream. It only ever
+// receives Slim's output, and the provider rules are checked on it too.
+type summariser struct{ c *call }
+
+// SummaryPrompt is the summariser's instruction.
+const SummaryPrompt = "You summarise conversations between a user and an assistant that uses tools. " +
+	"Keep every fact, decision, file name, number and open task; say what each image or document showed when the text tells. Be concise."
+
+func (s summariser) Summarise(ctx context.Context, msgs []chat.Message) (string, error) {
+	req := append([]chat.Message{{Role: chat.System, Parts: []chat.Part{chat.Text{Text: SummaryPrompt}}}}, msgs...)
+	req = append(req, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "Summarise the conversation above."}}})
+	req, _, _ = policy.CheckProviderRules(ctx, req, s.c.profile.Limits, nil)
+	body, err := s.c.encode(ctx, req, false)
+	if err != nil {
+		return "", err
+	}
+	r, err := s.c.roundTrip(ctx, body)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, p := range r.message.Parts {
+		if t, ok := p.(chat.Text); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	if b.Len() == 0 {
+		return "", fmt.Errorf("the summariser returned no text")
+	}
+	return b.String(), nil
+}
+
+// shrinker makes an image meet a provider limit: shrink, store, refer.
+type shrinker struct{ c *call }
+
+func (s shrinker) Shrink(ctx context.Context, img chat.Image, maxEdge int, maxBytes int64) (chat.Image, error) {
+	data, err := s.c.e.Images.Get(ctx, s.c.tenant, img.Ref)
+	if err != nil {
+		return chat.Image{}, err
+	}
+	out, err := s.c.e.Shrinker.Shrink(data, media.Target{MaxEdge: maxEdge, MaxBytes: maxBytes})
+	if err != nil {
+		return chat.Image{}, err
+	}
+	ref := blob.Of(out.Data)
+	if err := s.c.e.Images.Put(ctx, s.c.tenant, ref, out.Data); err != nil {
+		return chat.Image{}, err
+	}
+	img.Ref, img.MediaType, img.Bytes, img.Width, img.Height = ref, out.MediaType, int64(len(out.Data)), out.Width, out.Height
+	img.Cost = 0
+	return img, nil
+}
+
+// base64 returns an image's bytes in base64, from a bounded cache so a hot
+// ref expands at memory speed.
+func (e *Engine) base64(ctx context.Context, tenant string, ref blob.Ref) (string, error) {
+	if s, ok := e.b64.get(ref); ok {
+		return s, nil
+	}
+	data, err := e.Images.Get(ctx, tenant, ref)
+	if err != nil {
+		return "", fmt.Errorf("expand %s: %w", ref, err)
+	}
+	s := base64.StdEncoding.EncodeToString(data)
+	e.b64.put(ref, s)
+	return s, nil
+}
+
+// base64Cache is an LRU of encodings bounded by their total size. Refs are
+// content addresses, so an entry never goes stale; callers only reach refs
+// their tenant was allowed at ingestion.
+type base64Cache struct {
+	mu    sync.Mutex
+	max   int64
+	size  int64
+	order *list.List // front: most recent; values are *b64Entry
+	m     map[blob.Ref]*list.Element
+}
+
+type b64Entry struct {
+	ref blob.Ref
+	s   string
+}
+
+func newBase64Cache(max int64) *base64Cache {
+	if max <= 0 {
+		max = 256 << 20
+	}
+	return &base64Cache{max: max, order: list.New(), m: map[blob.Ref]*list.Element{}}
+}
+
+func (c *base64Cache) get(ref blob.Ref) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[ref]; ok {
+		c.order.MoveToFront(el)
+		return el.Value.(*b64Entry).s, true
+	}
+	return "", false
+}
+
+func (c *base64Cache) put(ref blob.Ref, s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[ref]; ok || int64(len(s)) > c.max {
+		return
+	}
+	c.m[ref] = c.order.PushFront(&b64Entry{ref, s})
+	c.size += int64(len(s))
+	for c.size > c.max {
+		el := c.order.Back()
+		en := c.order.Remove(el).(*b64Entry)
+		delete(c.m, en.ref)
+		c.size -= int64(len(en.s))
+	}
+}
