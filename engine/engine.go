@@ -40,6 +40,28 @@ type Config struct {
 	Limits    media.Limits
 	// Base64CacheBytes bounds the cache of encoded images; default 256 MB.
 	Base64CacheBytes int64
+	// Hints override the model profile for this upstream.
+	Hints Hints
+}
+
+// Hints are what an upstream says of itself, over the model profile: a
+// local server with a smaller window, a text-only deployment.
+type Hints struct {
+	Vision        *bool // nil: the profile's
+	ContextWindow int   // 0: the profile's
+}
+
+// Profile is the model profile the engine uses for model: the table's,
+// with the upstream's hints applied.
+func (e *Engine) Profile(model string) tokens.Profile {
+	p := e.Profiles.Resolve(model, e.log())
+	if e.Hints.Vision != nil {
+		p.Vision = *e.Hints.Vision
+	}
+	if e.Hints.ContextWindow > 0 {
+		p.ContextWindow = e.Hints.ContextWindow
+	}
+	return p
 }
 
 // Engine runs sessions. Build it with its fields set, then use it from many
@@ -176,7 +198,7 @@ func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incomin
 		return nil, err
 	}
 	c := &call{e: e, tenant: tenant, meta: snap.Meta, st: snap.State}
-	c.profile = e.Profiles.Resolve(snap.Meta.Settings.Model, e.log())
+	c.profile = e.Profile(snap.Meta.Settings.Model)
 	if len(incoming) == 0 {
 		return nil, fmt.Errorf("%w: no messages", ErrBadTurn)
 	}

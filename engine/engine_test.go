@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/reason"
@@ -389,4 +390,87 @@ func keptOrAny(msgs []chat.Message) string {
 		}
 	}
 	return ""
+}
+
+// A session idle past the threshold is microcompacted at its next turn:
+// the old screenshots inside tool results are cleared, the text stays.
+func TestIdleSessionIsMicrocompacted(t *testing.T) {
+	r := newRig(t, upstream.OpenAI, 100000)
+	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	r.engine.Now = func() time.Time { return now }
+	id := r.session(t, true)
+	for i := range 3 {
+		r.up.replies = append(r.up.replies, reply{toolCall: "mcp_screenshot"}, reply{text: "ok"})
+		turn(t, r, id, "look", screenshot(200, 200, uint8(30+i)))
+	}
+	now = now.Add(2 * time.Hour)
+	r.up.replies = append(r.up.replies, reply{text: "back"})
+	r.call(t, id, user("I'm back."))
+	if !hasEvent(r.events, "compacted", "microcompaction") || !hasEvent(r.events, "removed", "idle") {
+		t.Fatalf("events %+v", r.events)
+	}
+	// keep_recent 1: one screenshot result keeps its image.
+	if n := len(keptImages(r.live(t, id).Live)); n != 1 {
+		t.Fatalf("%d kept images after microcompaction; want 1", n)
+	}
+}
+
+// Provider rules apply on the way out: a profile allowing one image per
+// request turns the older one into a marker with provider_limit.
+func TestProviderRulesOnEveryRequest(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 100000, reply{text: "two images seen"})
+	p := r.up.profile
+	p.Limits.MaxImages = 1
+	r.engine.Profiles, _ = r.engine.Profiles.With(p)
+	id := r.session(t, true)
+	r.call(t, id, []chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "compare"},
+		chat.Image{URL: screenshot(100, 100, 40)}, chat.Image{URL: screenshot(100, 100, 41)}}}})
+	if r.up.imageTokens[0] != 16 || !hasEvent(r.events, "removed", "provider_limit") {
+		t.Fatalf("upstream priced %d image tokens; events %+v", r.up.imageTokens[0], r.events)
+	}
+}
+
+// Anthropic requests put breakpoints on the system prompt, on the turn
+// holding the newest kept image, and on the newest message.
+func TestAnthropicBreakpoints(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 100000, reply{toolCall: "screenshot"}, reply{text: "ok"}, reply{text: "fine"})
+	id := r.session(t, true)
+	r.call(t, id, []chat.Message{{Role: chat.System, Parts: []chat.Part{chat.Text{Text: "You drive a browser."}}}, user("Open the page.")[0]})
+	res := r.up.requests[0]
+	if !bytes.Contains(res, []byte(`"system":[{"type":"text","text":"You drive a browser.","cache_control":{"type":"ephemeral"}}]`)) {
+		t.Fatalf("no breakpoint on the system prompt: %s", res)
+	}
+	r.call(t, id, toolResult(t, &Result{Message: lastReply(t, r, id)}, screenshot(640, 400, 42)))
+	r.call(t, id, user("And now?"))
+	final := string(r.up.requests[len(r.up.requests)-1])
+	if n := strings.Count(final, "cache_control"); n != 3 {
+		t.Fatalf("%d breakpoints; want 3 (system, kept image, newest)", n)
+	}
+	img := strings.Index(final, `"type":"image"`)
+	bp := strings.Index(final[img:], "cache_control")
+	next := strings.Index(final[img:], `"role":"assistant"`)
+	if img < 0 || bp < 0 || bp > next {
+		t.Fatal("no breakpoint in the turn holding the kept image")
+	}
+}
+
+func lastReply(t *testing.T, r *rig, id session.ID) chat.Message {
+	live := r.live(t, id).Live
+	return live[len(live)-1]
+}
+
+// An upstream known to be text-only never keeps images, whatever the
+// profile says.
+func TestHintsOverrideTheProfile(t *testing.T) {
+	r := newRig(t, upstream.OpenAI, 100000, reply{toolCall: "screenshot"}, reply{text: "ok"})
+	no := false
+	r.engine.Hints = Hints{Vision: &no, ContextWindow: 50000}
+	if p := r.engine.Profile("scripted-vl"); p.Vision || p.ContextWindow != 50000 {
+		t.Fatalf("profile %+v", p)
+	}
+	id := r.session(t, true)
+	turn(t, r, id, "look", screenshot(300, 300, 43))
+	if len(keptImages(r.live(t, id).Live)) != 0 || !hasEvent(r.events, "removed", "no_vision") {
+		t.Fatalf("events %+v", r.events)
+	}
 }

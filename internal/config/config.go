@@ -26,6 +26,7 @@ type Config struct {
 	DataDir    string           `yaml:"data_dir" doc:"directory of the image store and the session database"`
 	Store      Store            `yaml:"store"`
 	Media      Media            `yaml:"media"`
+	Upstream   Upstream         `yaml:"upstream"`
 	Compaction Compaction       `yaml:"compaction"`
 	Log        Log              `yaml:"log"`
 	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
@@ -54,6 +55,17 @@ type Fetch struct {
 	AllowLoopback bool          `yaml:"allow_loopback" doc:"let URLs reach 127.0.0.0/8 and ::1 (tests and local development only)"`
 }
 
+// Upstream configures the model engine imgctx talks to.
+type Upstream struct {
+	Format        string        `yaml:"format" doc:"wire format of the upstream: openai (also llama.cpp, vLLM, Ollama, LM Studio) or anthropic"`
+	BaseURL       string        `yaml:"base_url" doc:"base URL of the upstream, without /v1"`
+	APIKey        string        `yaml:"api_key" doc:"API key sent to the upstream"`
+	Timeout       time.Duration `yaml:"timeout" doc:"time limit of one upstream request"`
+	MaxRetries    int           `yaml:"max_retries" doc:"retries after a 429, 5xx or 529"`
+	Vision        string        `yaml:"vision" doc:"auto (from the model profile), true or false: whether this upstream sees images"`
+	ContextWindow int           `yaml:"context_window" doc:"context window of this upstream in tokens; 0 takes the model profile's"`
+}
+
 // Compaction configures compaction's estimates.
 type Compaction struct {
 	ImageTokenEstimate int `yaml:"image_token_estimate" env:"IMGCTX_IMAGE_TOKEN_ESTIMATE" doc:"flat token estimate per image or document in compaction's character accounting"`
@@ -76,6 +88,7 @@ func Defaults() Config {
 			ShrinkTargetBytes: media.DefaultTargetBytes,
 			Fetch:             Fetch{Timeout: media.DefaultFetchTimeout, MaxBytes: media.DefaultMaxBytes, MaxRedirects: media.DefaultMaxRedirects},
 		},
+		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto"},
 		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate},
 		Log:        Log{Level: "info", Format: "text"},
 	}
@@ -188,6 +201,16 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("media.fetch.max_redirects: must be 0 to 10 (got %d)", c.Media.Fetch.MaxRedirects))
 	}
 	positive("compaction.image_token_estimate", int64(c.Compaction.ImageTokenEstimate))
+	if c.Upstream.Format != "openai" && c.Upstream.Format != "anthropic" {
+		errs = append(errs, fmt.Errorf("upstream.format: %q is not openai or anthropic", c.Upstream.Format))
+	}
+	if !slices.Contains([]string{"auto", "true", "false"}, c.Upstream.Vision) {
+		errs = append(errs, fmt.Errorf("upstream.vision: %q is not auto, true or false", c.Upstream.Vision))
+	}
+	positive("upstream.timeout", int64(c.Upstream.Timeout))
+	if c.Upstream.ContextWindow < 0 || c.Upstream.MaxRetries < 0 {
+		errs = append(errs, errors.New("upstream.context_window and upstream.max_retries must not be negative"))
+	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		errs = append(errs, fmt.Errorf("log.level: %q is not debug, info, warn or error", c.Log.Level))
 	}

@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"testing"
+
+	"github.com/imgctx/imgctx/imagestore"
+)
+
+// BenchmarkExpandRef: a 1 MB image expanded to base64 for the upstream,
+// cold (read from the verified store, encoded) and hot (from the LRU).
+func BenchmarkExpandRef(b *testing.B) {
+	ctx := context.Background()
+	store, _, _ := imagestore.Open(b.TempDir(), nil)
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	ref, _ := imagestore.Put(ctx, store, "t", data)
+	b.Run("cold", func(b *testing.B) {
+		b.SetBytes(1 << 20)
+		for b.Loop() {
+			e := &Engine{Images: store}
+			e.init()
+			if _, err := e.base64(ctx, "t", ref); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("hot", func(b *testing.B) {
+		e := &Engine{Images: store}
+		e.init()
+		e.base64(ctx, "t", ref)
+		b.SetBytes(1 << 20)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := e.base64(ctx, "t", ref); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline=encode-only", func(b *testing.B) {
+		b.SetBytes(1 << 20)
+		for b.Loop() {
+			base64.StdEncoding.EncodeToString(data)
+		}
+	})
+}
