@@ -22,7 +22,7 @@ func BenchmarkExpandRef(b *testing.B) {
 		for b.Loop() {
 			e := &Engine{Images: store}
 			e.init()
-			if _, err := e.base64(ctx, "t", ref); err != nil {
+			if _, err := e.Base64(ctx, "t", ref); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -30,11 +30,11 @@ func BenchmarkExpandRef(b *testing.B) {
 	b.Run("hot", func(b *testing.B) {
 		e := &Engine{Images: store}
 		e.init()
-		e.base64(ctx, "t", ref)
+		e.Base64(ctx, "t", ref)
 		b.SetBytes(1 << 20)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := e.base64(ctx, "t", ref); err != nil {
+			if _, err := e.Base64(ctx, "t", ref); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -202,7 +202,7 @@ func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incomin
 	if len(incoming) == 0 {
 		return nil, fmt.Errorf("%w: no messages", ErrBadTurn)
 	}
-	incoming, err = e.ingest(ctx, tenant, incoming)
+	incoming, err = e.Ingest(ctx, tenant, incoming)
 	if err != nil {
 		return nil, err
 	}

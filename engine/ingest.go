@@ -16,12 +16,12 @@ import (
 // RefScheme prefixes an image URL that names a stored image by ref.
 const RefScheme = "imgctx:"
 
-// ingest turns every image and document given by URL into one stored by
+// Ingest turns every image and document given by URL into one stored by
 // ref: data URLs are decoded, remote URLs fetched through the SSRF guard,
 // "imgctx:sha256-…" looked up in the tenant's store. Each is checked (format,
 // bytes, pixels) before it is stored; a refusal is a *reason.Error and
 // nothing of the call is kept.
-func (e *Engine) ingest(ctx context.Context, tenant string, msgs []chat.Message) ([]chat.Message, error) {
+func (e *Engine) Ingest(ctx context.Context, tenant string, msgs []chat.Message) ([]chat.Message, error) {
 	out := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		m = m.Clone()

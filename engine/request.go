@@ -31,11 +31,7 @@ type response struct {
 // send checks the provider rules, encodes the live context in the
 // upstream's format, records it for measurement, and sends it.
 func (c *call) send(ctx context.Context) (*response, error) {
-	var sh policy.Shrinker
-	if c.e.Shrinker != nil {
-		sh = shrinker{c}
-	}
-	live, removed, shrunk := policy.CheckProviderRules(ctx, c.st.Live, c.profile.Limits, sh)
+	live, removed, shrunk := policy.CheckProviderRules(ctx, c.st.Live, c.profile.Limits, c.e.ShrinkerFor(c.tenant))
 	if len(removed) > 0 || len(shrunk) > 0 {
 		c.st.Live = live
 		c.removed(removed)
@@ -104,7 +100,7 @@ func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool
 			if !img.Ref.Valid() {
 				return "", "", img.URL, nil
 			}
-			data, err := c.e.base64(ctx, c.tenant, img.Ref)
+			data, err := c.e.Base64(ctx, c.tenant, img.Ref)
 			return img.MediaType, data, "", err
 		}
 		return anthropic.NewRequest(model, maxTokens).Encode(msgs, src, cache)
@@ -113,7 +109,7 @@ func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool
 		if !img.Ref.Valid() {
 			return img.URL, nil
 		}
-		data, err := c.e.base64(ctx, c.tenant, img.Ref)
+		data, err := c.e.Base64(ctx, c.tenant, img.Ref)
 		if err != nil {
 			return "", err
 		}
@@ -165,20 +161,32 @@ func (s summariser) Summarise(ctx context.Context, msgs []chat.Message) (string,
 	return b.String(), nil
 }
 
+// ShrinkerFor returns the policy.Shrinker that makes a tenant's images meet
+// provider limits, or nil when the engine has no media.Shrinker.
+func (e *Engine) ShrinkerFor(tenant string) policy.Shrinker {
+	if e.Shrinker == nil {
+		return nil
+	}
+	return shrinker{e, tenant}
+}
+
 // shrinker makes an image meet a provider limit: shrink, store, refer.
-type shrinker struct{ c *call }
+type shrinker struct {
+	e      *Engine
+	tenant string
+}
 
 func (s shrinker) Shrink(ctx context.Context, img chat.Image, maxEdge int, maxBytes int64) (chat.Image, error) {
-	data, err := s.c.e.Images.Get(ctx, s.c.tenant, img.Ref)
+	data, err := s.e.Images.Get(ctx, s.tenant, img.Ref)
 	if err != nil {
 		return chat.Image{}, err
 	}
-	out, err := s.c.e.Shrinker.Shrink(data, media.Target{MaxEdge: maxEdge, MaxBytes: maxBytes})
+	out, err := s.e.Shrinker.Shrink(data, media.Target{MaxEdge: maxEdge, MaxBytes: maxBytes})
 	if err != nil {
 		return chat.Image{}, err
 	}
 	ref := blob.Of(out.Data)
-	if err := s.c.e.Images.Put(ctx, s.c.tenant, ref, out.Data); err != nil {
+	if err := s.e.Images.Put(ctx, s.tenant, ref, out.Data); err != nil {
 		return chat.Image{}, err
 	}
 	img.Ref, img.MediaType, img.Bytes, img.Width, img.Height = ref, out.MediaType, int64(len(out.Data)), out.Width, out.Height
@@ -186,9 +194,10 @@ func (s shrinker) Shrink(ctx context.Context, img chat.Image, maxEdge int, maxBy
 	return img, nil
 }
 
-// base64 returns an image's bytes in base64, from a bounded cache so a hot
-// ref expands at memory speed.
-func (e *Engine) base64(ctx context.Context, tenant string, ref blob.Ref) (string, error) {
+// Base64 returns a stored image's bytes in base64, from a bounded cache so
+// a hot ref expands at memory speed.
+func (e *Engine) Base64(ctx context.Context, tenant string, ref blob.Ref) (string, error) {
+	e.once.Do(e.init)
 	if s, ok := e.b64.get(ref); ok {
 		return s, nil
 	}

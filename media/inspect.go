@@ -18,6 +18,10 @@ import (
 	_ "golang.org/x/image/webp"
 )
 
+// ErrUnsupported is wrapped by the refusal of bytes in no accepted format,
+// so callers can tell "unsupported" (HTTP 415) from "malformed" (400).
+var ErrUnsupported = errors.New("unsupported format")
+
 // Kind tells images from documents.
 type Kind string
 
@@ -96,7 +100,7 @@ func Inspect(data []byte, declared string, lim Limits) (Info, error) {
 	}
 	mt, kind, ok := Sniff(data)
 	if !ok {
-		return Info{}, reason.New(reason.Invalid, "unsupported format: "+describeUnknown(data)+"; accepted: PNG, JPEG, GIF, WebP, PDF")
+		return Info{}, reason.Wrap(reason.Invalid, describeUnknown(data)+"; accepted: PNG, JPEG, GIF, WebP, PDF", ErrUnsupported)
 	}
 	in := Info{Ref: blob.Of(data), MediaType: mt, Kind: kind, Bytes: int64(len(data))}
 	if d := mimetype.Sanitize(declared); declared != "" && d != mt && !(d == "image/jpg" && mt == "image/jpeg") {
@@ -172,7 +176,7 @@ func HeaderFromBase64(b64 string, lim Limits) (mediaType string, w, h int, err e
 		}
 		mt, kind, ok := Sniff(data)
 		if !ok {
-			return "", 0, 0, reason.New(reason.Invalid, "unsupported format: "+describeUnknown(data))
+			return "", 0, 0, reason.Wrap(reason.Invalid, describeUnknown(data), ErrUnsupported)
 		}
 		if kind != KindImage {
 			return "", 0, 0, reason.New(reason.Invalid, mt+" is a document, not an image")

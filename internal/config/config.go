@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/knadh/koanf/parsers/yaml"
@@ -24,12 +25,35 @@ import (
 // default (Defaults fills them in).
 type Config struct {
 	DataDir    string           `yaml:"data_dir" doc:"directory of the image store and the session database"`
+	Server     Server           `yaml:"server"`
+	Auth       Auth             `yaml:"auth"`
+	Keep       Keep             `yaml:"keep"`
 	Store      Store            `yaml:"store"`
 	Media      Media            `yaml:"media"`
 	Upstream   Upstream         `yaml:"upstream"`
 	Compaction Compaction       `yaml:"compaction"`
 	Log        Log              `yaml:"log"`
 	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
+}
+
+// Server configures imgctx serve.
+type Server struct {
+	Addr            string        `yaml:"addr" doc:"address to listen on"`
+	MaxBodyBytes    int64         `yaml:"max_body_bytes" doc:"largest request body accepted, after decompression"`
+	MaxConcurrent   int           `yaml:"max_concurrent" doc:"requests in flight at most; past it the gateway answers 429"`
+	RequestTimeout  time.Duration `yaml:"request_timeout" doc:"time limit of one request, upstream included"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" doc:"how long a graceful shutdown waits for requests in flight"`
+}
+
+// Auth configures API keys.
+type Auth struct {
+	Keys          string `yaml:"keys" doc:"API keys and their tenants, as key=tenant,key=tenant; empty: no authentication, one tenant"`
+	PassClientKey bool   `yaml:"pass_client_key" doc:"forward a client's X-Upstream-Api-Key header as the upstream key"`
+}
+
+// Keep configures keeping tool images across turns.
+type Keep struct {
+	BudgetFraction float64 `yaml:"budget_fraction" doc:"share of the context window kept images may use (and history images of proxied requests)"`
 }
 
 // Store configures the image store.
@@ -81,6 +105,8 @@ type Log struct {
 func Defaults() Config {
 	return Config{
 		DataDir: "./imgctx-data",
+		Server:  Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 32 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second},
+		Keep:    Keep{BudgetFraction: 0.10},
 		Media: Media{
 			MaxImageBytes:     media.DefaultMaxBytes,
 			MaxPixels:         media.DefaultMaxPixels,
@@ -188,6 +214,15 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: must be positive (got %d)", key, v))
 		}
 	}
+	positive("server.max_body_bytes", c.Server.MaxBodyBytes)
+	positive("server.max_concurrent", int64(c.Server.MaxConcurrent))
+	positive("server.request_timeout", int64(c.Server.RequestTimeout))
+	if c.Keep.BudgetFraction <= 0 || c.Keep.BudgetFraction >= 1 {
+		errs = append(errs, fmt.Errorf("keep.budget_fraction: must be between 0 and 1 (got %v)", c.Keep.BudgetFraction))
+	}
+	if _, err := c.APIKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data_dir: must not be empty"))
 	}
@@ -231,4 +266,23 @@ func (c Config) ProfileTable() (*tokens.Table, error) {
 // MediaLimits returns the ingestion limits.
 func (c Config) MediaLimits() media.Limits {
 	return media.Limits{MaxBytes: c.Media.MaxImageBytes, MaxPixels: c.Media.MaxPixels}
+}
+
+// APIKeys parses auth.keys ("key=tenant,key=tenant") into a map.
+func (c Config) APIKeys() (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(c.Auth.Keys) == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(c.Auth.Keys, ",") {
+		key, tenant, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || key == "" {
+			return nil, fmt.Errorf("auth.keys: %q is not key=tenant", pair)
+		}
+		if err := imagestore.ValidTenant(tenant); err != nil {
+			return nil, fmt.Errorf("auth.keys: %w", err)
+		}
+		out[key] = tenant
+	}
+	return out, nil
 }

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/gateway"
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/session/sqlite"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+)
+
+func newServeCmd(a *app) *cobra.Command {
+	var addr, up, format string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the gateway: OpenAI/Anthropic-compatible proxy, image and sessions API",
+		Long: "serve starts the gateway on embedded defaults: images under <data-dir>/images, sessions in\n" +
+			"<data-dir>/imgctx.db (SQLite). Point it at any OpenAI- or Anthropic-compatible upstream with\n" +
+			"--upstream (or IMGCTX_UPSTREAM_BASE_URL) and --upstream-format. docs/config.md lists every setting.",
+		Example: "  imgctx serve --upstream https://api.anthropic.com --upstream-format anthropic\n" +
+			"  IMGCTX_UPSTREAM_BASE_URL=http://127.0.0.1:8081 imgctx serve --addr :8080",
+		Args: exactArgs(0),
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("addr") {
+				a.flagOverrides["server.addr"] = addr
+			}
+			if cmd.Flags().Changed("upstream") {
+				a.flagOverrides["upstream.base_url"] = up
+			}
+			if cmd.Flags().Changed("upstream-format") {
+				a.flagOverrides["upstream.format"] = format
+			}
+			return cmd.Root().PersistentPreRunE(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return a.serve(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "", "address to listen on (default 127.0.0.1:8080; env IMGCTX_SERVER_ADDR)")
+	cmd.Flags().StringVar(&up, "upstream", "", "upstream base URL, without /v1 (env IMGCTX_UPSTREAM_BASE_URL)")
+	cmd.Flags().StringVar(&format, "upstream-format", "", "openai or anthropic (env IMGCTX_UPSTREAM_FORMAT)")
+	return cmd
+}
+
+// buildServer wires the gateway from the config: the one place where serve
+// chooses its backends.
+func (a *app) buildServer() (*gateway.Server, func(), error) {
+	cfg := a.cfg
+	images, _, err := a.openStore()
+	if err != nil {
+		return nil, nil, err
+	}
+	sessions, err := sqlite.Open(filepath.Join(cfg.DataDir, "imgctx.db"))
+	if err != nil {
+		return nil, nil, err
+	}
+	profiles, err := cfg.ProfileTable()
+	if err != nil {
+		sessions.Close()
+		return nil, nil, err
+	}
+	keys, _ := cfg.APIKeys()
+	e := &engine.Engine{
+		Config: engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction},
+			Compact: policy.CompactConfig{ImageTokenEstimate: cfg.Compaction.ImageTokenEstimate}, Limits: cfg.MediaLimits()},
+		Images:   images,
+		Sessions: sessions,
+		Profiles: profiles,
+		Upstream: &upstream.Client{Format: upstream.Format(cfg.Upstream.Format), BaseURL: cfg.Upstream.BaseURL, APIKey: cfg.Upstream.APIKey,
+			HTTP: &http.Client{Timeout: cfg.Upstream.Timeout}, MaxRetries: cfg.Upstream.MaxRetries},
+		Fetcher: &media.Fetcher{MaxBytes: cfg.Media.Fetch.MaxBytes, Timeout: cfg.Media.Fetch.Timeout,
+			MaxRedirects: cfg.Media.Fetch.MaxRedirects, AllowLoopback: cfg.Media.Fetch.AllowLoopback, AnyPort: cfg.Media.Fetch.AllowLoopback},
+		Shrinker: &media.Shrinker{Limits: cfg.MediaLimits()},
+		Log:      a.log,
+	}
+	if cfg.Upstream.MaxRetries == 0 {
+		e.Upstream.MaxRetries = -1
+	}
+	switch cfg.Upstream.Vision {
+	case "true", "false":
+		v := cfg.Upstream.Vision == "true"
+		e.Hints.Vision = &v
+	}
+	e.Hints.ContextWindow = cfg.Upstream.ContextWindow
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv := gateway.New(gateway.Config{Keys: keys, PassClientKey: cfg.Auth.PassClientKey, MaxBodyBytes: cfg.Server.MaxBodyBytes,
+		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout, ImageBudgetFraction: cfg.Keep.BudgetFraction}, e, reg, a.log)
+	return srv, func() { sessions.Close() }, nil
+}
+
+// serve listens until ctx ends, then shuts down gracefully: requests in
+// flight finish (within server.shutdown_timeout), nothing is half written.
+func (a *app) serve(ctx context.Context) error {
+	srv, closeAll, err := a.buildServer()
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	ln, err := net.Listen("tcp", a.cfg.Server.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	upstreamURL := a.cfg.Upstream.BaseURL
+	if upstreamURL == "" {
+		upstreamURL = "(none: set --upstream or IMGCTX_UPSTREAM_BASE_URL; proxied requests answer 502)"
+	}
+	a.log.Info("imgctx serving", "addr", ln.Addr().String(), "data_dir", a.cfg.DataDir,
+		"upstream", upstreamURL, "format", a.cfg.Upstream.Format, "auth", a.cfg.Auth.Keys != "")
+	fmt.Fprintf(a.stdout, "imgctx listening on http://%s\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down", "grace", a.cfg.Server.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.Server.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/reason"
+)
+
+type imageInfo struct {
+	Ref       string `json:"ref"`
+	MediaType string `json:"media_type"`
+	Bytes     int64  `json:"bytes"`
+	Width     int    `json:"width,omitempty"`
+	Height    int    `json:"height,omitempty"`
+	Declared  string `json:"declared_media_type,omitempty"`
+}
+
+// postImage stores an image sent as raw bytes (with its Content-Type) or as
+// JSON {"data_url": "data:…"}.
+func (s *Server) postImage(w http.ResponseWriter, r *http.Request, tenant string) {
+	body, err := s.readBody(r)
+	if err != nil {
+		fail(w, openaiShape, err)
+		return
+	}
+	declared, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	data := body
+	if declared == "application/json" {
+		var j struct {
+			DataURL string `json:"data_url"`
+		}
+		if err := json.Unmarshal(body, &j); err != nil || j.DataURL == "" {
+			fail(w, openaiShape, reason.New(reason.Invalid, `JSON body must be {"data_url": "data:image/…;base64,…"}`))
+			return
+		}
+		d, err := media.ParseDataURL(j.DataURL)
+		if err != nil {
+			fail(w, openaiShape, err)
+			return
+		}
+		data, declared = d.Data, d.MediaType
+	}
+	in, err := media.Inspect(data, declared, s.engine.Limits)
+	if err != nil {
+		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
+		fail(w, openaiShape, err)
+		return
+	}
+	if err := s.engine.Images.Put(r.Context(), tenant, in.Ref, data); err != nil {
+		fail(w, openaiShape, reason.Wrap(reason.Refused, "the image store refused the image", err))
+		return
+	}
+	s.metrics.images.WithLabelValues("stored", "").Inc()
+	s.metrics.imageBytes.WithLabelValues("stored").Add(float64(in.Bytes))
+	replyJSON(w, http.StatusCreated, imageInfo{Ref: in.Ref.String(), MediaType: in.MediaType, Bytes: in.Bytes,
+		Width: in.Width, Height: in.Height, Declared: in.Declared})
+}
+
+// getImage returns a stored image (HEAD: its headers). Another tenant's
+// ref answers 404 exactly like a missing one.
+func (s *Server) getImage(w http.ResponseWriter, r *http.Request, tenant string) {
+	ref, err := blob.Parse(r.PathValue("ref"))
+	if err != nil {
+		fail(w, openaiShape, reason.Wrap(reason.Invalid, "bad ref", err))
+		return
+	}
+	data, err := s.engine.Images.Get(r.Context(), tenant, ref)
+	if err != nil {
+		fail(w, openaiShape, fmt.Errorf("image %s: %w", ref, err))
+		return
+	}
+	mt, _, _ := media.Sniff(data)
+	w.Header().Set("Content-Type", mt)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.Header().Set("ETag", `"`+ref.String()+`"`)
+	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(data)
+}

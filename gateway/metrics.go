@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"strings"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/engine"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the imgctx_* families of DESIGN.md, on an injected registry.
+type Metrics struct {
+	requests    *prometheus.CounterVec
+	images      *prometheus.CounterVec
+	imageBytes  *prometheus.CounterVec
+	upstream    *prometheus.CounterVec
+	tokens      *prometheus.CounterVec
+	compactions *prometheus.CounterVec
+	overflow    *prometheus.CounterVec
+	latency     prometheus.Histogram
+}
+
+// NewMetrics registers the families on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_http_requests_total",
+			Help: "HTTP requests served, by route and status code."}, []string{"route", "code"}),
+		images: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_images_total",
+			Help: "Images by event (attached, stored, kept, removed, refused) and reason code."}, []string{"event", "reason"}),
+		imageBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_image_bytes_total",
+			Help: "Image bytes by event (stored, attached)."}, []string{"event"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_upstream_requests_total",
+			Help: "Requests sent upstream, by provider format and status code."}, []string{"provider", "status"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_tokens_total",
+			Help: "Tokens the upstream reported, by kind (input, cache_read, cache_write, output)."}, []string{"kind"}),
+		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_compactions_total",
+			Help: "Compactions by kind (summary, micro)."}, []string{"kind"}),
+		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_overflow_retries_total",
+			Help: "Replays after prompt-too-long or a cut completion, by outcome."}, []string{"outcome"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "imgctx_gateway_added_latency_seconds",
+			Help:    "Time the gateway adds to a proxied request, upstream time excluded.",
+			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3}}),
+	}
+	reg.MustRegister(m.requests, m.images, m.imageBytes, m.upstream, m.tokens, m.compactions, m.overflow, m.latency)
+	return m
+}
+
+func (m *Metrics) usage(u *chat.Usage) {
+	if u == nil {
+		return
+	}
+	m.tokens.WithLabelValues("input").Add(float64(u.Prompt))
+	m.tokens.WithLabelValues("cache_read").Add(float64(u.CacheRead))
+	m.tokens.WithLabelValues("cache_write").Add(float64(u.CacheWrite))
+	m.tokens.WithLabelValues("output").Add(float64(u.Output))
+}
+
+// engineEvent turns the engine's decisions into counts.
+func (m *Metrics) engineEvent(e engine.Event) {
+	switch e.Kind {
+	case "kept", "removed", "stored", "shrunk":
+		m.images.WithLabelValues(e.Kind, string(e.Reason)).Inc()
+	case "ephemeral":
+		m.images.WithLabelValues("removed", string(e.Reason)).Inc()
+	case "refused":
+		m.images.WithLabelValues("refused", string(e.Reason)).Inc()
+	case "compacted":
+		kind := "summary"
+		if strings.HasPrefix(e.Detail, "microcompaction") {
+			kind = "micro"
+		}
+		m.compactions.WithLabelValues(kind).Inc()
+	case "retried":
+		m.overflow.WithLabelValues(string(e.Reason)).Inc()
+	}
+}

@@ -1,0 +1,307 @@
+// Package gateway is imgctx's HTTP face: a drop-in OpenAI- and
+// Anthropic-compatible proxy (POST /v1/chat/completions, POST /v1/messages)
+// that stores inline images once by ref, expands refs for the upstream,
+// applies the image budget and provider rules with markers, retries once on
+// prompt-too-long without older images and streams responses through; the
+// image API; the stateful sessions API backed by the engine; metrics and
+// health. Errors come back in the provider's own JSON shape.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config tunes the gateway. Zero fields take the defaults.
+type Config struct {
+	// Keys maps API keys to tenants. Empty: no authentication, every request
+	// is tenant "default".
+	Keys map[string]string
+	// PassClientKey forwards a client's own X-Upstream-Api-Key header as the
+	// upstream key instead of the configured one.
+	PassClientKey bool
+	// MaxBodyBytes bounds a request body after decompression; default 32 MB.
+	MaxBodyBytes int64
+	// MaxConcurrent bounds requests in flight; past it the gateway answers
+	// 429 at once. Default 64.
+	MaxConcurrent int
+	// RequestTimeout bounds one request, upstream included; default 10 min.
+	RequestTimeout time.Duration
+	// ImageBudgetFraction is the share of the context window that the
+	// history images of a proxied request may use; default 0.10.
+	ImageBudgetFraction float64
+}
+
+// Server serves the gateway's routes. Build it with New.
+type Server struct {
+	cfg     Config
+	engine  *engine.Engine
+	metrics *Metrics
+	log     *slog.Logger
+	sem     chan struct{}
+	reg     prometheus.Gatherer
+
+	mu     sync.Mutex
+	stable map[string]map[string]bool // tenant/session → refs removed for budget, kept removed
+}
+
+// New builds a server on an engine (its image store, upstream and profiles
+// serve the proxy too). Metrics register on reg; log may be nil.
+func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logger) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 32 << 20
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 64
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Minute
+	}
+	if cfg.ImageBudgetFraction <= 0 {
+		cfg.ImageBudgetFraction = 0.10
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
+		sem: make(chan struct{}, cfg.MaxConcurrent), stable: map[string]map[string]bool{}}
+	e.Sink = s.metrics.engineEvent
+	return s
+}
+
+// shape is the JSON shape errors are written in.
+type shape int
+
+const (
+	openaiShape shape = iota
+	anthropicShape
+)
+
+// Handler returns the routes. Each path also answers other methods with a
+// 405 in the right shape.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern, name string, sh shape, h func(http.ResponseWriter, *http.Request, string)) {
+		mux.Handle(pattern, s.wrap(name, sh, true, h))
+	}
+	route("POST /v1/chat/completions", "chat_completions", openaiShape, s.proxyOpenAI)
+	route("POST /v1/messages", "messages", anthropicShape, s.proxyAnthropic)
+	route("POST /v1/images", "images_post", openaiShape, s.postImage)
+	route("GET /v1/images/{ref}", "images_get", openaiShape, s.getImage)
+	route("POST /v1/sessions", "sessions_create", openaiShape, s.createSession)
+	route("GET /v1/sessions/{id}", "sessions_get", openaiShape, s.getSession)
+	route("DELETE /v1/sessions/{id}", "sessions_delete", openaiShape, s.deleteSession)
+	route("POST /v1/sessions/{id}/turn", "sessions_turn", openaiShape, s.turn)
+	route("GET /v1/sessions/{id}/export", "sessions_export", openaiShape, s.exportSession)
+	route("GET /v1/sessions/{id}/keepimg", "keepimg", openaiShape, s.keepimg)
+	route("POST /v1/sessions/{id}/keepimg/store", "keepimg_store", openaiShape, s.keepimgStore)
+	for _, p := range []struct {
+		path string
+		sh   shape
+	}{
+		{"/v1/chat/completions", openaiShape}, {"/v1/messages", anthropicShape}, {"/v1/images", openaiShape},
+		{"/v1/images/{ref}", openaiShape}, {"/v1/sessions", openaiShape}, {"/v1/sessions/{id}", openaiShape},
+		{"/v1/sessions/{id}/turn", openaiShape}, {"/v1/sessions/{id}/export", openaiShape},
+		{"/v1/sessions/{id}/keepimg", openaiShape}, {"/v1/sessions/{id}/keepimg/store", openaiShape},
+	} {
+		mux.Handle(p.path, s.wrap("method_not_allowed", p.sh, false, func(w http.ResponseWriter, r *http.Request, _ string) {
+			writeError(w, p.sh, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed on "+r.URL.Path)
+		}))
+	}
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.ready)
+	return mux
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.engine.Sessions.List(r.Context(), imagestore.DefaultTenant); err != nil {
+		http.Error(w, "session store unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// statusWriter records what a handler wrote, for the log line and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// wrap adds what every API route needs: a concurrency bound, a timeout,
+// authentication (when auth is true), and one structured log line.
+func (s *Server) wrap(name string, sh shape, auth bool, h func(http.ResponseWriter, *http.Request, string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		tenant := ""
+		defer func() {
+			if sw.status == 0 {
+				sw.status = http.StatusOK
+			}
+			s.metrics.requests.WithLabelValues(name, fmt.Sprint(sw.status)).Inc()
+			s.log.Info("request", "route", name, "method", r.Method, "path", r.URL.Path, "status", sw.status,
+				"tenant", tenant, "bytes_in", r.ContentLength, "bytes_out", sw.bytes, "duration_ms", time.Since(start).Milliseconds())
+		}()
+		select {
+		case s.sem <- struct{}{}:
+			defer func() { <-s.sem }()
+		default:
+			sw.Header().Set("Retry-After", "1")
+			writeError(sw, sh, http.StatusTooManyRequests, "rate_limit_error", fmt.Sprintf("more than %d requests in flight; retry shortly", s.cfg.MaxConcurrent))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+		if auth {
+			var ok bool
+			if tenant, ok = s.authenticate(r); !ok {
+				writeError(sw, sh, http.StatusUnauthorized, "authentication_error", "missing or unknown API key (Authorization: Bearer <key> or x-api-key)")
+				return
+			}
+		}
+		h(sw, r, tenant)
+	})
+}
+
+func (s *Server) authenticate(r *http.Request) (string, bool) {
+	if len(s.cfg.Keys) == 0 {
+		return imagestore.DefaultTenant, true
+	}
+	key := r.Header.Get("x-api-key")
+	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		key = v
+	}
+	if key == "" {
+		return "", false
+	}
+	for k, tenant := range s.cfg.Keys {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 {
+			return tenant, true
+		}
+	}
+	return "", false
+}
+
+// readBody reads a request body within the limit, after decompression.
+func (s *Server) readBody(r *http.Request) ([]byte, error) {
+	var rd io.Reader = r.Body
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		d, err := decompress(enc, r.Body)
+		if err != nil {
+			return nil, err
+		}
+		rd = d
+	}
+	b, err := io.ReadAll(io.LimitReader(rd, s.cfg.MaxBodyBytes+1))
+	if err != nil {
+		return nil, reason.Wrap(reason.Invalid, "reading the body", err)
+	}
+	if int64(len(b)) > s.cfg.MaxBodyBytes {
+		return nil, reason.New(reason.TooLarge, fmt.Sprintf("request body is over the limit of %d bytes", s.cfg.MaxBodyBytes))
+	}
+	return b, nil
+}
+
+// classify maps an error to a status and an error type.
+func classify(err error) (int, string) {
+	var we *wire.Error
+	switch {
+	case errors.As(err, &we):
+		return we.Status, we.Type
+	case errors.Is(err, media.ErrUnsupported):
+		return http.StatusUnsupportedMediaType, "invalid_request_error"
+	case errors.Is(err, engine.ErrUnknownRef), errors.Is(err, session.ErrNotFound), errors.Is(err, imagestore.ErrNotFound):
+		return http.StatusNotFound, "not_found_error"
+	case errors.Is(err, engine.ErrContextFull):
+		return http.StatusBadRequest, "context_length_exceeded"
+	case errors.Is(err, engine.ErrBadTurn):
+		return http.StatusConflict, "invalid_request_error"
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "timeout_error"
+	}
+	switch reason.Of(err) {
+	case reason.Invalid:
+		return http.StatusBadRequest, "invalid_request_error"
+	case reason.TooLarge:
+		return http.StatusRequestEntityTooLarge, "request_too_large"
+	case reason.FetchFailed:
+		return http.StatusUnprocessableEntity, "invalid_request_error"
+	case reason.Refused:
+		return http.StatusInsufficientStorage, "api_error"
+	}
+	if strings.HasPrefix(err.Error(), "upstream:") {
+		return http.StatusBadGateway, "api_error"
+	}
+	return http.StatusInternalServerError, "api_error"
+}
+
+// fail writes err in the route's shape; an upstream error passes through
+// with the provider's own status and body.
+func fail(w http.ResponseWriter, sh shape, err error) {
+	var we *wire.Error
+	if errors.As(err, &we) && len(we.Body) > 0 {
+		w.Header().Set("Content-Type", "application/json")
+		if we.RetryAfter > 0 {
+			w.Header().Set("Retry-After", fmt.Sprint(int(we.RetryAfter.Seconds()+0.5)))
+		}
+		w.WriteHeader(we.Status)
+		w.Write(we.Body)
+		return
+	}
+	status, typ := classify(err)
+	writeError(w, sh, status, typ, err.Error())
+}
+
+func writeError(w http.ResponseWriter, sh shape, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if sh == anthropicShape {
+		writeJSON(w, map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+		return
+	}
+	writeJSON(w, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": typ}})
+}
