@@ -322,4 +322,3 @@ func (s *Server) dropOlder(key string, msgs []chat.Message) []chat.Message {
 	s.count(removed)
 	return out
 }
-

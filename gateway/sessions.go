@@ -265,4 +265,3 @@ func (s *Server) keepimgStore(w http.ResponseWriter, r *http.Request, tenant str
 	out, _ := openai.EncodeMessage(msgs[0], refURL)
 	replyJSON(w, http.StatusOK, map[string]any{"message": json.RawMessage(out), "ref": img.Ref.String(), "bytes": img.Bytes})
 }
-
