@@ -37,8 +37,9 @@ var allowed = map[string][]string{
 	"wire/anthropic":       {"chat", "wire"},
 	"upstream":             {"wire", "wire/anthropic", "wire/openai"},
 	"engine":               {"blob", "chat", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
-	"internal/config":      {"media", "tokens"},
-	"cmd/imgctx":           {"blob", "chat", "imagestore", "internal/config", "media", "mimetype", "reason", "tokens"},
+	"gateway":              {"chat", "engine", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
+	"internal/config":      {"imagestore", "media", "tokens"},
+	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "session/sqlite", "tokens", "upstream"},
 }
 
 // forbiddenStd are standard packages a pure layer must not use.

@@ -14,6 +14,7 @@
 //	wire, wire/openai, wire/anthropic  provider JSON ⇄ chat  → chat
 //	upstream           HTTP to the model, with retries   → wire
 //	engine             the turn loop                     → everything above but config
-//	internal/config    configuration                     → media, tokens
+//	gateway            HTTP: proxy, images, sessions     → engine and below
+//	internal/config    configuration                     → media, tokens, imagestore
 //	cmd/imgctx         the command line                  → everything above
 package imgctx

@@ -1,0 +1,236 @@
+package gateway
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+func openaiClient(g *gw, key string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(g.srv.URL+"/v1"), option.WithAPIKey(key), option.WithMaxRetries(0))
+}
+
+func imageMessage(text, url string) openai.ChatCompletionMessageParamUnion {
+	return openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
+		openai.TextContentPart(text),
+		openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: url}),
+	})
+}
+
+// One image sent inline on 10 requests is stored once, and the upstream
+// receives it byte-exact each time.
+func TestOpenAISDKInlineImagesStoredOnce(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, map[string]string{"k-acme": "acme"})
+	client := openaiClient(g, "k-acme")
+	_, b64 := samplePNG(t)
+	for i := range 10 {
+		res, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+			Model:    "gpt-4o",
+			Messages: []openai.ChatCompletionMessageParamUnion{imageMessage("What is this?", "data:image/png;base64,"+b64)},
+		})
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if res.Choices[0].Message.Content != "A login form." {
+			t.Fatalf("reply %q", res.Choices[0].Message.Content)
+		}
+	}
+	if n := g.stored(t, "acme"); n != 1 {
+		t.Fatalf("%d images stored; want 1", n)
+	}
+	for i, body := range g.up.received() {
+		if !bytes.Contains(body, []byte(`"url":"data:image/png;base64,`+b64+`"`)) {
+			t.Fatalf("request %d: the upstream did not get the image byte-exact", i)
+		}
+	}
+	if m := metric(t, g, "imgctx_tokens_total"); !strings.Contains(m, `kind="input"} 10500`) {
+		t.Fatalf("usage not in /metrics:\n%s", m)
+	}
+}
+
+// An image stored once is referred to by ref and expanded byte-exact.
+func TestOpenAISDKRefExpanded(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	raw, b64 := samplePNG(t)
+	resp, body := g.do(t, "POST", "/v1/images", "", raw, "Content-Type", "image/png")
+	if resp.StatusCode != 201 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	ref := "sha256-534742a9a0be702e61ca5937b744994707ab2944ffb315b35a959ef1f5173e57"
+	if !bytes.Contains(body, []byte(ref)) {
+		t.Fatalf("ref: %s", body)
+	}
+	client := openaiClient(g, "any")
+	_, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+		Model: "gpt-4o", Messages: []openai.ChatCompletionMessageParamUnion{imageMessage("and this?", "imgctx:"+ref)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := g.up.received()[0]; !bytes.Contains(got, []byte(b64)) {
+		t.Fatal("the ref was not expanded to the stored bytes")
+	}
+}
+
+func TestOpenAISDKStreamsEventByEvent(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	g.up.eventGap = 30 * time.Millisecond
+	start := time.Now()
+	client := openaiClient(g, "x")
+	stream := client.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{
+		Model: "gpt-4o", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	var first time.Duration
+	var text strings.Builder
+	chunks := 0
+	for stream.Next() {
+		c := stream.Current()
+		if chunks == 0 {
+			first = time.Since(start)
+		}
+		chunks++
+		if len(c.Choices) > 0 {
+			text.WriteString(c.Choices[0].Delta.Content)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	total := time.Since(start)
+	if text.String() != "A login form." || chunks != 5 {
+		t.Fatalf("%d chunks, text %q", chunks, text.String())
+	}
+	// Six events 30 ms apart: the first must arrive well before the last.
+	if first > total-100*time.Millisecond {
+		t.Fatalf("first chunk after %v of %v: the stream was buffered", first, total)
+	}
+	if !bytes.Contains(g.up.received()[0], []byte(`"stream_options":{"include_usage":true}`)) {
+		t.Fatal("usage not requested from the upstream")
+	}
+}
+
+// Prompt too long: one replay without the older images; the current
+// message keeps its image.
+func TestOpenAISDKPromptTooLongRetriedOnce(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	g.up.maxImages = 1
+	_, b64 := samplePNG(t)
+	old := "data:image/png;base64," + b64
+	client := openaiClient(g, "x")
+	res, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+		Model: "gpt-4o",
+		Messages: []openai.ChatCompletionMessageParamUnion{
+			imageMessage("first screenshot", old),
+			openai.AssistantMessage("I see it."),
+			imageMessage("and now?", strings.Replace(old, "iVBOR", "iVBOR", 1)),
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := g.up.received()
+	if len(got) != 2 || res.Choices[0].Message.Content == "" {
+		t.Fatalf("%d upstream requests; want 2", len(got))
+	}
+	if countImages(got[1]) != 1 || !bytes.Contains(got[1], []byte("(overflow)]")) {
+		t.Fatalf("the replay: %d images, marker %v", countImages(got[1]), bytes.Contains(got[1], []byte("overflow")))
+	}
+	if m := metric(t, g, "imgctx_overflow_retries_total"); !strings.Contains(m, `outcome="ok"} 1`) {
+		t.Fatalf("metrics:\n%s", m)
+	}
+}
+
+// History images past the budget leave as markers with the reason, and
+// with X-Imgctx-Session the same ones stay removed in later requests.
+func TestOpenAISDKBudgetMarkersStable(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, b64 := samplePNG(t)
+	shots := make([]string, 3)
+	for i := range shots {
+		// Three different 1280×800 images (1105 tokens each on the tile rule).
+		shots[i] = "data:image/png;base64," + b64[:len(b64)-8] + []string{"AAAAAA==", "AAAAAQ==", "AAAAAg=="}[i]
+	}
+	history := []openai.ChatCompletionMessageParamUnion{
+		imageMessage("one", shots[0]), openai.AssistantMessage("ok"),
+		imageMessage("two", shots[1]), openai.AssistantMessage("ok"),
+		imageMessage("three", shots[2]), openai.AssistantMessage("ok"),
+		openai.UserMessage("summarise"),
+	}
+	client := openaiClient(g, "x")
+	sess := option.WithHeader("X-Imgctx-Session", "s-1")
+	if _, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "tiny-vl", Messages: history}, sess); err != nil {
+		t.Fatal(err)
+	}
+	first := g.up.received()[0]
+	// Budget 2,000 tokens: 3 × 1,105 is over; down to 1,800, the two oldest go.
+	if countImages(first) != 1 || bytes.Count(first, []byte("(budget)]")) != 2 {
+		t.Fatalf("%d images, %d budget markers", countImages(first), bytes.Count(first, []byte("(budget)]")))
+	}
+	// Next request: the newest old image is dropped by the client; the
+	// removed ones stay removed where they were.
+	next := append(history[:6:6], openai.UserMessage("again"))
+	if _, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "tiny-vl", Messages: next}, sess); err != nil {
+		t.Fatal(err)
+	}
+	second := g.up.received()[1]
+	if bytes.Count(second, []byte("(budget)]")) != 2 || !bytes.HasPrefix(second, first[:bytes.Index(first, []byte(`"content":"ok"`))]) {
+		t.Fatal("the removals moved between requests of one session")
+	}
+	if m := metric(t, g, "imgctx_images_total"); !strings.Contains(m, `event="removed",reason="budget"} 2`) {
+		t.Fatalf("metrics:\n%s", m)
+	}
+}
+
+func TestAnthropicSDKImagesToolResultsAndStreaming(t *testing.T) {
+	g := newGW(t, upstream.Anthropic, map[string]string{"k-acme": "acme"})
+	client := anthropic.NewClient(aoption.WithBaseURL(g.srv.URL), aoption.WithAPIKey("k-acme"), aoption.WithMaxRetries(0))
+	_, b64 := samplePNG(t)
+	toolResult := anthropic.ToolResultBlockParam{ToolUseID: "toolu_1", Content: []anthropic.ToolResultBlockParamContentUnion{
+		{OfText: &anthropic.TextBlockParam{Text: "captured"}},
+		{OfImage: &anthropic.ImageBlockParam{Source: anthropic.ImageBlockParamSourceUnion{OfBase64: &anthropic.Base64ImageSourceParam{Data: b64, MediaType: anthropic.Base64ImageSourceMediaTypeImagePNG}}}},
+	}}
+	params := anthropic.MessageNewParams{
+		Model: "claude-sonnet-4-6", MaxTokens: 256,
+		Messages: []anthropic.MessageParam{
+			anthropic.NewUserMessage(anthropic.NewTextBlock("Take a screenshot.")),
+			anthropic.NewAssistantMessage(anthropic.NewToolUseBlock("toolu_1", map[string]any{}, "screenshot")),
+			anthropic.NewUserMessage(anthropic.ContentBlockParamUnion{OfToolResult: &toolResult}),
+		},
+	}
+	msg, err := client.Messages.New(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Content[0].Text != "A login form." {
+		t.Fatalf("reply %+v", msg.Content)
+	}
+	body := g.up.received()[0]
+	if !bytes.Contains(body, []byte(`"data":"`+b64+`"`)) || !bytes.Contains(body, []byte(`"tool_use_id":"toolu_1"`)) {
+		t.Fatal("the tool result's image did not reach the upstream byte-exact")
+	}
+	if g.stored(t, "acme") != 1 {
+		t.Fatal("the tool image was not stored")
+	}
+	stream := client.Messages.NewStreaming(t.Context(), params)
+	var acc anthropic.Message
+	events := 0
+	for stream.Next() {
+		events++
+		if err := acc.Accumulate(stream.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if events != 7 || acc.Content[0].Text != "A login form." {
+		t.Fatalf("%d events, %+v", events, acc.Content)
+	}
+	if m := metric(t, g, "imgctx_tokens_total"); !strings.Contains(m, `kind="cache_read"} 1000`) {
+		t.Fatalf("metrics:\n%s", m)
+	}
+}
