@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"wire/anthropic":       {"chat", "wire"},
 	"upstream":             {"wire", "wire/anthropic", "wire/openai"},
 	"engine":               {"blob", "chat", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
-	"gateway":              {"chat", "engine", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
+	"gateway":              {"blob", "chat", "engine", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
 	"internal/config":      {"imagestore", "media", "tokens"},
 	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "session/sqlite", "tokens", "upstream"},
 }

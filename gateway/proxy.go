@@ -194,7 +194,7 @@ func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, forma
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
 	sr := wire.NewSSEReader(resp.Body)
-	var os openai.Stream
+	var ostream openai.Stream
 	var as anthropic.Stream
 	for {
 		ev, err := sr.Next()
@@ -210,13 +210,13 @@ func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, forma
 		if format == upstream.Anthropic {
 			_ = as.Add(ev.Name, ev.Data)
 		} else {
-			_ = os.Add(ev.Data)
+			_ = ostream.Add(ev.Data)
 		}
 	}
 	if format == upstream.Anthropic {
 		s.metrics.usage(as.Response().Usage)
 	} else {
-		s.metrics.usage(os.Response().Usage)
+		s.metrics.usage(ostream.Response().Usage)
 	}
 }
 

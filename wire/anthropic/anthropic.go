@@ -463,7 +463,7 @@ func DecodeResponse(b []byte) (*Response, error) {
 
 // Stream accumulates streamed events into a Response.
 type Stream struct {
-	blocks []streamBlock
+	blocks []*streamBlock // pointers: a strings.Builder must not be copied
 	stop   string
 	usage  usageJSON
 	seen   bool
@@ -504,7 +504,7 @@ func (s *Stream) Add(name string, data []byte) error {
 		if e.Index < 0 || e.Index >= len(s.blocks) {
 			return nil, fmt.Errorf("stream event %q: block index %d out of range", e.Type, e.Index)
 		}
-		return &s.blocks[e.Index], nil
+		return s.blocks[e.Index], nil
 	}
 	switch e.Type {
 	case "message_start":
@@ -515,7 +515,7 @@ func (s *Stream) Add(name string, data []byte) error {
 		if e.Index != len(s.blocks) {
 			return fmt.Errorf("stream: block %d started out of order", e.Index)
 		}
-		s.blocks = append(s.blocks, streamBlock{typ: e.ContentBlock.Type, id: e.ContentBlock.ID, name: e.ContentBlock.Name})
+		s.blocks = append(s.blocks, &streamBlock{typ: e.ContentBlock.Type, id: e.ContentBlock.ID, name: e.ContentBlock.Name})
 		s.blocks[e.Index].text.WriteString(e.ContentBlock.Text)
 	case "content_block_delta":
 		b, err := block()
@@ -560,8 +560,7 @@ func (s *Stream) Err() *wire.Error { return s.err }
 // Response returns what the stream said so far.
 func (s *Stream) Response() *Response {
 	msg := chat.Message{Role: chat.Assistant}
-	for i := range s.blocks {
-		b := &s.blocks[i]
+	for _, b := range s.blocks {
 		switch b.typ {
 		case "text":
 			msg.Parts = append(msg.Parts, chat.Text{Text: b.text.String()})
