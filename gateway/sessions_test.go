@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/upstream"
+)
+
+func decodeJSON(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	return m
+}
+
+// The sessions API runs the engine's turn loop: a tool screenshot kept at
+// its measured cost, the published history, the breakdown, the export.
+func TestSessionsAPI(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, map[string]string{"k": "acme"})
+	g.up.toolCalls = []string{"screenshot"}
+	resp, body := g.do(t, "POST", "/v1/sessions", "k", []byte(`{"model":"gpt-4o","keep_turn_images":true}`))
+	if resp.StatusCode != 201 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	id := decodeJSON(t, body)["id"].(string)
+	resp, body = g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", []byte(`{"messages":[{"role":"user","content":"Open the login page."}]}`))
+	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"turn_end":false`)) || !bytes.Contains(body, []byte(`"tool_calls"`)) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	_, b64 := samplePNG(t)
+	tool := fmt.Sprintf(`{"messages":[{"role":"tool","tool_call_id":"call_1","content":[{"type":"text","text":"captured"},{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`, b64)
+	resp, body = g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", []byte(tool))
+	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"turn_end":true`)) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	// This fake charges 1000 tokens per image and none for text, so the
+	// measured share is 1000 less the appended text the engine subtracts
+	// (engine tests price text too and check the share exactly).
+	var turn struct {
+		Events []struct {
+			Kind   string
+			Tokens int
+		}
+	}
+	json.Unmarshal(body, &turn)
+	cost := 0
+	for _, e := range turn.Events {
+		if e.Kind == "kept" {
+			cost = e.Tokens
+		}
+	}
+	if cost < 990 || cost > 1000 {
+		t.Fatalf("kept at %d tokens; events: %s", cost, body)
+	}
+	resp, body = g.do(t, "GET", "/v1/sessions/"+id, "k", nil)
+	s := decodeJSON(t, body)
+	ctx := s["context"].(map[string]any)
+	if resp.StatusCode != 200 || ctx["kept_images"].(float64) != 1 || ctx["kept_cost"].(float64) != float64(cost) || ctx["context_window"].(float64) != 128000 {
+		t.Fatalf("%d context %v", resp.StatusCode, ctx)
+	}
+	if !bytes.Contains(body, []byte(`"keep":"kept"`)) || bytes.Contains(body, []byte(b64[:100])) {
+		t.Fatal("the published history must hold the image by ref, never its base64")
+	}
+	resp, body = g.do(t, "GET", "/v1/sessions/"+id+"/keepimg", "k", nil)
+	k := decodeJSON(t, body)
+	if k["vision_enabled"] != true || k["engine_sees_images"] != true || k["budget"].(float64) != 12800 || k["used"].(float64) != float64(cost) {
+		t.Fatalf("keepimg %v", k)
+	}
+	resp, body = g.do(t, "GET", "/v1/sessions/"+id+"/export", "k", nil)
+	lines := 0
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		lines++
+	}
+	if resp.StatusCode != 200 || lines != 1+4+1 || !strings.HasPrefix(string(body), `{"type":"session"`) {
+		t.Fatalf("export: %d lines\n%s", lines, body)
+	}
+	// Another tenant cannot see it; delete works once.
+	if resp, _ := g.do(t, "GET", "/v1/sessions/"+id, "", nil); resp.StatusCode != 401 {
+		t.Fatalf("no key: %d", resp.StatusCode)
+	}
+	if resp, _ := g.do(t, "DELETE", "/v1/sessions/"+id, "k", nil); resp.StatusCode != 204 {
+		t.Fatalf("delete: %d", resp.StatusCode)
+	}
+	if resp, _ := g.do(t, "GET", "/v1/sessions/"+id, "k", nil); resp.StatusCode != 404 {
+		t.Fatalf("after delete: %d", resp.StatusCode)
+	}
+	// A turn that does not fit: tool results with no open turn.
+	_, body = g.do(t, "POST", "/v1/sessions", "k", []byte(`{"model":"gpt-4o"}`))
+	id2 := decodeJSON(t, body)["id"].(string)
+	if resp, body := g.do(t, "POST", "/v1/sessions/"+id2+"/turn", "k", []byte(`{"messages":[{"role":"tool","tool_call_id":"x","content":"?"}]}`)); resp.StatusCode != 409 {
+		t.Fatalf("bad turn: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Seed keep-turn-images.md, facade_keepimg_test.go: state, store read back
+// byte-exact, refusals, unreadable body, wrong method.
+func TestKeepimgStore(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o"}`))
+	id := decodeJSON(t, body)["id"].(string)
+	path := "/v1/sessions/" + id + "/keepimg/store"
+	raw, b64 := samplePNG(t)
+	msg := func(parts string) []byte {
+		return []byte(`{"message":{"role":"tool","tool_call_id":"c","content":[` + parts + `]}}`)
+	}
+	img := func(url string) string { return `{"type":"image_url","image_url":{"url":"` + url + `"}}` }
+
+	resp, body := g.do(t, "POST", path, "", msg(`{"type":"text","text":"shot"},`+img("data:image/png;base64,"+b64)))
+	r := decodeJSON(t, body)
+	if resp.StatusCode != 200 || r["bytes"].(float64) != float64(len(raw)) || !strings.Contains(string(body), `"url":"imgctx:sha256-`) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	// Stored and read back byte-exact.
+	resp, got := g.do(t, "GET", "/v1/images/"+r["ref"].(string), "", nil)
+	if resp.StatusCode != 200 || !bytes.Equal(got, raw) || resp.Header.Get("Content-Type") != "image/png" {
+		t.Fatal("the stored image does not read back byte-exact")
+	}
+	cases := []struct {
+		name   string
+		body   []byte
+		status int
+		why    string
+	}{
+		{"text only", msg(`{"type":"text","text":"no image"}`), 422, "text_only"},
+		{"remote URL", msg(img("https://example.com/a.png")), 422, "remote_url"},
+		{"unknown format", msg(img("data:image/png;base64,aGVsbG8gdGhlcmU=")), 415, "unknown_format"},
+		{"unreadable base64", msg(img("data:image/png;base64,@@@@")), 400, "unreadable_base64"},
+		{"two images", msg(img("data:image/png;base64,"+b64) + "," + img("data:image/png;base64,"+b64)), 422, "two_images"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, body := g.do(t, "POST", path, "", c.body)
+			if resp.StatusCode != c.status || !bytes.Contains(body, []byte(`"refused":"`+c.why+`"`)) {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+		})
+	}
+	if resp, _ := g.do(t, "POST", path, "", []byte(`not json`)); resp.StatusCode != 400 {
+		t.Fatalf("unreadable body: %d", resp.StatusCode)
+	}
+	if resp, _ := g.do(t, "GET", path, "", nil); resp.StatusCode != 405 {
+		t.Fatalf("GET on store: %d", resp.StatusCode)
+	}
+	if n := g.stored(t, "default"); n != 1 {
+		t.Fatalf("%d images stored; refusals must store nothing", n)
+	}
+}
