@@ -227,3 +227,15 @@ func TestConfigFileIsUsed(t *testing.T) {
 		t.Fatalf("bad config: %d %s", r.code, r.stderr)
 	}
 }
+
+func TestServeHelpSufficesToStart(t *testing.T) {
+	r := imgctx(t, "serve", "--help")
+	for _, want := range []string{"--upstream", "--upstream-format", "--addr", "IMGCTX_UPSTREAM_BASE_URL", "docs/config.md", "Example"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("serve --help lacks %q", want)
+		}
+	}
+	if r.code != 0 {
+		t.Fatalf("exit %d", r.code)
+	}
+}
