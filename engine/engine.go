@@ -81,6 +81,7 @@ type Engine struct {
 	once  sync.Once
 	locks sync.Map // tenant/id → *sync.Mutex
 	b64   *base64Cache
+	meta  *metaCache
 }
 
 // Event is one decision the engine made, for logs, metrics and the caller.
@@ -115,6 +116,7 @@ var (
 
 func (e *Engine) init() {
 	e.b64 = newBase64Cache(e.Base64CacheBytes)
+	e.meta = &metaCache{max: 100_000, m: map[blob.Ref]media.Info{}}
 }
 
 func (e *Engine) now() time.Time {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
@@ -22,6 +23,7 @@ const RefScheme = "imgctx:"
 // bytes, pixels) before it is stored; a refusal is a *reason.Error and
 // nothing of the call is kept.
 func (e *Engine) Ingest(ctx context.Context, tenant string, msgs []chat.Message) ([]chat.Message, error) {
+	e.once.Do(e.init)
 	out := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		m = m.Clone()
@@ -78,10 +80,24 @@ func (e *Engine) store(ctx context.Context, tenant string, in media.Info, data [
 	if data == nil {
 		return nil // already stored (an imgctx: ref)
 	}
-	if err := e.Images.Put(ctx, tenant, in.Ref, data); err != nil {
+	// media.Inspect computed in.Ref from data just now.
+	if err := imagestore.PutComputed(ctx, e.Images, tenant, in.Ref, data); err != nil {
 		return reason.Wrap(reason.Refused, "the image store refused the image", err)
 	}
+	e.meta.put(in)
 	return nil
+}
+
+// StoreDataURL ingests one data URL (checked, stored once by ref) and
+// returns what it holds; the gateway's fast path uses it on base64 spans it
+// finds in a body before parsing the rest.
+func (e *Engine) StoreDataURL(ctx context.Context, tenant, url string) (media.Info, error) {
+	e.once.Do(e.init)
+	data, in, err := e.resolve(ctx, tenant, url)
+	if err != nil {
+		return media.Info{}, err
+	}
+	return in, e.store(ctx, tenant, in, data)
 }
 
 // resolve returns the bytes behind an image URL (nil for a stored ref) and
@@ -93,6 +109,12 @@ func (e *Engine) resolve(ctx context.Context, tenant, url string) ([]byte, media
 		if err != nil {
 			return nil, media.Info{}, reason.Wrap(reason.Invalid, "bad imgctx ref", err)
 		}
+		// Known refs need only a Stat (is it the tenant's?), not a read.
+		if in, ok := e.meta.get(ref); ok {
+			if _, err := e.Images.Stat(ctx, tenant, ref); err == nil {
+				return nil, in, nil
+			}
+		}
 		data, err := e.Images.Get(ctx, tenant, ref)
 		if errors.Is(err, imagestore.ErrNotFound) {
 			return nil, media.Info{}, fmt.Errorf("%w: %s", ErrUnknownRef, ref)
@@ -101,6 +123,9 @@ func (e *Engine) resolve(ctx context.Context, tenant, url string) ([]byte, media
 			return nil, media.Info{}, err
 		}
 		in, err := media.Inspect(data, "", e.Limits)
+		if err == nil {
+			e.meta.put(in)
+		}
 		return nil, in, err
 	case len(url) > 5 && strings.EqualFold(url[:5], "data:"):
 		d, err := media.ParseDataURL(url)
@@ -121,4 +146,29 @@ func (e *Engine) resolve(ctx context.Context, tenant, url string) ([]byte, media
 		return f.Data, in, err
 	}
 	return nil, media.Info{}, reason.New(reason.Invalid, "image URL must be a data URL, http(s), or imgctx:sha256-…")
+}
+
+// metaCache remembers what a stored image is (type, size, dimensions) by
+// ref, so a request naming it by ref needs no read and no hash. Refs are
+// content addresses: an entry never goes stale.
+type metaCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[blob.Ref]media.Info
+}
+
+func (c *metaCache) get(ref blob.Ref) (media.Info, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	in, ok := c.m[ref]
+	return in, ok
+}
+
+func (c *metaCache) put(in media.Info) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		clear(c.m) // bounded: start over rather than grow
+	}
+	c.m[in.Ref] = in
 }

@@ -93,6 +93,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		fail(w, sh, err)
 		return
 	}
+	if body, err = s.liftInline(r.Context(), tenant, body, format); err != nil {
+		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
+		fail(w, sh, err)
+		return
+	}
 	p, err := s.decode(format, body, tenant)
 	if err != nil {
 		fail(w, sh, err)

@@ -84,17 +84,22 @@ func checkArgs(tenant string, ref blob.Ref) error {
 }
 
 // Put computes the ref of data and stores it; the usual way to add an image.
-// The ref was just computed from data, so a Verified store's own hash check
-// is skipped: a 1 MB image is hashed once, not twice.
 func Put(ctx context.Context, s Store, tenant string, data []byte) (blob.Ref, error) {
 	ref := blob.Of(data)
+	return ref, PutComputed(ctx, s, tenant, ref, data)
+}
+
+// PutComputed stores data under ref, which the caller has just computed
+// from data with blob.Of: a Verified store skips its own hash check, so a
+// 1 MB image is hashed once, not twice. Given any other ref, it is Put.
+func PutComputed(ctx context.Context, s Store, tenant string, ref blob.Ref, data []byte) error {
 	if v, ok := s.(Verified); ok {
 		if err := checkArgs(tenant, ref); err != nil {
-			return ref, err
+			return err
 		}
 		s = v.Store
 	}
-	return ref, s.Put(ctx, tenant, ref, data)
+	return s.Put(ctx, tenant, ref, data)
 }
 
 // GCStats reports what a GC did.

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -74,6 +75,18 @@ func TestRetryAfterAndKinds(t *testing.T) {
 	for status, want := range map[int]Kind{401: Auth, 403: Auth, 413: RequestTooLarge, 429: RateLimited, 529: Overloaded, 500: Server, 400: BadRequest, 404: BadRequest} {
 		if got := KindForStatus(status); got != want {
 			t.Errorf("%d: %s; want %s", status, got, want)
+		}
+	}
+}
+
+func TestWriteStringEscapesOnlyWhenNeeded(t *testing.T) {
+	for _, s := range []string{"data:image/png;base64,iVBORw0KGgo=", "", "a", strings.Repeat("A+/=", 100) + "xyz",
+		"quote\"inside", "back\\slash", "tab\there", "ünïcode", strings.Repeat("abcdefg", 3) + "\x01", strings.Repeat("x", 15) + "\""} {
+		var b bytes.Buffer
+		WriteString(&b, s)
+		var back string
+		if err := json.Unmarshal(b.Bytes(), &back); err != nil || back != s {
+			t.Fatalf("%q → %s → %q, %v", s, b.Bytes(), back, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,9 +91,15 @@ func (o *Object) Delete(key string) {
 	}
 }
 
-// MarshalJSON writes the fields in order, values verbatim.
+// MarshalJSON writes the fields in order, values verbatim, into one
+// allocation of the exact size.
 func (o Object) MarshalJSON() ([]byte, error) {
+	n := 2
+	for _, f := range o {
+		n += len(f.Key) + len(f.Value) + 8
+	}
 	var b bytes.Buffer
+	b.Grow(n)
 	b.WriteByte('{')
 	for i, f := range o {
 		if i > 0 {
@@ -189,4 +196,39 @@ func KindForStatus(status int) Kind {
 		return Server
 	}
 	return BadRequest
+}
+
+// WriteString writes s as a JSON string. A string that needs no escaping —
+// base64 and data URLs always — is copied as is; encoding/json would scan
+// and copy a multi-megabyte image several times.
+func WriteString(b *bytes.Buffer, s string) {
+	if !plainString(s) {
+		q, _ := json.Marshal(s)
+		b.Write(q)
+		return
+	}
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	b.WriteString(s)
+	b.WriteByte('"')
+}
+
+// plainString reports whether s holds no byte JSON must escape (control
+// characters, '"', '\\') and no non-ASCII byte, eight bytes at a time.
+func plainString(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasZero := func(x uint64) bool { return (x-ones)&^x&highs != 0 }
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64([]byte(s[i : i+8]))
+		if x&highs != 0 || hasZero(x&0xE0E0E0E0E0E0E0E0) || hasZero(x^0x2222222222222222) || hasZero(x^0x5C5C5C5C5C5C5C5C) {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

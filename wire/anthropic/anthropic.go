@@ -232,6 +232,9 @@ func sourceURL(s *source) (url, mediaType string, err error) {
 		if s.Data == "" {
 			return "", "", fmt.Errorf("base64 source without data")
 		}
+		if strings.HasPrefix(s.Data, "imgctx:") { // lifted out by the gateway before parsing
+			return s.Data, s.MediaType, nil
+		}
 		return "data:" + s.MediaType + ";base64," + s.Data, s.MediaType, nil
 	case "url":
 		if s.URL == "" {

@@ -186,21 +186,29 @@ type ImageURL func(img chat.Image) (string, error)
 // When streaming, stream_options.include_usage is turned on so the engine
 // can measure.
 func (r *Request) Encode(msgs []chat.Message, url ImageURL) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.WriteByte('[')
+	encoded := make([][]byte, len(msgs))
+	size := 2
 	for i, m := range msgs {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		if canon, err := json.Marshal(m); err == nil {
-			if v, ok := r.verbatim[string(canon)]; ok {
-				buf.Write(v)
-				continue
+		if len(r.verbatim) > 0 {
+			if canon, err := json.Marshal(m); err == nil {
+				if v, ok := r.verbatim[string(canon)]; ok {
+					encoded[i], size = v, size+len(v)+1
+					continue
+				}
 			}
 		}
 		b, err := EncodeMessage(m, url)
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		encoded[i], size = b, size+len(b)+1
+	}
+	var buf bytes.Buffer
+	buf.Grow(size)
+	buf.WriteByte('[')
+	for i, b := range encoded {
+		if i > 0 {
+			buf.WriteByte(',')
 		}
 		buf.Write(b)
 	}
@@ -285,32 +293,66 @@ func encodeContent(parts []chat.Part, url ImageURL, nullable bool) (json.RawMess
 	if t, ok := parts[0].(chat.Text); ok && len(parts) == 1 {
 		return mustJSON(t.Text), nil
 	}
-	var cps []contentPart
-	text := func(s string) contentPart { return contentPart{Type: "text", Text: s} }
-	for _, p := range parts {
+	// Written by hand: an image URL is megabytes of base64 that needs no
+	// escaping, and encoding/json would scan and copy it several times. The
+	// URLs are resolved first so the buffer is sized once.
+	urls := make([]string, len(parts))
+	size := 64
+	for i, p := range parts {
+		if img, ok := p.(chat.Image); ok {
+			u, err := url(img)
+			if err != nil {
+				return nil, err
+			}
+			urls[i] = u
+			size += len(u) + 80
+		} else {
+			size += 256
+		}
+	}
+	var b bytes.Buffer
+	b.Grow(size)
+	b.WriteByte('[')
+	n := 0
+	next := func() {
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+	}
+	text := func(s string) {
+		next()
+		b.WriteString(`{"type":"text","text":`)
+		b.Write(mustJSON(s))
+		b.WriteByte('}')
+	}
+	for i, p := range parts {
 		switch p := p.(type) {
 		case chat.Text:
-			cps = append(cps, text(p.Text))
+			text(p.Text)
 		case chat.Summary:
-			cps = append(cps, text(p.Text))
+			text(p.Text)
 		case chat.Marker:
-			cps = append(cps, text(p.String()))
+			text(p.String())
 		case chat.Document:
 			s := "[document: " + p.MediaType + "]"
 			if p.Text != "" {
 				s += "\n" + p.Text
 			}
-			cps = append(cps, text(s))
+			text(s)
 		case chat.Image:
-			u, err := url(p)
-			if err != nil {
-				return nil, err
+			next()
+			b.WriteString(`{"type":"image_url","image_url":{"url":`)
+			wire.WriteString(&b, urls[i])
+			if p.Detail != "" {
+				b.WriteString(`,"detail":`)
+				b.Write(mustJSON(p.Detail))
 			}
-			cp := contentPart{Type: "image_url", ImageURL: &imageURL{URL: u, Detail: p.Detail}}
-			cps = append(cps, cp)
+			b.WriteString(`}}`)
 		}
 	}
-	return mustJSON(cps), nil
+	b.WriteByte(']')
+	return b.Bytes(), nil
 }
 
 func mustJSON(v any) json.RawMessage {

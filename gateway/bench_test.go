@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"image"
+	"image/png"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Run with: go test ./gateway -run XXX -bench Gateway -benchtime 2s
+//
+// Each benchmark sends the same requests through plain
+// httputil.ReverseProxy and through the gateway, to the same upstream, and
+// reports the median (p50) per request; the gateway's added latency is the
+// difference of the two p50s.
+
+const completion = `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`
+
+func benchUpstream(b *testing.B) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, completion)
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+func benchGateway(b *testing.B, up string) (*httptest.Server, *imagestore.Mem) {
+	mem := &imagestore.Mem{}
+	e := &engine.Engine{Images: imagestore.Verified{Store: mem}, Sessions: &session.Mem{}, Profiles: tokens.Default(),
+		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: up, MaxRetries: -1}}
+	s := New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 1024}, e, prometheus.NewRegistry(), discardLogger())
+	srv := httptest.NewServer(s.Handler())
+	b.Cleanup(srv.Close)
+	return srv, mem
+}
+
+func reverseProxy(b *testing.B, up string) *httptest.Server {
+	u, _ := url.Parse(up)
+	srv := httptest.NewServer(httputil.NewSingleHostReverseProxy(u))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+// p50 sends body b.N times and reports the median latency.
+func p50(b *testing.B, target string, body []byte) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	var lat []time.Duration
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		resp, err := client.Post(target+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+}
+
+func textRequest() []byte {
+	text := bytes.Repeat([]byte("word "), 190) // ≈1 KB body
+	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": []any{map[string]any{"role": "user", "content": string(text)}}})
+	return body
+}
+
+// screenshots returns n distinct noisy PNGs of about size bytes each.
+func screenshots(n, side int) [][]byte {
+	var out [][]byte
+	for i := range n {
+		img := image.NewNRGBA(image.Rect(0, 0, side, side))
+		r := rand.New(rand.NewPCG(uint64(i), 7))
+		for j := range img.Pix {
+			img.Pix[j] = uint8(r.IntN(256))
+		}
+		var buf bytes.Buffer
+		png.Encode(&buf, img)
+		out = append(out, buf.Bytes())
+	}
+	return out
+}
+
+func imageRequest(urls []string) []byte {
+	parts := []any{map[string]any{"type": "text", "text": "Compare these screenshots."}}
+	for _, u := range urls {
+		parts = append(parts, map[string]any{"type": "image_url", "image_url": map[string]string{"url": u}})
+	}
+	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": []any{map[string]any{"role": "user", "content": parts}}})
+	return body
+}
+
+func BenchmarkGateway1KBText(b *testing.B) {
+	up := benchUpstream(b)
+	gw, _ := benchGateway(b, up.URL)
+	body := textRequest()
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL, body) })
+	b.Run("gateway", func(b *testing.B) { p50(b, gw.URL, body) })
+}
+
+func BenchmarkGateway5MB6Screenshots(b *testing.B) {
+	up := benchUpstream(b)
+	gw, mem := benchGateway(b, up.URL)
+	shots := screenshots(6, 360) // 6 × ≈520 KB PNG → ≈4.2 MB of base64
+	var inline, refs []string
+	for _, s := range shots {
+		inline = append(inline, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(s))
+		ref := blob.Of(s)
+		mem.Put(b.Context(), "default", ref, s)
+		refs = append(refs, "imgctx:"+ref.String())
+	}
+	body, byRef := imageRequest(inline), imageRequest(refs)
+	b.Logf("inline body %d bytes, by-ref body %d bytes", len(body), len(byRef))
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL, body) })
+	b.Run("gateway-inline", func(b *testing.B) { p50(b, gw.URL, body) })
+	b.Run("gateway-by-ref", func(b *testing.B) { p50(b, gw.URL, byRef) })
+}

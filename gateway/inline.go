@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/upstream"
+)
+
+// minSpan is the smallest base64 span worth lifting out before parsing.
+const minSpan = 1024
+
+// liftInline finds the base64 images of a request body without parsing it
+// as JSON — a multi-megabyte string costs encoding/json tens of
+// milliseconds — stores each once, and puts its ref in its place, so only
+// the small remainder is parsed. It looks for an OpenAI image URL
+// ("url":"data:…;base64,…") and an Anthropic base64 source ("data":"…" in
+// an object with "type":"base64"). A span holding a JSON escape is left for
+// the full parse, which handles it the slow way.
+func (s *Server) liftInline(ctx context.Context, tenant string, body []byte, format upstream.Format) ([]byte, error) {
+	key := []byte(`"url":"data:`)
+	if format == upstream.Anthropic {
+		key = []byte(`"data":"`)
+	}
+	var out []byte
+	last := 0
+	for i := 0; ; {
+		j := bytes.Index(body[i:], key)
+		if j < 0 {
+			break
+		}
+		start := i + j + len(key) - 1 // the opening quote of the value
+		if format == upstream.OpenAI {
+			start = i + j + len(`"url":`)
+		}
+		end := bytes.IndexByte(body[start+1:], '"')
+		if end < 0 {
+			break
+		}
+		end += start + 1 // the closing quote
+		value := body[start+1 : end]
+		i = end + 1
+		if len(value) < minSpan || bytes.IndexByte(value, '\\') >= 0 {
+			continue
+		}
+		url := string(value)
+		if format == upstream.Anthropic {
+			mt, ok := anthropicSource(body, start, end)
+			if !ok {
+				continue
+			}
+			url = "data:" + mt + ";base64," + url
+		} else if !bytes.Contains(value[:min(len(value), 128)], []byte(";base64,")) {
+			continue
+		}
+		in, err := s.engine.StoreDataURL(ctx, tenant, url)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = make([]byte, 0, len(body)/8+1024)
+		}
+		out = append(out, body[last:start+1]...)
+		out = append(out, engine.RefScheme...)
+		out = append(out, in.Ref.String()...)
+		last = end
+	}
+	if out == nil {
+		return body, nil
+	}
+	return append(out, body[last:]...), nil
+}
+
+// anthropicSource checks that the string at body[start:end+1] is the data
+// of a base64 source object and returns its media_type. The object's other
+// members sit within a few hundred bytes on either side.
+func anthropicSource(body []byte, start, end int) (string, bool) {
+	lo := bytes.LastIndexByte(body[max(0, start-300):start], '{')
+	if lo < 0 {
+		return "", false
+	}
+	lo += max(0, start-300)
+	hi := bytes.IndexByte(body[end:min(len(body), end+300)], '}')
+	if hi < 0 {
+		return "", false
+	}
+	obj := append(append([]byte(nil), body[lo:start]...), body[end+1:end+hi]...)
+	if !bytes.Contains(obj, []byte(`"type":"base64"`)) {
+		return "", false
+	}
+	k := bytes.Index(obj, []byte(`"media_type":"`))
+	if k < 0 {
+		return "", false
+	}
+	rest := obj[k+len(`"media_type":"`):]
+	q := bytes.IndexByte(rest, '"')
+	if q < 0 || q > 100 {
+		return "", false
+	}
+	return string(rest[:q]), true
+}

@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/openai"
+)
+
+func TestLiftInline(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, b64 := samplePNG(t)
+	ref := "imgctx:sha256-534742a9a0be702e61ca5937b744994707ab2944ffb315b35a959ef1f5173e57"
+	cases := []struct {
+		name, format, body, want string
+	}{
+		{"openai image url", "openai", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + ref + `"}}]}]}`},
+		{"data URL pasted in text stays", "openai", `{"messages":[{"role":"user","content":"see data:image/png;base64,` + b64 + `"}]}`, ""},
+		{"escaped span left for the full parse", "openai", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image\/png;base64,` + b64[:2000] + `\/"}}]}]}`, ""},
+		{"anthropic source, type first", "anthropic", `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + ref + `"}}]}]}`},
+		{"anthropic source, data first", "anthropic", `{"messages":[{"role":"user","content":[{"type":"image","source":{"data":"` + b64 + `","media_type":"image/png","type":"base64"}}]}]}`,
+			`{"messages":[{"role":"user","content":[{"type":"image","source":{"data":"` + ref + `","media_type":"image/png","type":"base64"}}]}]}`},
+		{"anthropic text block named data", "anthropic", `{"messages":[{"role":"user","content":[{"type":"text","text":"x","data":"` + b64 + `"}]}]}`, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := g.server.liftInline(t.Context(), "default", []byte(c.body), upstream.Format(c.format))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := c.want
+			if want == "" {
+				want = c.body
+			}
+			if string(out) != want {
+				t.Fatalf("got  %.300s\nwant %.300s", out, want)
+			}
+		})
+	}
+	// A bad span is refused with a reason, as the slow path would.
+	_, err := g.server.liftInline(t.Context(), "default", []byte(`{"url":"data:image/png;base64,`+strings.Repeat("%", 2000)+`"}`), upstream.OpenAI)
+	if err == nil {
+		t.Fatal("a bad base64 span was accepted")
+	}
+}
+
+// Untrusted bodies: lifting never panics, and whatever it returns parses
+// to the same request as the original, images named by ref instead.
+func FuzzLiftInline(f *testing.F) {
+	_, b64 := samplePNG(&testing.T{})
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,`+b64+`"}}]}]}`), false)
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"`+b64+`"}}]}]}`), true)
+	f.Add([]byte(`{"url":"data:x;base64,"}`), false)
+	g := newGW(&testing.T{}, upstream.OpenAI, nil)
+	f.Fuzz(func(t *testing.T, body []byte, anth bool) {
+		format := upstream.OpenAI
+		if anth {
+			format = upstream.Anthropic
+		}
+		out, err := g.server.liftInline(t.Context(), "default", body, format)
+		if err != nil || bytes.Equal(out, body) {
+			return
+		}
+		var before, after int
+		if anth {
+			r1, e1 := anthropic.DecodeRequest(body)
+			r2, e2 := anthropic.DecodeRequest(out)
+			if (e1 == nil) != (e2 == nil) {
+				t.Fatalf("lifting changed validity: %v / %v", e1, e2)
+			}
+			if e1 == nil {
+				before, after = len(r1.Messages), len(r2.Messages)
+			}
+		} else {
+			r1, e1 := openai.DecodeRequest(body)
+			r2, e2 := openai.DecodeRequest(out)
+			if (e1 == nil) != (e2 == nil) {
+				t.Fatalf("lifting changed validity: %v / %v", e1, e2)
+			}
+			if e1 == nil {
+				before, after = len(r1.Messages), len(r2.Messages)
+			}
+		}
+		if before != after {
+			t.Fatalf("lifting changed the messages: %d → %d", before, after)
+		}
+	})
+}
