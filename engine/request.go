@@ -210,6 +210,17 @@ func (e *Engine) Base64(ctx context.Context, tenant string, ref blob.Ref) (strin
 	return s, nil
 }
 
+// PrimeBase64 offers the cache an encoding the caller already holds (the
+// base64 text an image arrived in), so it is not encoded again. It is kept
+// only when it is exactly the standard encoding of the stored bytes' length.
+func (e *Engine) PrimeBase64(ref blob.Ref, size int64, b64 string) {
+	e.once.Do(e.init)
+	if int64(base64.StdEncoding.EncodedLen(int(size))) != int64(len(b64)) || strings.ContainsAny(b64, "-_ \r\n") {
+		return
+	}
+	e.b64.put(ref, b64)
+}
+
 // base64Cache is an LRU of encodings bounded by their total size. Refs are
 // content addresses, so an entry never goes stale; callers only reach refs
 // their tenant was allowed at ingestion.

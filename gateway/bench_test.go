@@ -140,3 +140,30 @@ func BenchmarkGateway5MB6Screenshots(b *testing.B) {
 	b.Run("gateway-inline", func(b *testing.B) { p50(b, gw.URL, body) })
 	b.Run("gateway-by-ref", func(b *testing.B) { p50(b, gw.URL, byRef) })
 }
+
+// BenchmarkGatewayThroughput: 1 KB text requests from 16 concurrent
+// clients; target ≥ 5,000 requests/s through the gateway.
+func BenchmarkGatewayThroughput(b *testing.B) {
+	up := benchUpstream(b)
+	gw, _ := benchGateway(b, up.URL)
+	body := textRequest()
+	run := func(b *testing.B, target string) {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+		b.SetParallelism(8) // 16 goroutines on 2 cores
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				resp, err := client.Post(target+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+	}
+	b.Run("baseline=reverseproxy", func(b *testing.B) { run(b, reverseProxy(b, up.URL).URL) })
+	b.Run("gateway", func(b *testing.B) { run(b, gw.URL) })
+}

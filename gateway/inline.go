@@ -58,6 +58,8 @@ func (s *Server) liftInline(ctx context.Context, tenant string, body []byte, for
 		if err != nil {
 			return nil, err
 		}
+		// The span is the base64 the upstream needs: no need to encode again.
+		s.engine.PrimeBase64(in.Ref, in.Bytes, url[len(url)-len(value):])
 		if out == nil {
 			out = make([]byte, 0, len(body)/8+1024)
 		}

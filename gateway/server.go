@@ -236,7 +236,15 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 		}
 		rd = d
 	}
-	b, err := io.ReadAll(io.LimitReader(rd, s.cfg.MaxBodyBytes+1))
+	var b []byte
+	var err error
+	if n := r.ContentLength; rd == r.Body && n > 0 && n <= s.cfg.MaxBodyBytes {
+		// Known size: one exact allocation instead of a doubling buffer.
+		b = make([]byte, n)
+		_, err = io.ReadFull(rd, b)
+	} else {
+		b, err = io.ReadAll(io.LimitReader(rd, s.cfg.MaxBodyBytes+1))
+	}
 	if err != nil {
 		return nil, reason.Wrap(reason.Invalid, "reading the body", err)
 	}
