@@ -186,35 +186,38 @@ type ImageURL func(img chat.Image) (string, error)
 // When streaming, stream_options.include_usage is turned on so the engine
 // can measure.
 func (r *Request) Encode(msgs []chat.Message, url ImageURL) ([]byte, error) {
-	encoded := make([][]byte, len(msgs))
-	size := 2
+	// Resolve every image URL first: the request is then written once, into
+	// a buffer of the right size, so megabytes of base64 are copied once.
+	urls := map[chat.Image]string{}
+	size := 256
 	for i, m := range msgs {
-		if len(r.verbatim) > 0 {
-			if canon, err := json.Marshal(m); err == nil {
-				if v, ok := r.verbatim[string(canon)]; ok {
-					encoded[i], size = v, size+len(v)+1
-					continue
+		size += 256
+		for _, p := range m.Parts {
+			size += 128
+			if tr, ok := p.(chat.ToolResult); ok {
+				for _, q := range tr.Parts {
+					n, err := sizeOf(q, url, urls)
+					if err != nil {
+						return nil, fmt.Errorf("message %d: %w", i, err)
+					}
+					size += n
 				}
+				continue
 			}
+			n, err := sizeOf(p, url, urls)
+			if err != nil {
+				return nil, fmt.Errorf("message %d: %w", i, err)
+			}
+			size += n
 		}
-		b, err := EncodeMessage(m, url)
-		if err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-		encoded[i], size = b, size+len(b)+1
 	}
-	var buf bytes.Buffer
-	buf.Grow(size)
-	buf.WriteByte('[')
-	for i, b := range encoded {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		buf.Write(b)
+	for _, f := range r.top {
+		size += len(f.Key) + len(f.Value) + 4
 	}
-	buf.WriteByte(']')
 	top := append(wire.Object(nil), r.top...)
-	top.Set("messages", buf.Bytes())
+	if _, ok := top.Get("messages"); !ok {
+		top.Set("messages", nil)
+	}
 	if r.Stream {
 		opts := map[string]any{}
 		if v, ok := top.Get("stream_options"); ok {
@@ -226,7 +229,64 @@ func (r *Request) Encode(msgs []chat.Message, url ImageURL) ([]byte, error) {
 			top.Set("stream_options", b)
 		}
 	}
-	return top.MarshalJSON()
+	var b bytes.Buffer
+	b.Grow(size)
+	b.WriteByte('{')
+	for i, f := range top {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(mustJSON(f.Key))
+		b.WriteByte(':')
+		if f.Key != "messages" {
+			b.Write(f.Value)
+			continue
+		}
+		b.WriteByte('[')
+		for j, m := range msgs {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			if len(r.verbatim) > 0 {
+				if canon, err := json.Marshal(m); err == nil {
+					if v, ok := r.verbatim[string(canon)]; ok {
+						b.Write(v)
+						continue
+					}
+				}
+			}
+			resolvedURL := func(img chat.Image) (string, error) {
+				if u, ok := urls[img]; ok {
+					return u, nil
+				}
+				return url(img)
+			}
+			if err := writeMessage(&b, m, resolvedURL); err != nil {
+				return nil, fmt.Errorf("message %d: %w", j, err)
+			}
+		}
+		b.WriteByte(']')
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// sizeOf resolves an image part's URL into urls and returns how many
+// bytes the part will take.
+func sizeOf(p chat.Part, url ImageURL, urls map[chat.Image]string) (int, error) {
+	img, ok := p.(chat.Image)
+	if !ok {
+		return 0, nil
+	}
+	if u, ok := urls[img]; ok {
+		return len(u) + 96, nil
+	}
+	u, err := url(img)
+	if err != nil {
+		return 0, err
+	}
+	urls[img] = u
+	return len(u) + 96, nil
 }
 
 // SetModel replaces the model name.
@@ -240,14 +300,18 @@ func (r *Request) SetModel(model string) {
 // text part as a string, anything else as a content array; markers,
 // summaries and documents as text; images through url.
 func EncodeMessage(m chat.Message, url ImageURL) ([]byte, error) {
-	obj := wire.Object{}
+	var b bytes.Buffer
+	err := writeMessage(&b, m, url)
+	return b.Bytes(), err
+}
+
+func writeMessage(w *bytes.Buffer, m chat.Message, url ImageURL) error {
 	role := string(m.Role)
 	if v, ok := m.Extra["role"]; ok && m.Role == chat.System {
-		var s string
-		_ = json.Unmarshal(v, &s)
-		role = s
+		var r string
+		_ = json.Unmarshal(v, &r)
+		role = r
 	}
-	obj.Set("role", mustJSON(role))
 	var content []chat.Part
 	var calls []toolCallJSON
 	var callID string
@@ -264,54 +328,47 @@ func EncodeMessage(m chat.Message, url ImageURL) ([]byte, error) {
 			content = append(content, p)
 		}
 	}
-	c, err := encodeContent(content, url, m.Role == chat.Assistant && len(calls) > 0)
-	if err != nil {
-		return nil, err
+	w.WriteString(`{"role":`)
+	w.Write(mustJSON(role))
+	w.WriteString(`,"content":`)
+	if err := writeContent(w, content, url, m.Role == chat.Assistant && len(calls) > 0); err != nil {
+		return err
 	}
-	obj.Set("content", c)
 	if len(calls) > 0 {
-		obj.Set("tool_calls", mustJSON(calls))
+		w.WriteString(`,"tool_calls":`)
+		w.Write(mustJSON(calls))
 	}
 	if m.Role == chat.Tool {
-		obj.Set("tool_call_id", mustJSON(callID))
+		w.WriteString(`,"tool_call_id":`)
+		w.Write(mustJSON(callID))
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Extra)) {
 		if k != "role" {
-			obj.Set(k, m.Extra[k])
+			w.WriteByte(',')
+			w.Write(mustJSON(k))
+			w.WriteByte(':')
+			w.Write(m.Extra[k])
 		}
 	}
-	return obj.MarshalJSON()
+	w.WriteByte('}')
+	return nil
 }
 
-func encodeContent(parts []chat.Part, url ImageURL, nullable bool) (json.RawMessage, error) {
+func writeContent(b *bytes.Buffer, parts []chat.Part, url ImageURL, nullable bool) error {
 	if len(parts) == 0 {
 		if nullable {
-			return json.RawMessage("null"), nil
+			b.WriteString("null")
+		} else {
+			b.WriteString(`""`)
 		}
-		return json.RawMessage(`""`), nil
+		return nil
 	}
 	if t, ok := parts[0].(chat.Text); ok && len(parts) == 1 {
-		return mustJSON(t.Text), nil
+		b.Write(mustJSON(t.Text))
+		return nil
 	}
 	// Written by hand: an image URL is megabytes of base64 that needs no
-	// escaping, and encoding/json would scan and copy it several times. The
-	// URLs are resolved first so the buffer is sized once.
-	urls := make([]string, len(parts))
-	size := 64
-	for i, p := range parts {
-		if img, ok := p.(chat.Image); ok {
-			u, err := url(img)
-			if err != nil {
-				return nil, err
-			}
-			urls[i] = u
-			size += len(u) + 80
-		} else {
-			size += 256
-		}
-	}
-	var b bytes.Buffer
-	b.Grow(size)
+	// escaping, and encoding/json would scan and copy it several times.
 	b.WriteByte('[')
 	n := 0
 	next := func() {
@@ -326,7 +383,7 @@ func encodeContent(parts []chat.Part, url ImageURL, nullable bool) (json.RawMess
 		b.Write(mustJSON(s))
 		b.WriteByte('}')
 	}
-	for i, p := range parts {
+	for _, p := range parts {
 		switch p := p.(type) {
 		case chat.Text:
 			text(p.Text)
@@ -341,9 +398,13 @@ func encodeContent(parts []chat.Part, url ImageURL, nullable bool) (json.RawMess
 			}
 			text(s)
 		case chat.Image:
+			u, err := url(p)
+			if err != nil {
+				return err
+			}
 			next()
 			b.WriteString(`{"type":"image_url","image_url":{"url":`)
-			wire.WriteString(&b, urls[i])
+			wire.WriteString(b, u)
 			if p.Detail != "" {
 				b.WriteString(`,"detail":`)
 				b.Write(mustJSON(p.Detail))
@@ -352,7 +413,7 @@ func encodeContent(parts []chat.Part, url ImageURL, nullable bool) (json.RawMess
 		}
 	}
 	b.WriteByte(']')
-	return b.Bytes(), nil
+	return nil
 }
 
 func mustJSON(v any) json.RawMessage {
