@@ -3,7 +3,9 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"hash/maphash"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/upstream"
 )
@@ -54,18 +56,23 @@ func (s *Server) liftInline(ctx context.Context, tenant string, body []byte, for
 		} else if !bytes.Contains(value[:min(len(value), 128)], []byte(";base64,")) {
 			continue
 		}
-		in, err := s.engine.StoreDataURL(ctx, tenant, url)
-		if err != nil {
-			return nil, err
+		ref, ok := s.seenSpan(ctx, tenant, url)
+		if !ok {
+			in, err := s.engine.StoreDataURL(ctx, tenant, url)
+			if err != nil {
+				return nil, err
+			}
+			// The span is the base64 the upstream needs: no need to encode again.
+			s.engine.PrimeBase64(in.Ref, in.Bytes, url[len(url)-len(value):])
+			s.rememberSpan(tenant, url, in.Ref)
+			ref = in.Ref
 		}
-		// The span is the base64 the upstream needs: no need to encode again.
-		s.engine.PrimeBase64(in.Ref, in.Bytes, url[len(url)-len(value):])
 		if out == nil {
 			out = make([]byte, 0, len(body)/8+1024)
 		}
 		out = append(out, body[last:start+1]...)
 		out = append(out, engine.RefScheme...)
-		out = append(out, in.Ref.String()...)
+		out = append(out, ref.String()...)
 		last = end
 	}
 	if out == nil {
@@ -101,4 +108,38 @@ func anthropicSource(body []byte, start, end int) (string, bool) {
 		return "", false
 	}
 	return string(rest[:q]), true
+}
+
+// spanKey names a base64 span cheaply: agents re-send the same image on
+// every request, and hashing its text once is cheaper than decoding,
+// hashing and storing it again. The key holds the tenant and the length;
+// a hit is only used after Touch finds the blob in that tenant's store, so
+// a collision can never reach another tenant's image.
+type spanKey struct {
+	tenant string
+	n      int
+	h      uint64
+}
+
+func (s *Server) spanKeyOf(tenant, url string) spanKey {
+	return spanKey{tenant, len(url), maphash.String(s.spanSeed, url)}
+}
+
+func (s *Server) seenSpan(ctx context.Context, tenant, url string) (blob.Ref, bool) {
+	s.mu.Lock()
+	ref, ok := s.spans[s.spanKeyOf(tenant, url)]
+	s.mu.Unlock()
+	if !ok || s.engine.Images.Touch(ctx, tenant, ref) != nil {
+		return blob.Ref{}, false
+	}
+	return ref, true
+}
+
+func (s *Server) rememberSpan(tenant, url string, ref blob.Ref) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.spans) >= 50_000 {
+		clear(s.spans) // bounded: start over rather than grow
+	}
+	s.spans[s.spanKeyOf(tenant, url)] = ref
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire/anthropic"
 	"github.com/imgctx/imgctx/wire/openai"
@@ -90,4 +91,45 @@ func FuzzLiftInline(f *testing.F) {
 			t.Fatalf("lifting changed the messages: %d → %d", before, after)
 		}
 	})
+}
+
+// A span seen before is not decoded or stored again; if its blob has gone
+// (gc), or another tenant sends the same text, it is stored anew.
+func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, b64 := samplePNG(t)
+	body := []byte(`{"url":"data:image/png;base64,` + b64 + `"}`)
+	lift := func(tenant string) string {
+		out, err := g.server.liftInline(t.Context(), tenant, body, upstream.OpenAI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	first := lift("default")
+	if _, ok := g.server.seenSpan(t.Context(), "default", "data:image/png;base64,"+b64); !ok {
+		t.Fatal("the span was not remembered")
+	}
+	if lift("default") != first {
+		t.Fatal("a repeat gave another ref")
+	}
+	// Deleted behind its back: the next request stores it again.
+	ref := strings.TrimSuffix(strings.TrimPrefix(first, `{"url":"imgctx:`), `"}`)
+	g.images.Delete(t.Context(), "default", mustRef(t, ref))
+	if lift("default") != first || g.stored(t, "default") != 1 {
+		t.Fatal("a span whose blob was deleted was not stored again")
+	}
+	// Another tenant: its own copy, never the first tenant's.
+	lift("other")
+	if g.stored(t, "other") != 1 {
+		t.Fatal("another tenant reused a span remembered for someone else")
+	}
+}
+
+func mustRef(t *testing.T, s string) blob.Ref {
+	r, err := blob.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

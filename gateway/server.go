@@ -12,6 +12,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
@@ -58,8 +60,10 @@ type Server struct {
 	sem     chan struct{}
 	reg     prometheus.Gatherer
 
-	mu     sync.Mutex
-	stable map[string]map[string]bool // tenant/session → refs removed for budget, kept removed
+	mu       sync.Mutex
+	stable   map[string]map[string]bool // tenant/session → refs removed for budget, kept removed
+	spans    map[spanKey]blob.Ref       // base64 spans seen, by a hash of their text
+	spanSeed maphash.Seed
 }
 
 // New builds a server on an engine (its image store, upstream and profiles
@@ -81,7 +85,8 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
-		sem: make(chan struct{}, cfg.MaxConcurrent), stable: map[string]map[string]bool{}}
+		sem: make(chan struct{}, cfg.MaxConcurrent), stable: map[string]map[string]bool{},
+		spans: map[spanKey]blob.Ref{}, spanSeed: maphash.MakeSeed()}
 	e.Sink = s.metrics.engineEvent
 	return s
 }
