@@ -167,3 +167,44 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 	b.Run("baseline=reverseproxy", func(b *testing.B) { run(b, reverseProxy(b, up.URL).URL) })
 	b.Run("gateway", func(b *testing.B) { run(b, gw.URL) })
 }
+
+// BenchmarkGateway5MBNewScreenshots: every request carries six images the
+// gateway has never seen (decoded, checked, hashed, stored, then sent).
+// Run with a fixed count: go test ./gateway -run XXX -bench 5MBNew -benchtime 30x
+func BenchmarkGateway5MBNewScreenshots(b *testing.B) {
+	up := benchUpstream(b)
+	gw, _ := benchGateway(b, up.URL)
+	shots := screenshots(6, 360)
+	bodies := make([][]byte, 64)
+	for i := range bodies {
+		var urls []string
+		for j, s := range shots {
+			s = bytes.Clone(s)
+			s[100], s[101], s[102] = byte(i), byte(j), 0xAB // a different image (and ref) each time
+			urls = append(urls, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(s))
+		}
+		bodies[i] = imageRequest(urls)
+	}
+	if b.N > len(bodies) {
+		b.Fatalf("run with -benchtime %dx or fewer: each request must carry new images", len(bodies))
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	var lat []time.Duration
+	b.SetBytes(int64(len(bodies[0])))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		resp, err := client.Post(gw.URL+"/v1/chat/completions", "application/json", bytes.NewReader(bodies[i]))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"hash/maphash"
+	"strings"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/engine"
@@ -63,7 +64,7 @@ func (s *Server) liftInline(ctx context.Context, tenant string, body []byte, for
 				return nil, err
 			}
 			// The span is the base64 the upstream needs: no need to encode again.
-			s.engine.PrimeBase64(in.Ref, in.Bytes, url[len(url)-len(value):])
+			s.engine.PrimeBase64(in.Ref, in.Bytes, url[strings.Index(url, ";base64,")+len(";base64,"):])
 			s.rememberSpan(tenant, url, in.Ref)
 			ref = in.Ref
 		}

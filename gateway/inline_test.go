@@ -133,3 +133,20 @@ func mustRef(t *testing.T, s string) blob.Ref {
 	}
 	return r
 }
+
+// The base64 a client sent is what the upstream gets: it primes the
+// encoding cache instead of being encoded again from the stored bytes.
+func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, b64 := samplePNG(t)
+	out, err := g.server.liftInline(t.Context(), "default", []byte(`{"url":"data:image/png;base64,`+b64+`"}`), upstream.OpenAI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := mustRef(t, strings.TrimSuffix(strings.TrimPrefix(string(out), `{"url":"imgctx:`), `"}`))
+	g.images.Delete(t.Context(), "default", ref) // only the primed encoding can answer now
+	got, err := g.engine.Base64(t.Context(), "default", ref)
+	if err != nil || got != b64 {
+		t.Fatalf("the lifted span did not prime the encoding: %v", err)
+	}
+}
