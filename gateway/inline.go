@@ -66,6 +66,8 @@ func (s *Server) liftInline(ctx context.Context, tenant string, body []byte, for
 			// The span is the base64 the upstream needs: no need to encode again.
 			s.engine.PrimeBase64(in.Ref, in.Bytes, url[strings.Index(url, ";base64,")+len(";base64,"):])
 			s.rememberSpan(tenant, url, in.Ref)
+			s.metrics.images.WithLabelValues("stored", "").Inc()
+			s.metrics.imageBytes.WithLabelValues("stored").Add(float64(in.Bytes))
 			ref = in.Ref
 		}
 		if out == nil {

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/internal/config"
+)
+
+// lineWriter hands the first line matching re to found.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   strings.Builder
+	re    *regexp.Regexp
+	found chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if m := w.re.FindStringSubmatch(w.buf.String()); m != nil && w.found != nil {
+		w.found <- m[1]
+		w.found = nil
+	}
+	return len(p), nil
+}
+
+// A stop signal while a request is in flight: the request finishes, then
+// serve returns cleanly.
+func TestServeShutsDownGracefully(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(400 * time.Millisecond) // in flight when the stop comes
+		io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`)
+	}))
+	defer up.Close()
+	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, map[string]any{
+		"data_dir": t.TempDir(), "upstream.base_url": up.URL, "server.addr": "127.0.0.1:0", "log.level": "error"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &lineWriter{re: regexp.MustCompile(`listening on (http://\S+)`), found: make(chan string, 1)}
+	a := &app{stdout: out, stderr: io.Discard, cfg: cfg, log: newLogger(io.Discard, cfg.Log)}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.serve(ctx) }()
+	var base string
+	select {
+	case base = <-out.found:
+	case err := <-served:
+		t.Fatalf("serve ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	result := make(chan string, 1)
+	go func() {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			result <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		result <- string(b)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	if got := <-result; !strings.Contains(got, `"content":"done"`) {
+		t.Fatalf("the in-flight request did not finish: %s", got)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Fatal("still serving after shutdown")
+	}
+}
