@@ -160,28 +160,17 @@ func (c *call) estimate() int {
 	}
 	n := base
 	for _, m := range c.st.Live[from:] {
+		n += policy.TextTokens(m.Parts, counter) + 4 // per-message framing
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
-			switch p := p.(type) {
-			case chat.Text:
-				n += counter.Count(p.Text)
-			case chat.ToolCall:
-				n += counter.Count(p.Arguments) + 8
-			case chat.Summary:
-				n += counter.Count(p.Text)
-			case chat.Marker:
-				n += counter.Count(p.String())
-			case chat.Document:
-				n += counter.Count(p.Text) + 16
-			case chat.Image:
-				if p.Cost > 0 {
-					n += p.Cost
-				} else if t, err := tokens.ImageTokens(c.profile, p.Width, p.Height, p.Detail); err == nil {
+			if img, ok := p.(chat.Image); ok {
+				if img.Cost > 0 {
+					n += img.Cost
+				} else if t, err := tokens.ImageTokens(c.profile, img.Width, img.Height, img.Detail); err == nil {
 					n += t
 				}
 			}
 			return true
 		})
-		n += 4 // per-message framing
 	}
 	return n
 }

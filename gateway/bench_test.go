@@ -63,13 +63,18 @@ func reverseProxy(b *testing.B, up string) *httptest.Server {
 
 // p50 sends body b.N times and reports the median latency.
 func p50(b *testing.B, target string, body []byte) {
+	p50Of(b, target, func(int) []byte { return body })
+}
+
+// p50Of sends body(i) for the i-th request and reports the median latency.
+func p50Of(b *testing.B, target string, body func(i int) []byte) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	var lat []time.Duration
-	b.SetBytes(int64(len(body)))
+	b.SetBytes(int64(len(body(0))))
 	b.ReportAllocs()
-	for b.Loop() {
+	for i := 0; b.Loop(); i++ {
 		start := time.Now()
-		resp, err := client.Post(target+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		resp, err := client.Post(target+"/v1/chat/completions", "application/json", bytes.NewReader(body(i)))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -188,23 +193,5 @@ func BenchmarkGateway5MBNewScreenshots(b *testing.B) {
 	if b.N > len(bodies) {
 		b.Fatalf("run with -benchtime %dx or fewer: each request must carry new images", len(bodies))
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	var lat []time.Duration
-	b.SetBytes(int64(len(bodies[0])))
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		start := time.Now()
-		resp, err := client.Post(gw.URL+"/v1/chat/completions", "application/json", bytes.NewReader(bodies[i]))
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
-		lat = append(lat, time.Since(start))
-	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	p50Of(b, gw.URL, func(i int) []byte { return bodies[i] })
 }

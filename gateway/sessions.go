@@ -106,17 +106,13 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, tenant strin
 	counter := tokens.CounterFor(p.Tokenizer)
 	text, images, kept := 0, 0, 0
 	for _, m := range published {
+		text += policy.TextTokens(m.Parts, counter)
 		chat.Walk(m.Parts, func(part chat.Part, _ int) bool {
-			switch part := part.(type) {
-			case chat.Text:
-				text += counter.Count(part.Text)
-			case chat.Summary:
-				text += counter.Count(part.Text)
-			case chat.Image:
-				if part.Keep == chat.Kept {
+			if img, ok := part.(chat.Image); ok {
+				if img.Keep == chat.Kept {
 					kept++
-					images += part.Cost
-				} else if n, err := tokens.ImageTokens(p, part.Width, part.Height, part.Detail); err == nil {
+					images += img.Cost
+				} else if n, err := tokens.ImageTokens(p, img.Width, img.Height, img.Detail); err == nil {
 					images += n
 				}
 			}

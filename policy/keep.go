@@ -209,15 +209,16 @@ func (k *KeepTurn) Sending(msgs []chat.Message) {
 	k.text = 0
 	if k.base.Valid && k.base.Messages <= len(msgs) {
 		for _, m := range msgs[k.base.Messages:] {
-			k.text += textTokens(m.Parts, k.t.Counter)
+			k.text += TextTokens(m.Parts, k.t.Counter)
 		}
 	}
 	k.sent = len(msgs) // the base moves only when the request is observed
 }
 
-// textTokens counts what a request carries as text, images excluded. A
-// tool result's name is not counted: neither wire format sends it.
-func textTokens(parts []chat.Part, c tokens.TextCounter) int {
+// TextTokens counts what parts carry as text, images excluded, nested
+// parts included. A tool result's name is not counted: neither wire format
+// sends it.
+func TextTokens(parts []chat.Part, c tokens.TextCounter) int {
 	n := 0
 	chat.Walk(parts, func(p chat.Part, _ int) bool {
 		switch p := p.(type) {

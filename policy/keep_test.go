@@ -43,7 +43,7 @@ type scriptedEngine struct {
 func (e scriptedEngine) prompt(msgs []chat.Message) int {
 	n := 50 // system framing
 	for _, m := range msgs {
-		n += textTokens(m.Parts, e.counter)
+		n += TextTokens(m.Parts, e.counter)
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			if img, ok := p.(chat.Image); ok {
 				n += e.trueCost[img.Ref]

@@ -232,3 +232,53 @@ func plainString(s string) bool {
 	}
 	return true
 }
+
+// RequestHead is what every chat request has at its top level: its fields
+// in order, the model, the stream flag and the raw messages.
+type RequestHead struct {
+	Top      Object
+	Model    string
+	Stream   bool
+	Messages []json.RawMessage
+}
+
+// ParseRequestHead reads a request's top level; the codecs read the rest.
+func ParseRequestHead(b []byte) (RequestHead, error) {
+	top, err := ParseObject(b)
+	if err != nil {
+		return RequestHead{}, fmt.Errorf("request body: %w", err)
+	}
+	h := RequestHead{Top: top}
+	if v, ok := top.Get("model"); ok {
+		if err := json.Unmarshal(v, &h.Model); err != nil {
+			return RequestHead{}, fmt.Errorf("model: %w", err)
+		}
+	}
+	if v, ok := top.Get("stream"); ok {
+		_ = json.Unmarshal(v, &h.Stream)
+	}
+	raw, ok := top.Get("messages")
+	if !ok {
+		return RequestHead{}, errors.New("request has no messages")
+	}
+	if err := json.Unmarshal(raw, &h.Messages); err != nil {
+		return RequestHead{}, fmt.Errorf("messages: %w", err)
+	}
+	return h, nil
+}
+
+// StringContent reads message content that both formats allow as a plain
+// string: it returns the string and true, or ok false when the content is
+// absent or null (empty is true) or something else, an array, for the
+// caller to read.
+func StringContent(raw json.RawMessage) (s string, ok, empty bool, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", false, true, nil
+	}
+	if raw[0] != '"' {
+		return "", false, false, nil
+	}
+	err = json.Unmarshal(raw, &s)
+	return s, err == nil, false, err
+}

@@ -63,34 +63,19 @@ func NewRequest(model string, maxTokens int) *Request {
 // DecodeRequest reads a request. Images and documents keep a data URL (or
 // their remote URL) for the engine to ingest.
 func DecodeRequest(b []byte) (*Request, error) {
-	top, err := wire.ParseObject(b)
+	h, err := wire.ParseRequestHead(b)
 	if err != nil {
-		return nil, fmt.Errorf("request body: %w", err)
+		return nil, err
 	}
-	r := &Request{top: top, verbatim: map[string]json.RawMessage{}}
-	if v, ok := top.Get("model"); ok {
-		if err := json.Unmarshal(v, &r.Model); err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-	}
-	if v, ok := top.Get("stream"); ok {
-		_ = json.Unmarshal(v, &r.Stream)
-	}
-	if v, ok := top.Get("system"); ok {
+	r := &Request{Model: h.Model, Stream: h.Stream, top: h.Top, verbatim: map[string]json.RawMessage{}}
+	if v, ok := h.Top.Get("system"); ok {
 		parts, err := decodeContent(v)
 		if err != nil {
 			return nil, fmt.Errorf("system: %w", err)
 		}
 		r.Messages = append(r.Messages, chat.Message{Role: chat.System, Parts: parts})
 	}
-	raw, ok := top.Get("messages")
-	if !ok {
-		return nil, fmt.Errorf("request has no messages")
-	}
-	var msgs []json.RawMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return nil, fmt.Errorf("messages: %w", err)
-	}
+	msgs := h.Messages
 	for i, m := range msgs {
 		out, err := decodeMessage(m)
 		if err != nil {
@@ -153,15 +138,9 @@ func decodeMessage(raw json.RawMessage) ([]chat.Message, error) {
 }
 
 func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, err
-		}
+	if s, ok, empty, err := wire.StringContent(raw); err != nil || empty {
+		return nil, err
+	} else if ok {
 		return []chat.Part{chat.Text{Text: s}}, nil
 	}
 	var blocks []block

@@ -59,27 +59,12 @@ func NewRequest(model string) *Request {
 // DecodeRequest reads a request. Images keep their URL as sent (a data URL,
 // an https URL, or "imgctx:sha256-…"); ingesting them is the engine's job.
 func DecodeRequest(b []byte) (*Request, error) {
-	top, err := wire.ParseObject(b)
+	h, err := wire.ParseRequestHead(b)
 	if err != nil {
-		return nil, fmt.Errorf("request body: %w", err)
+		return nil, err
 	}
-	r := &Request{top: top, verbatim: map[string]json.RawMessage{}}
-	if v, ok := top.Get("model"); ok {
-		if err := json.Unmarshal(v, &r.Model); err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-	}
-	if v, ok := top.Get("stream"); ok {
-		_ = json.Unmarshal(v, &r.Stream)
-	}
-	raw, ok := top.Get("messages")
-	if !ok {
-		return nil, fmt.Errorf("request has no messages")
-	}
-	var msgs []json.RawMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return nil, fmt.Errorf("messages: %w", err)
-	}
+	r := &Request{Model: h.Model, Stream: h.Stream, top: h.Top, verbatim: map[string]json.RawMessage{}}
+	msgs := h.Messages
 	for i, m := range msgs {
 		msg, err := decodeMessage(m)
 		if err != nil {
@@ -144,15 +129,9 @@ func withExtra(m map[string]json.RawMessage, k string, v json.RawMessage) map[st
 }
 
 func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, err
-		}
+	if s, ok, empty, err := wire.StringContent(raw); err != nil || empty {
+		return nil, err
+	} else if ok {
 		return []chat.Part{chat.Text{Text: s}}, nil
 	}
 	var cps []contentPart
