@@ -83,6 +83,10 @@ type Part interface {
 // Text is plain text.
 type Text struct {
 	Text string
+	// Extra is a raw JSON object of the part's wire fields imgctx does not
+	// model ("" when none), kept so a rewritten request still carries them.
+	// Opaque: only codecs read it.
+	Extra string
 }
 
 // Image is an image by reference, with what is known of it.
@@ -99,6 +103,10 @@ type Image struct {
 	Caption   string
 	Keep      Keep
 	Cost      int // measured image tokens; 0 until measured
+	// Extra is a raw JSON object of the part's wire fields imgctx does not
+	// model ("" when none), kept so a rewritten request still carries them.
+	// Opaque: only codecs read it.
+	Extra string
 }
 
 // Document is a non-image attachment (a PDF, say) by reference. It travels as
@@ -110,6 +118,10 @@ type Document struct {
 	Name      string
 	Text      string // extracted text, if any
 	Caption   string
+	// Extra is a raw JSON object of the part's wire fields imgctx does not
+	// model ("" when none), kept so a rewritten request still carries them.
+	// Opaque: only codecs read it.
+	Extra string
 }
 
 // ToolCall is an assistant's request to run a tool. Arguments is the raw JSON
@@ -118,6 +130,10 @@ type ToolCall struct {
 	ID        string
 	Name      string
 	Arguments string
+	// Extra is a raw JSON object of the part's wire fields imgctx does not
+	// model ("" when none), kept so a rewritten request still carries them.
+	// Opaque: only codecs read it.
+	Extra string
 }
 
 // ToolResult is a tool's answer to a ToolCall. Tools return images inside
@@ -127,6 +143,10 @@ type ToolResult struct {
 	Name    string
 	IsError bool
 	Parts   []Part
+	// Extra is a raw JSON object of the part's wire fields imgctx does not
+	// model ("" when none), kept so a rewritten request still carries them.
+	// Opaque: only codecs read it.
+	Extra string
 }
 
 // Summary replaces a range of earlier messages after compaction. From and To

@@ -27,7 +27,7 @@ func sample() Conversation {
 		Messages: []Message{
 			{Role: System, Parts: []Part{Text{Text: "You are helpful."}}, Extra: map[string]json.RawMessage{"name": json.RawMessage(`"planner"`)}},
 			{Role: User, Parts: []Part{
-				Text{Text: "What is on screen?"},
+				Text{Text: "What is on screen?", Extra: `{"cache_control":{"type":"ephemeral"}}`},
 				Image{Ref: shot, MediaType: "image/png", Bytes: 10, Width: 1920, Height: 1080, Detail: "high", Origin: FromUser, Caption: "desktop"},
 				Image{URL: "https://example.com/a.jpg", Origin: FromUser},
 				Document{Ref: pdf, MediaType: "application/pdf", Name: "spec.pdf", Text: "page one"},
@@ -182,7 +182,7 @@ func genPart(t *rapid.T, nested bool) Part {
 	}
 	switch rapid.SampledFrom(kinds).Draw(t, "kind") {
 	case "text":
-		return Text{Text: str.Draw(t, "text")}
+		return Text{Text: str.Draw(t, "text"), Extra: rapid.SampledFrom([]string{"", `{"x":1}`}).Draw(t, "extra")}
 	case "image":
 		return Image{Ref: ref, MediaType: str.Draw(t, "mt"), Bytes: int64(n.Draw(t, "b")), Width: n.Draw(t, "w"),
 			Height: n.Draw(t, "h"), Origin: rapid.SampledFrom([]Origin{"", FromUser, FromTool}).Draw(t, "o"),

@@ -38,6 +38,7 @@ type partJSON struct {
 	Of        string     `json:"of,omitempty"`
 	Caption   string     `json:"caption,omitempty"`
 	Reason    string     `json:"reason,omitempty"`
+	Extra     string     `json:"extra,omitempty"`
 }
 
 type messageJSON struct {
@@ -64,17 +65,17 @@ func encodeParts(ps []Part) []partJSON {
 		j := partJSON{Type: p.Kind()}
 		switch p := p.(type) {
 		case Text:
-			j.Text = p.Text
+			j.Text, j.Extra = p.Text, p.Extra
 		case Image:
 			j.Ref, j.URL, j.MediaType, j.Bytes = p.Ref, p.URL, p.MediaType, p.Bytes
 			j.Width, j.Height, j.Detail, j.Origin = p.Width, p.Height, p.Detail, p.Origin
-			j.Caption, j.Keep, j.Cost = p.Caption, p.Keep, p.Cost
+			j.Caption, j.Keep, j.Cost, j.Extra = p.Caption, p.Keep, p.Cost, p.Extra
 		case Document:
-			j.Ref, j.URL, j.MediaType, j.Name, j.Text, j.Caption = p.Ref, p.URL, p.MediaType, p.Name, p.Text, p.Caption
+			j.Ref, j.URL, j.MediaType, j.Name, j.Text, j.Caption, j.Extra = p.Ref, p.URL, p.MediaType, p.Name, p.Text, p.Caption, p.Extra
 		case ToolCall:
-			j.ID, j.Name, j.Arguments = p.ID, p.Name, p.Arguments
+			j.ID, j.Name, j.Arguments, j.Extra = p.ID, p.Name, p.Arguments, p.Extra
 		case ToolResult:
-			j.CallID, j.Name, j.IsError = p.CallID, p.Name, p.IsError
+			j.CallID, j.Name, j.IsError, j.Extra = p.CallID, p.Name, p.IsError, p.Extra
 			j.Parts = encodeParts(p.Parts)
 		case Summary:
 			j.Text, j.From, j.To = p.Text, p.From, p.To
@@ -95,15 +96,15 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 		var p Part
 		switch j.Type {
 		case "text":
-			p = Text{Text: j.Text}
+			p = Text{Text: j.Text, Extra: j.Extra}
 		case "image":
 			p = Image{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Bytes: j.Bytes,
 				Width: j.Width, Height: j.Height, Detail: j.Detail, Origin: j.Origin,
-				Caption: j.Caption, Keep: j.Keep, Cost: j.Cost}
+				Caption: j.Caption, Keep: j.Keep, Cost: j.Cost, Extra: j.Extra}
 		case "document":
-			p = Document{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Name: j.Name, Text: j.Text, Caption: j.Caption}
+			p = Document{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Name: j.Name, Text: j.Text, Caption: j.Caption, Extra: j.Extra}
 		case "tool_call":
-			p = ToolCall{ID: j.ID, Name: j.Name, Arguments: j.Arguments}
+			p = ToolCall{ID: j.ID, Name: j.Name, Arguments: j.Arguments, Extra: j.Extra}
 		case "tool_result":
 			if depth > 0 {
 				return nil, fmt.Errorf("part %d: a tool_result cannot nest inside another", i)
@@ -112,7 +113,7 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 			if err != nil {
 				return nil, fmt.Errorf("part %d: %w", i, err)
 			}
-			p = ToolResult{CallID: j.CallID, Name: j.Name, IsError: j.IsError, Parts: nested}
+			p = ToolResult{CallID: j.CallID, Name: j.Name, IsError: j.IsError, Parts: nested, Extra: j.Extra}
 		case "summary":
 			p = Summary{Text: j.Text, From: j.From, To: j.To}
 		case "marker":

@@ -282,3 +282,37 @@ func StringContent(raw json.RawMessage) (s string, ok, empty bool, err error) {
 	err = json.Unmarshal(raw, &s)
 	return s, err == nil, false, err
 }
+
+// ExtraOf returns the fields of the JSON object raw whose keys are not in
+// known, as a JSON object in their original order ("" when there are none):
+// the opaque Extra of a part.
+func ExtraOf(raw json.RawMessage, known ...string) string {
+	o, err := ParseObject(raw)
+	if err != nil {
+		return ""
+	}
+	var extra Object
+outer:
+	for _, f := range o {
+		for _, k := range known {
+			if f.Key == k {
+				continue outer
+			}
+		}
+		extra = append(extra, f)
+	}
+	if len(extra) == 0 {
+		return ""
+	}
+	b, _ := extra.MarshalJSON()
+	return string(b)
+}
+
+// WriteExtra writes the members of the JSON object extra, each preceded by
+// a comma, so they join an object being written; "" writes nothing.
+func WriteExtra(b *bytes.Buffer, extra string) {
+	if len(extra) > 2 && extra[0] == '{' && extra[len(extra)-1] == '}' {
+		b.WriteByte(',')
+		b.WriteString(extra[1 : len(extra)-1])
+	}
+}

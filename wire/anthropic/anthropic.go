@@ -48,6 +48,25 @@ type block struct {
 	IsError   bool            `json:"is_error,omitempty"`
 	Title     string          `json:"title,omitempty"`
 	Cache     *cacheControl   `json:"cache_control,omitempty"`
+	extra     string          // unknown fields of a decoded block, re-emitted
+}
+
+// blockKnown are the block fields imgctx models; anything else, the
+// client's own cache_control included, travels in the part's Extra.
+var blockKnown = []string{"type", "text", "source", "id", "name", "input", "tool_use_id", "content", "is_error", "title"}
+
+// MarshalJSON writes the known fields, then the block's extra ones.
+func (b block) MarshalJSON() ([]byte, error) {
+	type plain block
+	out, err := json.Marshal(plain(b))
+	if err != nil || b.extra == "" {
+		return out, err
+	}
+	var buf bytes.Buffer
+	buf.Write(out[:len(out)-1])
+	wire.WriteExtra(&buf, b.extra)
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 type cacheControl struct {
@@ -143,19 +162,57 @@ func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
 	} else if ok {
 		return []chat.Part{chat.Text{Text: s}}, nil
 	}
-	var blocks []block
-	if err := json.Unmarshal(raw, &blocks); err != nil {
+	var raws []json.RawMessage
+	if err := json.Unmarshal(raw, &raws); err != nil {
 		return nil, fmt.Errorf("content: %w", err)
 	}
 	var parts []chat.Part
-	for i, b := range blocks {
+	for i, r := range raws {
+		var b block
+		if err := json.Unmarshal(r, &b); err != nil {
+			return nil, fmt.Errorf("content[%d]: %w", i, err)
+		}
 		p, err := decodeBlock(b)
 		if err != nil {
 			return nil, fmt.Errorf("content[%d]: %w", i, err)
 		}
+		if extra := blockExtra(r, b); extra != "" {
+			p = withExtra(p, extra)
+		}
 		parts = append(parts, p)
 	}
 	return parts, nil
+}
+
+// blockExtra returns a block's unknown fields. An image's base64 can be
+// megabytes: its extras are only looked for in blocks the gateway has
+// already lifted (small ones).
+func blockExtra(raw json.RawMessage, b block) string {
+	if len(raw) > 4096 && (b.Type == "image" || b.Type == "document" || b.Type == "tool_result") {
+		return ""
+	}
+	return wire.ExtraOf(raw, blockKnown...)
+}
+
+func withExtra(p chat.Part, extra string) chat.Part {
+	switch q := p.(type) {
+	case chat.Text:
+		q.Extra = extra
+		return q
+	case chat.Image:
+		q.Extra = extra
+		return q
+	case chat.Document:
+		q.Extra = extra
+		return q
+	case chat.ToolCall:
+		q.Extra = extra
+		return q
+	case chat.ToolResult:
+		q.Extra = extra
+		return q
+	}
+	return p
 }
 
 func decodeBlock(b block) (chat.Part, error) {
@@ -248,9 +305,7 @@ func (r *Request) Encode(msgs []chat.Message, src Source, cache Cache) ([]byte, 
 		if err != nil {
 			return nil, fmt.Errorf("system: %w", err)
 		}
-		if cache.System && len(blocks) > 0 {
-			blocks[len(blocks)-1].Cache = &cacheControl{Type: "ephemeral"}
-		}
+		markBreakpoint(blocks, cache.System)
 		top.Set("system", mustJSON(blocks))
 		start = 1
 	} else {
@@ -317,9 +372,7 @@ func encodeTurn(msgs []chat.Message, src Source, breakpoint bool) ([]byte, error
 		blocks = append(blocks, bs...)
 		maps.Copy(extra, m.Extra)
 	}
-	if breakpoint && len(blocks) > 0 {
-		blocks[len(blocks)-1].Cache = &cacheControl{Type: "ephemeral"}
-	}
+	markBreakpoint(blocks, breakpoint)
 	// Always blocks, never the string shorthand: a message encodes the same
 	// with or without a breakpoint, so the prefix stays byte-stable.
 	if blocks == nil {
@@ -332,13 +385,23 @@ func encodeTurn(msgs []chat.Message, src Source, breakpoint bool) ([]byte, error
 	return obj.MarshalJSON()
 }
 
+// markBreakpoint puts a cache breakpoint on the last block, unless the
+// client already put its own there (in the block's extra fields).
+func markBreakpoint(blocks []block, on bool) {
+	if last := len(blocks) - 1; on && last >= 0 && !strings.Contains(blocks[last].extra, `"cache_control"`) {
+		blocks[last].Cache = &cacheControl{Type: "ephemeral"}
+	}
+}
+
 func encodeBlocks(parts []chat.Part, src Source) ([]block, error) {
 	var out []block
 	text := func(s string) block { return block{Type: "text", Text: s} }
 	for _, p := range parts {
 		switch p := p.(type) {
 		case chat.Text:
-			out = append(out, text(p.Text))
+			b := text(p.Text)
+			b.extra = p.Extra
+			out = append(out, b)
 		case chat.Summary:
 			out = append(out, text(p.Text))
 		case chat.Marker:
@@ -355,16 +418,16 @@ func encodeBlocks(parts []chat.Part, src Source) ([]block, error) {
 				return nil, err
 			}
 			if data != "" {
-				out = append(out, block{Type: "image", Source: &source{Type: "base64", MediaType: mt, Data: data}})
+				out = append(out, block{Type: "image", Source: &source{Type: "base64", MediaType: mt, Data: data}, extra: p.Extra})
 			} else {
-				out = append(out, block{Type: "image", Source: &source{Type: "url", URL: url}})
+				out = append(out, block{Type: "image", Source: &source{Type: "url", URL: url}, extra: p.Extra})
 			}
 		case chat.ToolCall:
 			input := json.RawMessage(p.Arguments)
 			if !json.Valid(input) {
 				input = json.RawMessage("{}")
 			}
-			out = append(out, block{Type: "tool_use", ID: p.ID, Name: p.Name, Input: input})
+			out = append(out, block{Type: "tool_use", ID: p.ID, Name: p.Name, Input: input, extra: p.Extra})
 		case chat.ToolResult:
 			nested, err := encodeBlocks(p.Parts, src)
 			if err != nil {
@@ -373,7 +436,7 @@ func encodeBlocks(parts []chat.Part, src Source) ([]block, error) {
 			if nested == nil {
 				nested = []block{}
 			}
-			out = append(out, block{Type: "tool_result", ToolUseID: p.CallID, IsError: p.IsError, Content: mustJSON(nested)})
+			out = append(out, block{Type: "tool_result", ToolUseID: p.CallID, IsError: p.IsError, Content: mustJSON(nested), extra: p.Extra})
 		}
 	}
 	return out, nil

@@ -198,3 +198,24 @@ func TestErrorsGolden(t *testing.T) {
 	}
 	wiretest.Golden(t, "testdata/errors.golden", wiretest.Dump(t, got))
 }
+
+// A client's own cache_control on a block survives a rewrite of its
+// message, and imgctx does not add a second breakpoint there.
+func TestBlockExtrasSurviveARewrite(t *testing.T) {
+	in := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"QUJD"},"cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`
+	r, err := DecodeRequest([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := chat.CloneMessages(r.Messages)
+	img := msgs[0].Parts[0].(chat.Image)
+	img.URL, img.Ref = "", blob.Of([]byte("ABC"))
+	msgs[0].Parts[0] = img
+	out, err := r.Encode(msgs, func(chat.Image) (string, string, string, error) { return "image/png", "QUJD", "", nil }, Cache{Messages: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), "cache_control"); n != 1 || !strings.Contains(string(out), `"ttl":"1h"`) {
+		t.Fatalf("%d breakpoints in %s", n, out)
+	}
+}

@@ -134,20 +134,28 @@ func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
 	} else if ok {
 		return []chat.Part{chat.Text{Text: s}}, nil
 	}
-	var cps []contentPart
-	if err := json.Unmarshal(raw, &cps); err != nil {
+	var raws []json.RawMessage
+	if err := json.Unmarshal(raw, &raws); err != nil {
 		return nil, fmt.Errorf("content: %w", err)
 	}
 	var parts []chat.Part
-	for i, cp := range cps {
+	for i, r := range raws {
+		var cp contentPart
+		if err := json.Unmarshal(r, &cp); err != nil {
+			return nil, fmt.Errorf("content[%d]: %w", i, err)
+		}
+		extra := ""
+		if len(r) < 4096 || cp.Type != "image_url" { // an image part's extra fields sit beside megabytes of URL: only looked for in small parts
+			extra = wire.ExtraOf(r, "type", "text", "image_url")
+		}
 		switch cp.Type {
 		case "text":
-			parts = append(parts, chat.Text{Text: cp.Text})
+			parts = append(parts, chat.Text{Text: cp.Text, Extra: extra})
 		case "image_url":
 			if cp.ImageURL == nil || cp.ImageURL.URL == "" {
 				return nil, fmt.Errorf("content[%d]: image_url without a url", i)
 			}
-			parts = append(parts, chat.Image{URL: cp.ImageURL.URL, Detail: cp.ImageURL.Detail, Origin: chat.FromUser})
+			parts = append(parts, chat.Image{URL: cp.ImageURL.URL, Detail: cp.ImageURL.Detail, Origin: chat.FromUser, Extra: extra})
 		default:
 			return nil, fmt.Errorf("content[%d]: part type %q is not supported", i, cp.Type)
 		}
@@ -342,7 +350,7 @@ func writeContent(b *bytes.Buffer, parts []chat.Part, url ImageURL, nullable boo
 		}
 		return nil
 	}
-	if t, ok := parts[0].(chat.Text); ok && len(parts) == 1 {
+	if t, ok := parts[0].(chat.Text); ok && len(parts) == 1 && t.Extra == "" {
 		b.Write(mustJSON(t.Text))
 		return nil
 	}
@@ -356,26 +364,27 @@ func writeContent(b *bytes.Buffer, parts []chat.Part, url ImageURL, nullable boo
 		}
 		n++
 	}
-	text := func(s string) {
+	text := func(s, extra string) {
 		next()
 		b.WriteString(`{"type":"text","text":`)
 		b.Write(mustJSON(s))
+		wire.WriteExtra(b, extra)
 		b.WriteByte('}')
 	}
 	for _, p := range parts {
 		switch p := p.(type) {
 		case chat.Text:
-			text(p.Text)
+			text(p.Text, p.Extra)
 		case chat.Summary:
-			text(p.Text)
+			text(p.Text, "")
 		case chat.Marker:
-			text(p.String())
+			text(p.String(), "")
 		case chat.Document:
 			s := "[document: " + p.MediaType + "]"
 			if p.Text != "" {
 				s += "\n" + p.Text
 			}
-			text(s)
+			text(s, "")
 		case chat.Image:
 			u, err := url(p)
 			if err != nil {
@@ -388,7 +397,9 @@ func writeContent(b *bytes.Buffer, parts []chat.Part, url ImageURL, nullable boo
 				b.WriteString(`,"detail":`)
 				b.Write(mustJSON(p.Detail))
 			}
-			b.WriteString(`}}`)
+			b.WriteByte('}')
+			wire.WriteExtra(b, p.Extra)
+			b.WriteByte('}')
 		}
 	}
 	b.WriteByte(']')

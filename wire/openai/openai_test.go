@@ -189,3 +189,26 @@ func TestErrorsGolden(t *testing.T) {
 	}
 	wiretest.Golden(t, "testdata/errors.golden", wiretest.Dump(t, got))
 }
+
+// Unknown fields of a content part survive when imgctx rewrites its
+// message (an image stored by ref): some OpenAI-compatible gateways read
+// cache_control on parts.
+func TestPartExtrasSurviveARewrite(t *testing.T) {
+	in := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"look","cache_control":{"type":"ephemeral"}},{"type":"image_url","image_url":{"url":"data:image/png;base64,QUJD"},"x_trace":7}]}]}`
+	r, err := DecodeRequest([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := chat.CloneMessages(r.Messages)
+	img := msgs[0].Parts[1].(chat.Image)
+	img.URL, img.Ref, img.MediaType = "", blob.Of([]byte("ABC")), "image/png"
+	msgs[0].Parts[1] = img
+	out, err := r.Encode(msgs, func(chat.Image) (string, error) { return "data:image/png;base64,QUJD", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"look","cache_control":{"type":"ephemeral"}},{"type":"image_url","image_url":{"url":"data:image/png;base64,QUJD"},"x_trace":7}]}]}`
+	if string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
