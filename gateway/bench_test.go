@@ -12,7 +12,10 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,4 +197,68 @@ func BenchmarkGateway5MBNewScreenshots(b *testing.B) {
 		b.Fatalf("run with -benchtime %dx or fewer: each request must carry new images", len(bodies))
 	}
 	p50Of(b, gw.URL, func(i int) []byte { return bodies[i] })
+}
+
+// BenchmarkGatewayPeakMemory: eight 5.1 MB inline requests in flight at
+// once; the live heap is sampled every millisecond and the peak above the
+// idle heap, per request, is reported against the body size (target ≤ 3×).
+func BenchmarkGatewayPeakMemory(b *testing.B) {
+	up := benchUpstream(b)
+	for _, name := range []string{"baseline=reverseproxy", "gateway"} {
+		b.Run(name, func(b *testing.B) {
+			target := reverseProxy(b, up.URL).URL
+			if name == "gateway" {
+				gw, _ := benchGateway(b, up.URL)
+				target = gw.URL
+			}
+			shots := screenshots(6, 360)
+			var urls []string
+			for _, s := range shots {
+				urls = append(urls, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(s))
+			}
+			body := imageRequest(urls)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+			post := func() {
+				resp, err := client.Post(target+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			post() // warm: caches, connections
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			idle := ms.HeapAlloc
+			var peak atomic.Uint64
+			done := make(chan struct{})
+			go func() {
+				for {
+					select {
+					case <-done:
+						return
+					case <-time.After(time.Millisecond):
+						var m runtime.MemStats
+						runtime.ReadMemStats(&m)
+						if m.HeapAlloc > peak.Load() {
+							peak.Store(m.HeapAlloc)
+						}
+					}
+				}
+			}()
+			const inflight = 8
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for range inflight {
+					wg.Go(post)
+				}
+				wg.Wait()
+			}
+			close(done)
+			perRequest := float64(peak.Load()-idle) / inflight
+			b.ReportMetric(perRequest/float64(len(body)), "peak×body")
+		})
+	}
 }
