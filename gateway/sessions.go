@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
@@ -240,7 +241,7 @@ func (s *Server) keepimgStore(w http.ResponseWriter, r *http.Request, tenant str
 	case len(imgs) > 1:
 		refuse(http.StatusUnprocessableEntity, "two_images", fmt.Sprintf("the message carries %d images; send exactly one", len(imgs)))
 		return
-	case len(imgs[0].URL) > 4 && (imgs[0].URL[:5] == "http:" || imgs[0].URL[:6] == "https:"):
+	case strings.HasPrefix(imgs[0].URL, "http://") || strings.HasPrefix(imgs[0].URL, "https://"):
 		refuse(http.StatusUnprocessableEntity, "remote_url", "remote URLs are not stored here; send the image inline")
 		return
 	}

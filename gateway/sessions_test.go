@@ -135,6 +135,7 @@ func TestKeepimgStore(t *testing.T) {
 		{"unknown format", msg(img("data:image/png;base64,aGVsbG8gdGhlcmU=")), 415, "unknown_format"},
 		{"unreadable base64", msg(img("data:image/png;base64,@@@@")), 400, "unreadable_base64"},
 		{"two images", msg(img("data:image/png;base64,"+b64) + "," + img("data:image/png;base64,"+b64)), 422, "two_images"},
+		{"five-character URL", msg(img("data:")), 400, "unreadable_base64"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
