@@ -34,6 +34,10 @@ type fakeUpstream struct {
 	toolCalls []string // scripted: answer the next requests with these tool calls
 	eventGap  time.Duration
 	cancelled chan struct{} // closed when a streaming client went away
+	// gate, when set, holds the stream after its first event until the test
+	// closes it (or 5 s pass, which gateTimedOut records).
+	gate         chan struct{}
+	gateTimedOut bool
 }
 
 func newFake(t *testing.T, format upstream.Format) *fakeUpstream {
@@ -118,12 +122,21 @@ func (f *fakeUpstream) handle(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeUpstream) stream(w http.ResponseWriter, r *http.Request, events []string) {
 	fl := w.(http.Flusher)
-	for _, ev := range events {
+	for i, ev := range events {
 		if _, err := io.WriteString(w, ev+"\n\n"); err != nil {
 			f.cancelled <- struct{}{}
 			return
 		}
 		fl.Flush()
+		if i == 0 && f.gate != nil {
+			select {
+			case <-f.gate:
+			case <-time.After(5 * time.Second):
+				f.mu.Lock()
+				f.gateTimedOut = true
+				f.mu.Unlock()
+			}
+		}
 		select {
 		case <-r.Context().Done():
 			f.cancelled <- struct{}{}
