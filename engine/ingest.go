@@ -88,6 +88,17 @@ func (e *Engine) store(ctx context.Context, tenant string, in media.Info, data [
 	return nil
 }
 
+// StoreBytes ingests image bytes that arrived outside a message (a span the
+// gateway lifted from a body): checked, stored once by ref.
+func (e *Engine) StoreBytes(ctx context.Context, tenant string, data []byte, declared string) (media.Info, error) {
+	e.once.Do(e.init)
+	in, err := media.Inspect(data, declared, e.Limits)
+	if err != nil {
+		return media.Info{}, err
+	}
+	return in, e.store(ctx, tenant, in, data)
+}
+
 // StoreDataURL ingests one data URL (checked, stored once by ref) and
 // returns what it holds; the gateway's fast path uses it on base64 spans it
 // finds in a body before parsing the rest.

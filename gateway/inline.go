@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"hash/maphash"
-	"strings"
+	"runtime"
+	"sync"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/upstream"
 )
 
@@ -22,16 +24,58 @@ const minSpan = 1024
 // an object with "type":"base64"). A span holding a JSON escape is left for
 // the full parse, which handles it the slow way.
 func (s *Server) liftInline(ctx context.Context, tenant string, body []byte, format upstream.Format) ([]byte, error) {
+	spans := findSpans(body, format)
+	if len(spans) == 0 {
+		return body, nil
+	}
+	// New images are decoded and hashed in parallel: that work is CPU-bound
+	// and independent per image.
+	refs := make([]blob.Ref, len(spans))
+	errs := make([]error, len(spans))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, sp := range spans {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			refs[i], errs[i] = s.liftSpan(ctx, tenant, sp)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]byte, 0, len(body)/8+1024)
+	last := 0
+	for i, sp := range spans {
+		out = append(out, body[last:sp.start+1]...)
+		out = append(out, engine.RefScheme...)
+		out = append(out, refs[i].String()...)
+		last = sp.end
+	}
+	return append(out, body[last:]...), nil
+}
+
+// span is one base64 image found in a body: the quotes of its JSON string
+// at start and end, its declared type and its base64 text.
+type span struct {
+	start, end int
+	mediaType  string
+	b64        []byte
+}
+
+func findSpans(body []byte, format upstream.Format) []span {
 	key := []byte(`"url":"data:`)
 	if format == upstream.Anthropic {
 		key = []byte(`"data":"`)
 	}
-	var out []byte
-	last := 0
+	var out []span
 	for i := 0; ; {
 		j := bytes.Index(body[i:], key)
 		if j < 0 {
-			break
+			return out
 		}
 		start := i + j + len(key) - 1 // the opening quote of the value
 		if format == upstream.OpenAI {
@@ -39,7 +83,7 @@ func (s *Server) liftInline(ctx context.Context, tenant string, body []byte, for
 		}
 		end := bytes.IndexByte(body[start+1:], '"')
 		if end < 0 {
-			break
+			return out
 		}
 		end += start + 1 // the closing quote
 		value := body[start+1 : end]
@@ -47,41 +91,44 @@ func (s *Server) liftInline(ctx context.Context, tenant string, body []byte, for
 		if len(value) < minSpan || bytes.IndexByte(value, '\\') >= 0 {
 			continue
 		}
-		url := string(value)
+		sp := span{start: start, end: end, b64: value}
 		if format == upstream.Anthropic {
 			mt, ok := anthropicSource(body, start, end)
 			if !ok {
 				continue
 			}
-			url = "data:" + mt + ";base64," + url
-		} else if !bytes.Contains(value[:min(len(value), 128)], []byte(";base64,")) {
-			continue
-		}
-		ref, ok := s.seenSpan(ctx, tenant, url)
-		if !ok {
-			in, err := s.engine.StoreDataURL(ctx, tenant, url)
-			if err != nil {
-				return nil, err
+			sp.mediaType = mt
+		} else {
+			k := bytes.Index(value[:min(len(value), 128)], []byte(";base64,"))
+			if k < 0 {
+				continue
 			}
-			// The span is the base64 the upstream needs: no need to encode again.
-			s.engine.PrimeBase64(in.Ref, in.Bytes, url[strings.Index(url, ";base64,")+len(";base64,"):])
-			s.rememberSpan(tenant, url, in.Ref)
-			s.metrics.images.WithLabelValues("stored", "").Inc()
-			s.metrics.imageBytes.WithLabelValues("stored").Add(float64(in.Bytes))
-			ref = in.Ref
+			sp.mediaType, sp.b64 = string(value[len("data:"):k]), value[k+len(";base64,"):]
 		}
-		if out == nil {
-			out = make([]byte, 0, len(body)/8+1024)
-		}
-		out = append(out, body[last:start+1]...)
-		out = append(out, engine.RefScheme...)
-		out = append(out, ref.String()...)
-		last = end
+		out = append(out, sp)
 	}
-	if out == nil {
-		return body, nil
+}
+
+// liftSpan stores one span (or recognises it) and returns its ref.
+func (s *Server) liftSpan(ctx context.Context, tenant string, sp span) (blob.Ref, error) {
+	if ref, ok := s.seenSpan(ctx, tenant, sp.b64); ok {
+		return ref, nil
 	}
-	return append(out, body[last:]...), nil
+	// Decoded straight from the body: no copy of megabytes of text.
+	data, err := media.DecodeBase64Bytes(sp.b64)
+	if err != nil {
+		return blob.Ref{}, err
+	}
+	in, err := s.engine.StoreBytes(ctx, tenant, data, sp.mediaType)
+	if err != nil {
+		return blob.Ref{}, err
+	}
+	// The span is the base64 the upstream needs: no need to encode again.
+	s.engine.PrimeBase64(in.Ref, in.Bytes, string(sp.b64))
+	s.rememberSpan(tenant, sp.b64, in.Ref)
+	s.metrics.images.WithLabelValues("stored", "").Inc()
+	s.metrics.imageBytes.WithLabelValues("stored").Add(float64(in.Bytes))
+	return in.Ref, nil
 }
 
 // anthropicSource checks that the string at body[start:end+1] is the data
@@ -124,11 +171,11 @@ type spanKey struct {
 	h      uint64
 }
 
-func (s *Server) spanKeyOf(tenant, url string) spanKey {
-	return spanKey{tenant, len(url), maphash.String(s.spanSeed, url)}
+func (s *Server) spanKeyOf(tenant string, b64 []byte) spanKey {
+	return spanKey{tenant, len(b64), maphash.Bytes(s.spanSeed, b64)}
 }
 
-func (s *Server) seenSpan(ctx context.Context, tenant, url string) (blob.Ref, bool) {
+func (s *Server) seenSpan(ctx context.Context, tenant string, url []byte) (blob.Ref, bool) {
 	s.mu.Lock()
 	ref, ok := s.spans[s.spanKeyOf(tenant, url)]
 	s.mu.Unlock()
@@ -138,7 +185,7 @@ func (s *Server) seenSpan(ctx context.Context, tenant, url string) (blob.Ref, bo
 	return ref, true
 }
 
-func (s *Server) rememberSpan(tenant, url string, ref blob.Ref) {
+func (s *Server) rememberSpan(tenant string, url []byte, ref blob.Ref) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.spans) >= 50_000 {

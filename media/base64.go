@@ -52,6 +52,22 @@ func DecodeBase64(s string) ([]byte, error) {
 			return out, nil
 		}
 	}
+	return decodeTolerant(s)
+}
+
+// DecodeBase64Bytes is DecodeBase64 for base64 already in a byte slice (a
+// span of a request body): the common case decodes without copying it.
+func DecodeBase64Bytes(b []byte) ([]byte, error) {
+	if len(b) > 0 && len(b)%4 == 0 {
+		out := make([]byte, base64.StdEncoding.DecodedLen(len(b)))
+		if n, err := base64.StdEncoding.Decode(out, b); err == nil {
+			return out[:n], nil
+		}
+	}
+	return decodeTolerant(string(b))
+}
+
+func decodeTolerant(s string) ([]byte, error) {
 	// A branch-free pass collects which classes occur; the rare cases
 	// (white space, padding, errors) are handled after it.
 	var classes uint8

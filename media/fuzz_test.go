@@ -1,6 +1,7 @@
 package media
 
 import (
+	"bytes"
 	"encoding/base64"
 	"os"
 	"strings"
@@ -29,6 +30,9 @@ func FuzzDecodeBase64(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		out, err := DecodeBase64(s)
 		mustRefuseWithReason(t, err)
+		if out2, err2 := DecodeBase64Bytes([]byte(s)); (err == nil) != (err2 == nil) || !bytes.Equal(out, out2) {
+			t.Fatalf("DecodeBase64Bytes disagrees with DecodeBase64 on %q", s)
+		}
 		if err != nil {
 			return
 		}
