@@ -23,7 +23,7 @@ type proxied struct {
 	model  string
 	stream bool
 	msgs   []chat.Message
-	encode func(ctx context.Context, msgs []chat.Message) ([]byte, error)
+	encode func(ctx context.Context, msgs []chat.Message) (wire.Body, error)
 }
 
 func (s *Server) proxyOpenAI(w http.ResponseWriter, r *http.Request, tenant string) {
@@ -41,14 +41,15 @@ func (s *Server) decode(format upstream.Format, body []byte, tenant string) (*pr
 			return nil, reason.Wrap(reason.Invalid, "malformed request", err)
 		}
 		return &proxied{model: req.Model, stream: req.Stream, msgs: req.Messages,
-			encode: func(ctx context.Context, msgs []chat.Message) ([]byte, error) {
-				return req.Encode(msgs, func(img chat.Image) (string, string, string, error) {
+			encode: func(ctx context.Context, msgs []chat.Message) (wire.Body, error) {
+				b, err := req.Encode(msgs, func(img chat.Image) (string, string, string, error) {
 					if !img.Ref.Valid() {
 						return "", "", img.URL, nil
 					}
 					data, err := s.engine.Base64(ctx, tenant, img.Ref)
 					return img.MediaType, data, "", err
 				}, anthropic.Cache{System: hasSystemBreakpoint(body)})
+				return wire.BodyOf(b), err
 			}}, nil
 	}
 	req, err := openai.DecodeRequest(body)
@@ -56,8 +57,8 @@ func (s *Server) decode(format upstream.Format, body []byte, tenant string) (*pr
 		return nil, reason.Wrap(reason.Invalid, "malformed request", err)
 	}
 	return &proxied{model: req.Model, stream: req.Stream, msgs: req.Messages,
-		encode: func(ctx context.Context, msgs []chat.Message) ([]byte, error) {
-			return req.Encode(msgs, func(img chat.Image) (string, error) {
+		encode: func(ctx context.Context, msgs []chat.Message) (wire.Body, error) {
+			return req.EncodeBody(msgs, func(img chat.Image) (string, error) {
 				if !img.Ref.Valid() {
 					return img.URL, nil
 				}
@@ -131,13 +132,13 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		}
 	}
 	pre := time.Since(start)
-	resp, err := s.engine.Upstream.Do(ctx, out, header)
+	resp, err := s.engine.Upstream.DoBody(ctx, out, header)
 	var we *wire.Error
 	if errors.As(err, &we) && we.Kind == wire.PromptTooLong {
 		// One replay without the older images: the current message's stay.
 		msgs = s.dropOlder(key, msgs)
 		if out, err = p.encode(ctx, msgs); err == nil {
-			resp, err = s.engine.Upstream.Do(ctx, out, header)
+			resp, err = s.engine.Upstream.DoBody(ctx, out, header)
 		}
 		outcome := "ok"
 		if err != nil {

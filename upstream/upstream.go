@@ -5,7 +5,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -85,6 +84,12 @@ func (c *Client) DecodeError(status int, h http.Header, body []byte) *wire.Error
 // *wire.Error (an HTTP error, classified) or a transport error. header may
 // add or override request headers (a client's own key, say).
 func (c *Client) Do(ctx context.Context, body []byte, header http.Header) (*http.Response, error) {
+	return c.DoBody(ctx, wire.BodyOf(body), header)
+}
+
+// DoBody is Do for a body held as pieces (wire.Body), streamed to the
+// upstream without being assembled; each attempt reads it anew.
+func (c *Client) DoBody(ctx context.Context, body wire.Body, header http.Header) (*http.Response, error) {
 	retries := c.MaxRetries
 	if retries == 0 {
 		retries = 2
@@ -121,11 +126,13 @@ func (c *Client) Do(ctx context.Context, body []byte, header http.Header) (*http
 	}
 }
 
-func (c *Client) once(ctx context.Context, body []byte, header http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+c.path(), bytes.NewReader(body))
+func (c *Client) once(ctx context.Context, body wire.Body, header http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+c.path(), body.Reader())
 	if err != nil {
 		return nil, err
 	}
+	req.ContentLength = int64(body.Len())
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
 	req.Header.Set("Content-Type", "application/json")
 	if c.Format == Anthropic {
 		req.Header.Set("anthropic-version", "2023-06-01")

@@ -90,3 +90,26 @@ func TestWriteStringEscapesOnlyWhenNeeded(t *testing.T) {
 		}
 	}
 }
+
+func TestBodyKeepsBigStringsAsPieces(t *testing.T) {
+	big := strings.Repeat("QUJD", 20000) // 80 KB: its own piece
+	var w BodyWriter
+	w.WriteString(`{"url":`)
+	WriteString(&w, big)
+	w.WriteByte('}')
+	b := w.Body()
+	want := `{"url":"` + big + `"}`
+	if b.Len() != len(want) || string(b.Bytes()) != want || len(b.pieces) != 3 || b.pieces[1].s != big {
+		t.Fatalf("len %d, %d pieces", b.Len(), len(b.pieces))
+	}
+	for range 2 { // a retry reads it again
+		got, _ := io.ReadAll(b.Reader())
+		if string(got) != want {
+			t.Fatal("reader differs")
+		}
+	}
+	raw := []byte("assembled")
+	if ob := BodyOf(raw); &ob.Bytes()[0] != &raw[0] {
+		t.Fatal("BodyOf copied its bytes")
+	}
+}

@@ -199,18 +199,22 @@ func KindForStatus(status int) Kind {
 }
 
 // WriteString writes s as a JSON string. A string that needs no escaping —
-// base64 and data URLs always — is copied as is; encoding/json would scan
+// base64 and data URLs always — is written as is (into a BodyWriter, a
+// large one as its own piece, not copied at all); encoding/json would scan
 // and copy a multi-megabyte image several times.
-func WriteString(b *bytes.Buffer, s string) {
+func WriteString(w JSONWriter, s string) {
 	if !plainString(s) {
 		q, _ := json.Marshal(s)
-		b.Write(q)
+		w.Write(q)
 		return
 	}
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
-	b.WriteString(s)
-	b.WriteByte('"')
+	w.WriteByte('"')
+	if bw, ok := w.(*BodyWriter); ok {
+		bw.Big(s)
+	} else {
+		w.WriteString(s)
+	}
+	w.WriteByte('"')
 }
 
 // plainString reports whether s holds no byte JSON must escape (control
@@ -310,7 +314,7 @@ outer:
 
 // WriteExtra writes the members of the JSON object extra, each preceded by
 // a comma, so they join an object being written; "" writes nothing.
-func WriteExtra(b *bytes.Buffer, extra string) {
+func WriteExtra(b JSONWriter, extra string) {
 	if len(extra) > 2 && extra[0] == '{' && extra[len(extra)-1] == '}' {
 		b.WriteByte(',')
 		b.WriteString(extra[1 : len(extra)-1])

@@ -173,34 +173,13 @@ type ImageURL func(img chat.Image) (string, error)
 // When streaming, stream_options.include_usage is turned on so the engine
 // can measure.
 func (r *Request) Encode(msgs []chat.Message, url ImageURL) ([]byte, error) {
-	// Resolve every image URL first: the request is then written once, into
-	// a buffer of the right size, so megabytes of base64 are copied once.
-	urls := map[chat.Image]string{}
-	size := 256
-	for i, m := range msgs {
-		size += 256
-		for _, p := range m.Parts {
-			size += 128
-			if tr, ok := p.(chat.ToolResult); ok {
-				for _, q := range tr.Parts {
-					n, err := sizeOf(q, url, urls)
-					if err != nil {
-						return nil, fmt.Errorf("message %d: %w", i, err)
-					}
-					size += n
-				}
-				continue
-			}
-			n, err := sizeOf(p, url, urls)
-			if err != nil {
-				return nil, fmt.Errorf("message %d: %w", i, err)
-			}
-			size += n
-		}
-	}
-	for _, f := range r.top {
-		size += len(f.Key) + len(f.Value) + 4
-	}
+	b, err := r.EncodeBody(msgs, url)
+	return b.Bytes(), err
+}
+
+// EncodeBody is Encode keeping large strings (image URLs) as pieces of their
+// own, so they reach the network without being copied into one buffer.
+func (r *Request) EncodeBody(msgs []chat.Message, url ImageURL) (wire.Body, error) {
 	top := append(wire.Object(nil), r.top...)
 	if _, ok := top.Get("messages"); !ok {
 		top.Set("messages", nil)
@@ -216,64 +195,39 @@ func (r *Request) Encode(msgs []chat.Message, url ImageURL) ([]byte, error) {
 			top.Set("stream_options", b)
 		}
 	}
-	var b bytes.Buffer
-	b.Grow(size)
-	b.WriteByte('{')
+	var w wire.BodyWriter
+	w.WriteByte('{')
 	for i, f := range top {
 		if i > 0 {
-			b.WriteByte(',')
+			w.WriteByte(',')
 		}
-		b.Write(mustJSON(f.Key))
-		b.WriteByte(':')
+		w.Write(mustJSON(f.Key))
+		w.WriteByte(':')
 		if f.Key != "messages" {
-			b.Write(f.Value)
+			w.Write(f.Value)
 			continue
 		}
-		b.WriteByte('[')
+		w.WriteByte('[')
 		for j, m := range msgs {
 			if j > 0 {
-				b.WriteByte(',')
+				w.WriteByte(',')
 			}
 			if len(r.verbatim) > 0 {
 				if canon, err := json.Marshal(m); err == nil {
 					if v, ok := r.verbatim[string(canon)]; ok {
-						b.Write(v)
+						w.Write(v)
 						continue
 					}
 				}
 			}
-			resolvedURL := func(img chat.Image) (string, error) {
-				if u, ok := urls[img]; ok {
-					return u, nil
-				}
-				return url(img)
-			}
-			if err := writeMessage(&b, m, resolvedURL); err != nil {
-				return nil, fmt.Errorf("message %d: %w", j, err)
+			if err := writeMessage(&w, m, url); err != nil {
+				return wire.Body{}, fmt.Errorf("message %d: %w", j, err)
 			}
 		}
-		b.WriteByte(']')
+		w.WriteByte(']')
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
-
-// sizeOf resolves an image part's URL into urls and returns how many
-// bytes the part will take.
-func sizeOf(p chat.Part, url ImageURL, urls map[chat.Image]string) (int, error) {
-	img, ok := p.(chat.Image)
-	if !ok {
-		return 0, nil
-	}
-	if u, ok := urls[img]; ok {
-		return len(u) + 96, nil
-	}
-	u, err := url(img)
-	if err != nil {
-		return 0, err
-	}
-	urls[img] = u
-	return len(u) + 96, nil
+	w.WriteByte('}')
+	return w.Body(), nil
 }
 
 // SetModel replaces the model name.
@@ -292,7 +246,7 @@ func EncodeMessage(m chat.Message, url ImageURL) ([]byte, error) {
 	return b.Bytes(), err
 }
 
-func writeMessage(w *bytes.Buffer, m chat.Message, url ImageURL) error {
+func writeMessage(w wire.JSONWriter, m chat.Message, url ImageURL) error {
 	role := string(m.Role)
 	if v, ok := m.Extra["role"]; ok && m.Role == chat.System {
 		var r string
@@ -341,7 +295,7 @@ func writeMessage(w *bytes.Buffer, m chat.Message, url ImageURL) error {
 	return nil
 }
 
-func writeContent(b *bytes.Buffer, parts []chat.Part, url ImageURL, nullable bool) error {
+func writeContent(b wire.JSONWriter, parts []chat.Part, url ImageURL, nullable bool) error {
 	if len(parts) == 0 {
 		if nullable {
 			b.WriteString("null")

@@ -1,0 +1,100 @@
+package wire
+
+import (
+	"bytes"
+	"io"
+	"strings"
+)
+
+// Body is a request body held as pieces, so that large strings (an image's
+// cached base64) go to the network without first being copied into one
+// buffer. The zero Body is empty.
+type Body struct {
+	pieces []piece
+	n      int
+}
+
+// piece is a string or a byte slice, held without copying.
+type piece struct {
+	s string
+	b []byte
+}
+
+// BodyOf wraps bytes already assembled, without copying them.
+func BodyOf(b []byte) Body { return Body{pieces: []piece{{b: b}}, n: len(b)} }
+
+// Len is the body's size in bytes.
+func (b Body) Len() int { return b.n }
+
+// Reader returns a new reader over the body; call it again to resend.
+func (b Body) Reader() io.Reader {
+	rs := make([]io.Reader, len(b.pieces))
+	for i, p := range b.pieces {
+		if p.b != nil {
+			rs[i] = bytes.NewReader(p.b)
+		} else {
+			rs[i] = strings.NewReader(p.s)
+		}
+	}
+	return io.MultiReader(rs...)
+}
+
+// Bytes assembles the body (for tests and small bodies).
+func (b Body) Bytes() []byte {
+	if len(b.pieces) == 1 && b.pieces[0].b != nil {
+		return b.pieces[0].b
+	}
+	out := make([]byte, 0, b.n)
+	for _, p := range b.pieces {
+		out = append(out, p.s...)
+		out = append(out, p.b...)
+	}
+	return out
+}
+
+// BodyWriter builds a Body: small writes gather in a buffer, and Big adds
+// a large string as its own piece without copying it.
+type BodyWriter struct {
+	cur  bytes.Buffer
+	body Body
+}
+
+// bigPiece is the size from which a string becomes its own piece.
+const bigPiece = 32 << 10
+
+func (w *BodyWriter) Write(p []byte) (int, error)       { return w.cur.Write(p) }
+func (w *BodyWriter) WriteString(s string) (int, error) { return w.cur.WriteString(s) }
+func (w *BodyWriter) WriteByte(c byte) error            { return w.cur.WriteByte(c) }
+
+// Big adds s as a piece of its own when it is large, else buffers it.
+func (w *BodyWriter) Big(s string) {
+	if len(s) < bigPiece {
+		w.cur.WriteString(s)
+		return
+	}
+	w.flush()
+	w.body.pieces = append(w.body.pieces, piece{s: s})
+	w.body.n += len(s)
+}
+
+func (w *BodyWriter) flush() {
+	if w.cur.Len() > 0 {
+		w.body.pieces = append(w.body.pieces, piece{b: bytes.Clone(w.cur.Bytes())})
+		w.body.n += w.cur.Len()
+		w.cur.Reset()
+	}
+}
+
+// Body returns what was written.
+func (w *BodyWriter) Body() Body {
+	w.flush()
+	return w.body
+}
+
+// JSONWriter is what the codecs write requests into: a bytes.Buffer, or a
+// BodyWriter that keeps large strings as pieces.
+type JSONWriter interface {
+	io.Writer
+	io.StringWriter
+	io.ByteWriter
+}
