@@ -28,6 +28,9 @@ func (b Body) Len() int { return b.n }
 
 // Reader returns a new reader over the body; call it again to resend.
 func (b Body) Reader() io.Reader {
+	if len(b.pieces) == 1 && b.pieces[0].b != nil {
+		return bytes.NewReader(b.pieces[0].b) // the common small body: what the transport handles best
+	}
 	rs := make([]io.Reader, len(b.pieces))
 	for i, p := range b.pieces {
 		if p.b != nil {
@@ -79,9 +82,10 @@ func (w *BodyWriter) Big(s string) {
 
 func (w *BodyWriter) flush() {
 	if w.cur.Len() > 0 {
-		w.body.pieces = append(w.body.pieces, piece{b: bytes.Clone(w.cur.Bytes())})
+		// Hand the buffer over and start a new one: no copy.
+		w.body.pieces = append(w.body.pieces, piece{b: w.cur.Bytes()})
 		w.body.n += w.cur.Len()
-		w.cur.Reset()
+		w.cur = bytes.Buffer{}
 	}
 }
 
