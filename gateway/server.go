@@ -87,7 +87,13 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
 		sem: make(chan struct{}, cfg.MaxConcurrent), stable: map[string]map[string]bool{},
 		spans: map[spanKey]blob.Ref{}, spanSeed: maphash.MakeSeed()}
-	e.Sink = s.metrics.engineEvent
+	// Engine decisions feed the metrics, and still reach any sink the
+	// caller had set.
+	if prev := e.Sink; prev != nil {
+		e.Sink = func(ev engine.Event) { s.metrics.engineEvent(ev); prev(ev) }
+	} else {
+		e.Sink = s.metrics.engineEvent
+	}
 	return s
 }
 
