@@ -78,6 +78,14 @@ func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
 // system, tools and kept images sit in the cached prefix.
 func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool) ([]byte, error) {
 	model := c.meta.Settings.Model
+	// Stored images go as their (cached) standard base64; others by URL.
+	src := func(img chat.Image) (string, string, string, error) {
+		if !img.Ref.Valid() {
+			return "", "", img.URL, nil
+		}
+		data, err := c.e.Base64(ctx, c.tenant, img.Ref)
+		return img.MediaType, data, "", err
+	}
 	if c.e.Upstream.Format == upstream.Anthropic {
 		maxTokens := c.e.MaxTokens
 		if maxTokens <= 0 {
@@ -96,26 +104,9 @@ func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool
 				cache.Messages = append(cache.Messages, n)
 			}
 		}
-		src := func(img chat.Image) (string, string, string, error) {
-			if !img.Ref.Valid() {
-				return "", "", img.URL, nil
-			}
-			data, err := c.e.Base64(ctx, c.tenant, img.Ref)
-			return img.MediaType, data, "", err
-		}
 		return anthropic.NewRequest(model, maxTokens).Encode(msgs, src, cache)
 	}
-	url := func(img chat.Image) (string, error) {
-		if !img.Ref.Valid() {
-			return img.URL, nil
-		}
-		data, err := c.e.Base64(ctx, c.tenant, img.Ref)
-		if err != nil {
-			return "", err
-		}
-		return "data:" + img.MediaType + ";base64," + data, nil
-	}
-	return openai.NewRequest(model).Encode(msgs, url)
+	return openai.NewRequest(model).Encode(msgs, src)
 }
 
 func holdsKept(m chat.Message) bool {
@@ -211,13 +202,11 @@ func (e *Engine) Base64(ctx context.Context, tenant string, ref blob.Ref) (strin
 }
 
 // PrimeBase64 offers the cache an encoding the caller already holds (the
-// base64 text an image arrived in), so it is not encoded again. It is kept
-// only when it is exactly the standard encoding of the stored bytes' length.
-func (e *Engine) PrimeBase64(ref blob.Ref, size int64, b64 string) {
+// base64 text an image arrived in), so it is not encoded again. b64 must be
+// exactly the standard encoding of the stored bytes — media.DecodeBase64Bytes
+// says when a text is — since it goes upstream as it is.
+func (e *Engine) PrimeBase64(ref blob.Ref, b64 string) {
 	e.once.Do(e.init)
-	if int64(base64.StdEncoding.EncodedLen(int(size))) != int64(len(b64)) || strings.ContainsAny(b64, "-_ \r\n") {
-		return
-	}
 	e.b64.put(ref, b64)
 }
 

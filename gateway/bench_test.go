@@ -185,7 +185,6 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 //	go test ./gateway -run XXX -bench 5MBNew -benchtime 40x
 func BenchmarkGateway5MBNewScreenshots(b *testing.B) {
 	up := benchUpstream(b)
-	gw, _ := benchGateway(b, up.URL)
 	shots := screenshots(6, 360)
 	bodies := make([][]byte, 64)
 	for i := range bodies {
@@ -198,11 +197,16 @@ func BenchmarkGateway5MBNewScreenshots(b *testing.B) {
 		}
 		bodies[i] = imageRequest(urls)
 	}
-	p50Of(b, gw.URL, func(i int) []byte {
+	body := func(i int) []byte {
 		if i >= len(bodies) {
 			b.Fatalf("run with -benchtime %dx or fewer: each request must carry new images", len(bodies))
 		}
 		return bodies[i]
+	}
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50Of(b, reverseProxy(b, up.URL).URL, body) })
+	b.Run("gateway", func(b *testing.B) {
+		gw, _ := benchGateway(b, up.URL) // a new store: nothing seen before
+		p50Of(b, gw.URL, body)
 	})
 }
 

@@ -115,7 +115,7 @@ func (s *Server) liftSpan(ctx context.Context, tenant string, sp span) (blob.Ref
 		return ref, nil
 	}
 	// Decoded straight from the body: no copy of megabytes of text.
-	data, err := media.DecodeBase64Bytes(sp.b64)
+	data, canonical, err := media.DecodeBase64Bytes(sp.b64)
 	if err != nil {
 		return blob.Ref{}, err
 	}
@@ -123,8 +123,10 @@ func (s *Server) liftSpan(ctx context.Context, tenant string, sp span) (blob.Ref
 	if err != nil {
 		return blob.Ref{}, err
 	}
-	// The span is the base64 the upstream needs: no need to encode again.
-	s.engine.PrimeBase64(in.Ref, in.Bytes, string(sp.b64))
+	if canonical {
+		// The span is the base64 the upstream needs: no need to encode again.
+		s.engine.PrimeBase64(in.Ref, string(sp.b64))
+	}
 	s.rememberSpan(tenant, sp.b64, in.Ref)
 	s.metrics.images.WithLabelValues("stored", "").Inc()
 	s.metrics.imageBytes.WithLabelValues("stored").Add(float64(in.Bytes))

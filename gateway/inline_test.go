@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -148,5 +149,25 @@ func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
 	got, err := g.engine.Base64(t.Context(), "default", ref)
 	if err != nil || got != b64 {
 		t.Fatalf("the lifted span did not prime the encoding: %v", err)
+	}
+}
+
+// Base64 the upstream would not take as it came (URL-safe, unpadded) does
+// not prime the cache: the upstream gets the standard encoding.
+func TestOnlyStandardSpansPrimeTheEncoding(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	data, _ := samplePNG(t)
+	sent := base64.RawURLEncoding.EncodeToString(data)
+	out, err := g.server.liftInline(t.Context(), "default", []byte(`{"url":"data:image/png;base64,`+sent+`"}`), upstream.OpenAI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := mustRef(t, strings.TrimSuffix(strings.TrimPrefix(string(out), `{"url":"imgctx:`), `"}`))
+	got, err := g.engine.Base64(t.Context(), "default", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != base64.StdEncoding.EncodeToString(data) {
+		t.Fatalf("the upstream would get %.40q…, not the standard encoding", got)
 	}
 }

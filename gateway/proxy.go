@@ -58,12 +58,12 @@ func (s *Server) decode(format upstream.Format, body []byte, tenant string) (*pr
 	}
 	return &proxied{model: req.Model, stream: req.Stream, msgs: req.Messages,
 		encode: func(ctx context.Context, msgs []chat.Message) (wire.Body, error) {
-			return req.EncodeBody(msgs, func(img chat.Image) (string, error) {
+			return req.EncodeBody(msgs, func(img chat.Image) (string, string, string, error) {
 				if !img.Ref.Valid() {
-					return img.URL, nil
+					return "", "", img.URL, nil
 				}
 				data, err := s.engine.Base64(ctx, tenant, img.Ref)
-				return "data:" + img.MediaType + ";base64," + data, err
+				return img.MediaType, data, "", err
 			})
 		}}, nil
 }

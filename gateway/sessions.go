@@ -48,11 +48,11 @@ func sessionJSON(m session.Meta) map[string]any {
 }
 
 // refURL shows a stored image to API clients as "imgctx:sha256-…".
-func refURL(img chat.Image) (string, error) {
+func refURL(img chat.Image) (string, string, string, error) {
 	if img.Ref.Valid() {
-		return "imgctx:" + img.Ref.String(), nil
+		return "", "", "imgctx:" + img.Ref.String(), nil
 	}
-	return img.URL, nil
+	return "", "", img.URL, nil
 }
 
 // turn runs one exchange: {"messages": [OpenAI-format messages]}.

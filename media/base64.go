@@ -56,15 +56,35 @@ func DecodeBase64(s string) ([]byte, error) {
 }
 
 // DecodeBase64Bytes is DecodeBase64 for base64 already in a byte slice (a
-// span of a request body): the common case decodes without copying it.
-func DecodeBase64Bytes(b []byte) ([]byte, error) {
+// span of a request body): the common case decodes without copying it. It
+// also reports whether b is exactly the padded standard encoding of what it
+// decodes to, with no line breaks, so a caller may send that text again
+// instead of encoding the bytes anew.
+func DecodeBase64Bytes(b []byte) (data []byte, canonical bool, err error) {
 	if len(b) > 0 && len(b)%4 == 0 {
 		out := make([]byte, base64.StdEncoding.DecodedLen(len(b)))
 		if n, err := base64.StdEncoding.Decode(out, b); err == nil {
-			return out[:n], nil
+			return out[:n], sameEncoding(out[:n], b), nil
 		}
 	}
-	return decodeTolerant(string(b))
+	data, err = decodeTolerant(string(b))
+	return data, false, err
+}
+
+// sameEncoding reports whether b, which the standard decoder turned into
+// data, is exactly data's standard encoding. The decoder skips \r and \n
+// (so the length must match) and ignores the unused bits of a padded final
+// group (so that group is encoded again and compared).
+func sameEncoding(data, b []byte) bool {
+	if base64.StdEncoding.EncodedLen(len(data)) != len(b) {
+		return false
+	}
+	if len(data)%3 == 0 {
+		return true
+	}
+	var last [4]byte
+	base64.StdEncoding.Encode(last[:], data[len(data)-len(data)%3:])
+	return bytes.Equal(last[:], b[len(b)-4:])
 }
 
 func decodeTolerant(s string) ([]byte, error) {

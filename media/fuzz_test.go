@@ -30,8 +30,12 @@ func FuzzDecodeBase64(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		out, err := DecodeBase64(s)
 		mustRefuseWithReason(t, err)
-		if out2, err2 := DecodeBase64Bytes([]byte(s)); (err == nil) != (err2 == nil) || !bytes.Equal(out, out2) {
+		out2, canonical, err2 := DecodeBase64Bytes([]byte(s))
+		if (err == nil) != (err2 == nil) || !bytes.Equal(out, out2) {
 			t.Fatalf("DecodeBase64Bytes disagrees with DecodeBase64 on %q", s)
+		}
+		if canonical && len(s) > 0 && base64.StdEncoding.EncodeToString(out2) != s {
+			t.Fatalf("%q called canonical, but the standard encoding of its bytes is %q", s, base64.StdEncoding.EncodeToString(out2))
 		}
 		if err != nil {
 			return

@@ -113,3 +113,21 @@ func TestBodyKeepsBigStringsAsPieces(t *testing.T) {
 		t.Fatal("BodyOf copied its bytes")
 	}
 }
+
+// A data URL is written in pieces, the base64 as is; an odd media type is
+// still escaped.
+func TestWriteDataURL(t *testing.T) {
+	big := strings.Repeat("QUJD", 20000)
+	for _, mt := range []string{"image/png", `image/"png"`} {
+		var w BodyWriter
+		WriteDataURL(&w, mt, big)
+		b := w.Body()
+		var back string
+		if err := json.Unmarshal(b.Bytes(), &back); err != nil || back != "data:"+mt+";base64,"+big {
+			t.Fatalf("%q: %.60s… does not read back: %v", mt, b.Bytes(), err)
+		}
+		if len(b.pieces) != 3 || b.pieces[1].s != big {
+			t.Fatalf("%q: the base64 was copied into %d pieces", mt, len(b.pieces))
+		}
+	}
+}

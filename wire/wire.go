@@ -217,6 +217,26 @@ func WriteString(w JSONWriter, s string) {
 	w.WriteByte('"')
 }
 
+// WriteDataURL writes a data URL as a JSON string. b64 must be standard
+// base64, which needs no escaping: megabytes of it are written as they are,
+// as a piece of their own when w is a BodyWriter.
+func WriteDataURL(w JSONWriter, mediaType, b64 string) {
+	w.WriteString(`"data:`)
+	if plainString(mediaType) {
+		w.WriteString(mediaType)
+	} else {
+		q, _ := json.Marshal(mediaType)
+		w.Write(q[1 : len(q)-1])
+	}
+	w.WriteString(";base64,")
+	if bw, ok := w.(*BodyWriter); ok {
+		bw.Big(b64)
+	} else {
+		w.WriteString(b64)
+	}
+	w.WriteByte('"')
+}
+
 // plainString reports whether s holds no byte JSON must escape (control
 // characters, '"', '\\') and no non-ASCII byte, eight bytes at a time.
 func plainString(s string) bool {

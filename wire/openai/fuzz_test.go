@@ -32,7 +32,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			return
 		}
 		// Whatever decodes re-encodes, and the re-encoding decodes the same.
-		out, err := r.Encode(r.Messages, func(img chat.Image) (string, error) { return img.URL, nil })
+		out, err := r.Encode(r.Messages, func(img chat.Image) (string, string, string, error) { return "", "", img.URL, nil })
 		if err != nil {
 			t.Fatalf("decoded but cannot encode: %v", err)
 		}

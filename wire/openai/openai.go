@@ -163,9 +163,10 @@ func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
 	return parts, nil
 }
 
-// ImageURL returns the URL to send for an image: a data URL for a stored
-// ref, or the image's own URL. The engine provides it.
-type ImageURL func(img chat.Image) (string, error)
+// ImageURL returns how an image goes upstream: the standard base64 of a
+// stored image with its media type (sent as a data URL, the base64 written
+// as it is, without a copy), or the image's own URL. The engine provides it.
+type ImageURL func(img chat.Image) (mediaType, base64Data, url string, err error)
 
 // Encode writes the request with msgs in place of its messages. A message
 // decoded from this request and not changed since is written as it came;
@@ -340,13 +341,17 @@ func writeContent(b wire.JSONWriter, parts []chat.Part, url ImageURL, nullable b
 			}
 			text(s, "")
 		case chat.Image:
-			u, err := url(p)
+			mediaType, data, u, err := url(p)
 			if err != nil {
 				return err
 			}
 			next()
 			b.WriteString(`{"type":"image_url","image_url":{"url":`)
-			wire.WriteString(b, u)
+			if data != "" {
+				wire.WriteDataURL(b, mediaType, data)
+			} else {
+				wire.WriteString(b, u)
+			}
 			if p.Detail != "" {
 				b.WriteString(`,"detail":`)
 				b.Write(mustJSON(p.Detail))

@@ -49,7 +49,7 @@ func TestRequestPassesThroughByteStable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := r.Encode(r.Messages, func(img chat.Image) (string, error) { return img.URL, nil })
+	out, err := r.Encode(r.Messages, func(img chat.Image) (string, string, string, error) { return "", "", img.URL, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,11 +69,11 @@ func TestEncodeExpandsRefsGolden(t *testing.T) {
 	ref := blob.Of([]byte("stored"))
 	msgs[1].Parts[1] = chat.Image{Ref: ref, MediaType: "image/webp", Detail: "high", Origin: chat.FromUser}
 	msgs[4].Parts[0] = chat.Marker{Of: "image", MediaType: "image/png", Caption: "old chart", Reason: "budget"}
-	out, err := r.Encode(msgs, func(img chat.Image) (string, error) {
+	out, err := r.Encode(msgs, func(img chat.Image) (string, string, string, error) {
 		if !img.Ref.Valid() {
-			return img.URL, nil
+			return "", "", img.URL, nil
 		}
-		return "data:" + img.MediaType + ";base64,QUJD", nil
+		return img.MediaType, "QUJD", "", nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestEncodeExpandsRefsGolden(t *testing.T) {
 	json.Indent(&pretty, out, "", "  ")
 	pretty.WriteByte('\n')
 	wiretest.Golden(t, "testdata/request.encoded.golden", pretty.Bytes())
-	if _, err := r.Encode(msgs, func(chat.Image) (string, error) { return "", errors.New("ref not found") }); err == nil {
+	if _, err := r.Encode(msgs, func(chat.Image) (string, string, string, error) { return "", "", "", errors.New("ref not found") }); err == nil {
 		t.Fatal("an expansion error was swallowed")
 	}
 }
@@ -203,7 +203,7 @@ func TestPartExtrasSurviveARewrite(t *testing.T) {
 	img := msgs[0].Parts[1].(chat.Image)
 	img.URL, img.Ref, img.MediaType = "", blob.Of([]byte("ABC")), "image/png"
 	msgs[0].Parts[1] = img
-	out, err := r.Encode(msgs, func(chat.Image) (string, error) { return "data:image/png;base64,QUJD", nil })
+	out, err := r.Encode(msgs, func(chat.Image) (string, string, string, error) { return "image/png", "QUJD", "", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
