@@ -78,14 +78,7 @@ func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
 // system, tools and kept images sit in the cached prefix.
 func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool) ([]byte, error) {
 	model := c.meta.Settings.Model
-	// Stored images go as their (cached) standard base64; others by URL.
-	src := func(img chat.Image) (string, string, string, error) {
-		if !img.Ref.Valid() {
-			return "", "", img.URL, nil
-		}
-		data, err := c.e.Base64(ctx, c.tenant, img.Ref)
-		return img.MediaType, data, "", err
-	}
+	src := c.e.ImageSource(ctx, c.tenant)
 	if c.e.Upstream.Format == upstream.Anthropic {
 		maxTokens := c.e.MaxTokens
 		if maxTokens <= 0 {
@@ -199,6 +192,19 @@ func (e *Engine) Base64(ctx context.Context, tenant string, ref blob.Ref) (strin
 	s := base64.StdEncoding.EncodeToString(data)
 	e.b64.put(ref, s)
 	return s, nil
+}
+
+// ImageSource says how each image goes upstream for a tenant: a stored one
+// as its (cached) standard base64 with its media type, any other by its
+// URL. It serves as both openai.ImageURL and anthropic.Source.
+func (e *Engine) ImageSource(ctx context.Context, tenant string) func(chat.Image) (mediaType, base64Data, url string, err error) {
+	return func(img chat.Image) (string, string, string, error) {
+		if !img.Ref.Valid() {
+			return "", "", img.URL, nil
+		}
+		data, err := e.Base64(ctx, tenant, img.Ref)
+		return img.MediaType, data, "", err
+	}
 }
 
 // PrimeBase64 offers the cache an encoding the caller already holds (the

@@ -42,13 +42,7 @@ func (s *Server) decode(format upstream.Format, body []byte, tenant string) (*pr
 		}
 		return &proxied{model: req.Model, stream: req.Stream, msgs: req.Messages,
 			encode: func(ctx context.Context, msgs []chat.Message) (wire.Body, error) {
-				b, err := req.Encode(msgs, func(img chat.Image) (string, string, string, error) {
-					if !img.Ref.Valid() {
-						return "", "", img.URL, nil
-					}
-					data, err := s.engine.Base64(ctx, tenant, img.Ref)
-					return img.MediaType, data, "", err
-				}, anthropic.Cache{System: hasSystemBreakpoint(body)})
+				b, err := req.Encode(msgs, s.engine.ImageSource(ctx, tenant), anthropic.Cache{System: hasSystemBreakpoint(body)})
 				return wire.BodyOf(b), err
 			}}, nil
 	}
@@ -58,13 +52,7 @@ func (s *Server) decode(format upstream.Format, body []byte, tenant string) (*pr
 	}
 	return &proxied{model: req.Model, stream: req.Stream, msgs: req.Messages,
 		encode: func(ctx context.Context, msgs []chat.Message) (wire.Body, error) {
-			return req.EncodeBody(msgs, func(img chat.Image) (string, string, string, error) {
-				if !img.Ref.Valid() {
-					return "", "", img.URL, nil
-				}
-				data, err := s.engine.Base64(ctx, tenant, img.Ref)
-				return img.MediaType, data, "", err
-			})
+			return req.EncodeBody(msgs, s.engine.ImageSource(ctx, tenant))
 		}}, nil
 }
 
