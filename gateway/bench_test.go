@@ -36,12 +36,22 @@ import (
 // reports the median (p50) per request; the gateway's added latency is the
 // difference of the two p50s.
 
-const completion = `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`
+const (
+	completion = `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`
+	message    = `{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":1}}`
+
+	chatPath     = "/v1/chat/completions"
+	messagesPath = "/v1/messages"
+)
 
 func benchUpstream(b *testing.B) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == messagesPath {
+			io.WriteString(w, message)
+			return
+		}
 		io.WriteString(w, completion)
 	}))
 	b.Cleanup(srv.Close)
@@ -49,9 +59,13 @@ func benchUpstream(b *testing.B) *httptest.Server {
 }
 
 func benchGateway(b *testing.B, up string) (*httptest.Server, *imagestore.Mem) {
+	return benchGatewayFor(b, up, upstream.OpenAI)
+}
+
+func benchGatewayFor(b *testing.B, up string, format upstream.Format) (*httptest.Server, *imagestore.Mem) {
 	mem := &imagestore.Mem{}
 	e := &engine.Engine{Images: imagestore.Verified{Store: mem}, Sessions: &session.Mem{}, Profiles: tokens.Default(),
-		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: up, MaxRetries: -1}}
+		Upstream: &upstream.Client{Format: format, BaseURL: up, MaxRetries: -1}}
 	s := New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 1024}, e, prometheus.NewRegistry(), discardLogger())
 	srv := httptest.NewServer(s.Handler())
 	b.Cleanup(srv.Close)
@@ -65,7 +79,7 @@ func reverseProxy(b *testing.B, up string) *httptest.Server {
 	return srv
 }
 
-// p50 sends body b.N times and reports the median latency.
+// p50 sends body b.N times to the endpoint and reports the median latency.
 func p50(b *testing.B, target string, body []byte) {
 	p50Of(b, target, func(int) []byte { return body })
 }
@@ -79,7 +93,7 @@ func p50Of(b *testing.B, target string, body func(i int) []byte) {
 	for i := 0; b.Loop(); i++ {
 		req := body(i) // built before the clock starts
 		start := time.Now()
-		resp, err := client.Post(target+"/v1/chat/completions", "application/json", bytes.NewReader(req))
+		resp, err := client.Post(target, "application/json", bytes.NewReader(req))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -129,8 +143,8 @@ func BenchmarkGateway1KBText(b *testing.B) {
 	up := benchUpstream(b)
 	gw, _ := benchGateway(b, up.URL)
 	body := textRequest()
-	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL, body) })
-	b.Run("gateway", func(b *testing.B) { p50(b, gw.URL, body) })
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+chatPath, body) })
+	b.Run("gateway", func(b *testing.B) { p50(b, gw.URL+chatPath, body) })
 }
 
 func BenchmarkGateway5MB6Screenshots(b *testing.B) {
@@ -146,9 +160,35 @@ func BenchmarkGateway5MB6Screenshots(b *testing.B) {
 	}
 	body, byRef := imageRequest(inline), imageRequest(refs)
 	b.Logf("inline body %d bytes, by-ref body %d bytes", len(body), len(byRef))
-	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL, body) })
-	b.Run("gateway-inline", func(b *testing.B) { p50(b, gw.URL, body) })
-	b.Run("gateway-by-ref", func(b *testing.B) { p50(b, gw.URL, byRef) })
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+chatPath, body) })
+	b.Run("gateway-inline", func(b *testing.B) { p50(b, gw.URL+chatPath, body) })
+	b.Run("gateway-by-ref", func(b *testing.B) { p50(b, gw.URL+chatPath, byRef) })
+}
+
+// BenchmarkGatewayAnthropic5MB6Screenshots: the same six screenshots as
+// base64 sources on /v1/messages, to an upstream speaking Anthropic.
+func BenchmarkGatewayAnthropic5MB6Screenshots(b *testing.B) {
+	up := benchUpstream(b)
+	gw, mem := benchGatewayFor(b, up.URL, upstream.Anthropic)
+	request := func(data []string) []byte {
+		content := []any{map[string]any{"type": "text", "text": "Compare these screenshots."}}
+		for _, d := range data {
+			content = append(content, map[string]any{"type": "image", "source": map[string]string{"type": "base64", "media_type": "image/png", "data": d}})
+		}
+		body, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": []any{map[string]any{"role": "user", "content": content}}})
+		return body
+	}
+	var inline, refs []string
+	for _, s := range screenshots(6, 360) {
+		inline = append(inline, base64.StdEncoding.EncodeToString(s))
+		ref := blob.Of(s)
+		mem.Put(b.Context(), "default", ref, s)
+		refs = append(refs, "imgctx:"+ref.String())
+	}
+	body, byRef := request(inline), request(refs)
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+messagesPath, body) })
+	b.Run("gateway-inline", func(b *testing.B) { p50(b, gw.URL+messagesPath, body) })
+	b.Run("gateway-by-ref", func(b *testing.B) { p50(b, gw.URL+messagesPath, byRef) })
 }
 
 // BenchmarkGatewayThroughput: 1 KB text requests from 16 concurrent
@@ -203,10 +243,10 @@ func BenchmarkGateway5MBNewScreenshots(b *testing.B) {
 		}
 		return bodies[i]
 	}
-	b.Run("baseline=reverseproxy", func(b *testing.B) { p50Of(b, reverseProxy(b, up.URL).URL, body) })
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50Of(b, reverseProxy(b, up.URL).URL+chatPath, body) })
 	b.Run("gateway", func(b *testing.B) {
 		gw, _ := benchGateway(b, up.URL) // a new store: nothing seen before
-		p50Of(b, gw.URL, body)
+		p50Of(b, gw.URL+chatPath, body)
 	})
 }
 

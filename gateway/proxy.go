@@ -42,8 +42,7 @@ func (s *Server) decode(format upstream.Format, body []byte, tenant string) (*pr
 		}
 		return &proxied{model: req.Model, stream: req.Stream, msgs: req.Messages,
 			encode: func(ctx context.Context, msgs []chat.Message) (wire.Body, error) {
-				b, err := req.Encode(msgs, s.engine.ImageSource(ctx, tenant), anthropic.Cache{System: hasSystemBreakpoint(body)})
-				return wire.BodyOf(b), err
+				return req.EncodeBody(msgs, s.engine.ImageSource(ctx, tenant), anthropic.Cache{System: hasSystemBreakpoint(body)})
 			}}, nil
 	}
 	req, err := openai.DecodeRequest(body)

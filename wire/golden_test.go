@@ -130,4 +130,9 @@ func TestWriteDataURL(t *testing.T) {
 			t.Fatalf("%q: the base64 was copied into %d pieces", mt, len(b.pieces))
 		}
 	}
+	var w BodyWriter
+	WriteBase64(&w, big)
+	if b := w.Body(); string(b.Bytes()) != `"`+big+`"` || len(b.pieces) != 3 || b.pieces[1].s != big {
+		t.Fatalf("WriteBase64: %d pieces", len(b.pieces))
+	}
 }

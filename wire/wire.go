@@ -209,11 +209,7 @@ func WriteString(w JSONWriter, s string) {
 		return
 	}
 	w.WriteByte('"')
-	if bw, ok := w.(*BodyWriter); ok {
-		bw.Big(s)
-	} else {
-		w.WriteString(s)
-	}
+	writeBig(w, s)
 	w.WriteByte('"')
 }
 
@@ -229,12 +225,24 @@ func WriteDataURL(w JSONWriter, mediaType, b64 string) {
 		w.Write(q[1 : len(q)-1])
 	}
 	w.WriteString(";base64,")
-	if bw, ok := w.(*BodyWriter); ok {
-		bw.Big(b64)
-	} else {
-		w.WriteString(b64)
-	}
+	writeBig(w, b64)
 	w.WriteByte('"')
+}
+
+// WriteBase64 writes standard base64 as a JSON string, as it is (it needs
+// no escaping), as a piece of its own when w is a BodyWriter.
+func WriteBase64(w JSONWriter, b64 string) {
+	w.WriteByte('"')
+	writeBig(w, b64)
+	w.WriteByte('"')
+}
+
+func writeBig(w JSONWriter, s string) {
+	if bw, ok := w.(*BodyWriter); ok {
+		bw.Big(s)
+	} else {
+		w.WriteString(s)
+	}
 }
 
 // plainString reports whether s holds no byte JSON must escape (control

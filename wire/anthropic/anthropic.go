@@ -49,25 +49,12 @@ type block struct {
 	Title     string          `json:"title,omitempty"`
 	Cache     *cacheControl   `json:"cache_control,omitempty"`
 	extra     string          // unknown fields of a decoded block, re-emitted
+	nested    []block         // a tool result's content, when encoding
 }
 
 // blockKnown are the block fields imgctx models; anything else, the
 // client's own cache_control included, travels in the part's Extra.
 var blockKnown = []string{"type", "text", "source", "id", "name", "input", "tool_use_id", "content", "is_error", "title"}
-
-// MarshalJSON writes the known fields, then the block's extra ones.
-func (b block) MarshalJSON() ([]byte, error) {
-	type plain block
-	out, err := json.Marshal(plain(b))
-	if err != nil || b.extra == "" {
-		return out, err
-	}
-	var buf bytes.Buffer
-	buf.Write(out[:len(out)-1])
-	wire.WriteExtra(&buf, b.extra)
-	buf.WriteByte('}')
-	return buf.Bytes(), nil
-}
 
 type cacheControl struct {
 	Type string `json:"type"`
@@ -281,8 +268,8 @@ func sourceURL(s *source) (url, mediaType string, err error) {
 	return "", "", fmt.Errorf("source type %q is not supported", s.Type)
 }
 
-// Source returns how an image goes upstream: base64 data with its media
-// type, or a URL. The engine provides it.
+// Source returns how an image goes upstream: standard base64 data (written
+// as it is) with its media type, or a URL. The engine provides it.
 type Source func(img chat.Image) (mediaType, base64Data, url string, err error)
 
 // Cache says where imgctx puts cache breakpoints: on the system prompt
@@ -298,21 +285,55 @@ type Cache struct {
 // came unless a breakpoint must go on it; every other top-level field is
 // kept as sent.
 func (r *Request) Encode(msgs []chat.Message, src Source, cache Cache) ([]byte, error) {
+	b, err := r.EncodeBody(msgs, src, cache)
+	return b.Bytes(), err
+}
+
+// EncodeBody is Encode keeping image data as pieces of their own, so
+// megabytes of base64 reach the network without being copied into one
+// buffer. Blocks are written by hand: encoding/json would scan and copy
+// every image several times.
+func (r *Request) EncodeBody(msgs []chat.Message, src Source, cache Cache) (wire.Body, error) {
 	top := append(wire.Object(nil), r.top...)
 	start := 0
 	if len(msgs) > 0 && msgs[0].Role == chat.System {
 		blocks, err := encodeBlocks(msgs[0].Parts, src)
 		if err != nil {
-			return nil, fmt.Errorf("system: %w", err)
+			return wire.Body{}, fmt.Errorf("system: %w", err)
 		}
 		markBreakpoint(blocks, cache.System)
-		top.Set("system", mustJSON(blocks))
+		var sys bytes.Buffer
+		writeBlocks(&sys, blocks)
+		top.Set("system", sys.Bytes())
 		start = 1
 	} else {
 		top.Delete("system")
 	}
-	var buf bytes.Buffer
-	buf.WriteByte('[')
+	if _, ok := top.Get("messages"); !ok {
+		top.Set("messages", nil)
+	}
+	var w wire.BodyWriter
+	w.WriteByte('{')
+	for k, f := range top {
+		if k > 0 {
+			w.WriteByte(',')
+		}
+		w.Write(mustJSON(f.Key))
+		w.WriteByte(':')
+		if f.Key != "messages" {
+			w.Write(f.Value)
+			continue
+		}
+		if err := r.writeMessages(&w, msgs, start, src, cache); err != nil {
+			return wire.Body{}, err
+		}
+	}
+	w.WriteByte('}')
+	return w.Body(), nil
+}
+
+func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start int, src Source, cache Cache) error {
+	w.WriteByte('[')
 	n := 0
 	for i := start; i < len(msgs); {
 		// Consecutive user and tool messages are one Anthropic user turn.
@@ -327,28 +348,25 @@ func (r *Request) Encode(msgs []chat.Message, src Source, cache Cache) ([]byte, 
 			breakpoint = breakpoint || slices.Contains(cache.Messages, k)
 		}
 		if n > 0 {
-			buf.WriteByte(',')
+			w.WriteByte(',')
 		}
 		n++
 		if j == i+1 && !breakpoint {
 			if canon, err := json.Marshal(msgs[i]); err == nil {
 				if v, ok := r.verbatim[string(canon)]; ok {
-					buf.Write(v)
+					w.Write(v)
 					i = j
 					continue
 				}
 			}
 		}
-		b, err := encodeTurn(msgs[i:j], src, breakpoint)
-		if err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
+		if err := writeTurn(w, msgs[i:j], src, breakpoint); err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
 		}
-		buf.Write(b)
 		i = j
 	}
-	buf.WriteByte(']')
-	top.Set("messages", buf.Bytes())
-	return top.MarshalJSON()
+	w.WriteByte(']')
+	return nil
 }
 
 // SetModel replaces the model name.
@@ -357,7 +375,7 @@ func (r *Request) SetModel(model string) {
 	r.Model = model
 }
 
-func encodeTurn(msgs []chat.Message, src Source, breakpoint bool) ([]byte, error) {
+func writeTurn(w wire.JSONWriter, msgs []chat.Message, src Source, breakpoint bool) error {
 	role := "user"
 	if msgs[0].Role == chat.Assistant {
 		role = "assistant"
@@ -367,7 +385,7 @@ func encodeTurn(msgs []chat.Message, src Source, breakpoint bool) ([]byte, error
 	for _, m := range msgs {
 		bs, err := encodeBlocks(m.Parts, src)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		blocks = append(blocks, bs...)
 		maps.Copy(extra, m.Extra)
@@ -375,14 +393,81 @@ func encodeTurn(msgs []chat.Message, src Source, breakpoint bool) ([]byte, error
 	markBreakpoint(blocks, breakpoint)
 	// Always blocks, never the string shorthand: a message encodes the same
 	// with or without a breakpoint, so the prefix stays byte-stable.
-	if blocks == nil {
-		blocks = []block{}
-	}
-	obj := wire.Object{{Key: "role", Value: mustJSON(role)}, {Key: "content", Value: mustJSON(blocks)}}
+	w.WriteString(`{"role":`)
+	w.Write(mustJSON(role))
+	w.WriteString(`,"content":`)
+	writeBlocks(w, blocks)
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
-		obj.Set(k, extra[k])
+		w.WriteByte(',')
+		w.Write(mustJSON(k))
+		w.WriteByte(':')
+		w.Write(extra[k])
 	}
-	return obj.MarshalJSON()
+	w.WriteByte('}')
+	return nil
+}
+
+// writeBlocks writes blocks as a JSON array, fields in the order of the
+// block struct, then each block's extra fields.
+func writeBlocks(w wire.JSONWriter, blocks []block) {
+	w.WriteByte('[')
+	for i, b := range blocks {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		field := func(key string, value []byte) {
+			w.WriteString(`,"` + key + `":`)
+			w.Write(value)
+		}
+		w.WriteString(`{"type":`)
+		w.Write(mustJSON(b.Type))
+		if b.Text != "" {
+			field("text", mustJSON(b.Text))
+		}
+		if src := b.Source; src != nil {
+			w.WriteString(`,"source":{"type":`)
+			w.Write(mustJSON(src.Type))
+			if src.MediaType != "" {
+				field("media_type", mustJSON(src.MediaType))
+			}
+			if src.Data != "" {
+				w.WriteString(`,"data":`)
+				wire.WriteBase64(w, src.Data)
+			}
+			if src.URL != "" {
+				field("url", mustJSON(src.URL))
+			}
+			w.WriteByte('}')
+		}
+		if b.ID != "" {
+			field("id", mustJSON(b.ID))
+		}
+		if b.Name != "" {
+			field("name", mustJSON(b.Name))
+		}
+		if len(b.Input) > 0 {
+			field("input", mustJSON(b.Input))
+		}
+		if b.ToolUseID != "" {
+			field("tool_use_id", mustJSON(b.ToolUseID))
+		}
+		if b.nested != nil {
+			w.WriteString(`,"content":`)
+			writeBlocks(w, b.nested)
+		}
+		if b.IsError {
+			w.WriteString(`,"is_error":true`)
+		}
+		if b.Title != "" {
+			field("title", mustJSON(b.Title))
+		}
+		if b.Cache != nil {
+			field("cache_control", mustJSON(b.Cache))
+		}
+		wire.WriteExtra(w, b.extra)
+		w.WriteByte('}')
+	}
+	w.WriteByte(']')
 }
 
 // markBreakpoint puts a cache breakpoint on the last block, unless the
@@ -436,7 +521,7 @@ func encodeBlocks(parts []chat.Part, src Source) ([]block, error) {
 			if nested == nil {
 				nested = []block{}
 			}
-			out = append(out, block{Type: "tool_result", ToolUseID: p.CallID, IsError: p.IsError, Content: mustJSON(nested), extra: p.Extra})
+			out = append(out, block{Type: "tool_result", ToolUseID: p.CallID, IsError: p.IsError, nested: nested, extra: p.Extra})
 		}
 	}
 	return out, nil
