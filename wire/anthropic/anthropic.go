@@ -410,14 +410,14 @@ func writeTurn(w wire.JSONWriter, msgs []chat.Message, src Source, breakpoint bo
 // writeBlocks writes blocks as a JSON array, fields in the order of the
 // block struct, then each block's extra fields.
 func writeBlocks(w wire.JSONWriter, blocks []block) {
+	field := func(key string, value []byte) {
+		w.WriteString(`,"` + key + `":`)
+		w.Write(value)
+	}
 	w.WriteByte('[')
 	for i, b := range blocks {
 		if i > 0 {
 			w.WriteByte(',')
-		}
-		field := func(key string, value []byte) {
-			w.WriteString(`,"` + key + `":`)
-			w.Write(value)
 		}
 		w.WriteString(`{"type":`)
 		w.Write(mustJSON(b.Type))
