@@ -79,7 +79,7 @@ type Engine struct {
 	Now      func() time.Time // nil: time.Now
 
 	once  sync.Once
-	locks sync.Map // tenant/id → *sync.Mutex
+	locks sessionLocks
 	b64   *base64Cache
 	meta  *metaCache
 }
@@ -149,10 +149,49 @@ func (e *Engine) micro() policy.MicroConfig {
 }
 
 func (e *Engine) lock(tenant string, id session.ID) func() {
-	m, _ := e.locks.LoadOrStore(tenant+"/"+string(id), &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
+	return e.locks.lock(tenant + "/" + string(id))
+}
+
+// sessionLocks serialises the calls of each session. An entry lives only
+// while a call holds or awaits it, so the map does not grow with every
+// session ever seen (a soak run caught the sync.Map that did).
+type sessionLocks struct {
+	mu sync.Mutex
+	m  map[string]*sessionLock
+}
+
+type sessionLock struct {
+	mu   sync.Mutex
+	refs int // calls holding or awaiting mu
+}
+
+func (l *sessionLocks) lock(key string) (unlock func()) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*sessionLock{}
+	}
+	s := l.m[key]
+	if s == nil {
+		s = &sessionLock{}
+		l.m[key] = s
+	}
+	s.refs++
+	l.mu.Unlock()
+	s.mu.Lock()
+	return func() {
+		s.mu.Unlock()
+		l.mu.Lock()
+		if s.refs--; s.refs == 0 {
+			delete(l.m, key)
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *sessionLocks) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m)
 }
 
 // NewSession creates a session for model.
