@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"strings"
 )
@@ -101,4 +102,31 @@ type JSONWriter interface {
 	io.Writer
 	io.StringWriter
 	io.ByteWriter
+}
+
+// WriteObject writes o as a JSON object into w, the value of the field
+// named key written by value straight into w (so its large strings stay
+// pieces). A missing key is added at the end.
+func WriteObject(w *BodyWriter, o Object, key string, value func(*BodyWriter) error) error {
+	if _, ok := o.Get(key); !ok {
+		o = append(o[:len(o):len(o)], Field{Key: key})
+	}
+	w.WriteByte('{')
+	for i, f := range o {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.Key) // as Object.MarshalJSON writes keys
+		w.Write(k)
+		w.WriteByte(':')
+		if f.Key != key {
+			w.Write(f.Value)
+			continue
+		}
+		if err := value(w); err != nil {
+			return err
+		}
+	}
+	w.WriteByte('}')
+	return nil
 }

@@ -136,3 +136,29 @@ func TestWriteDataURL(t *testing.T) {
 		t.Fatalf("WriteBase64: %d pieces", len(b.pieces))
 	}
 }
+
+// WriteObject keeps the fields in order, writes the named one through its
+// function, adds it at the end when missing, and passes its error on.
+func TestWriteObject(t *testing.T) {
+	o, _ := ParseObject([]byte(`{"model":"m","messages":[1],"x":{"y":2}}`))
+	msgs := func(w *BodyWriter) error { w.WriteString(`["new"]`); return nil }
+	for _, c := range []struct {
+		in   Object
+		want string
+	}{
+		{o, `{"model":"m","messages":["new"],"x":{"y":2}}`},
+		{o[:1], `{"model":"m","messages":["new"]}`},
+	} {
+		var w BodyWriter
+		if err := WriteObject(&w, c.in, "messages", msgs); err != nil || string(w.Body().Bytes()) != c.want {
+			t.Fatalf("got %s, %v; want %s", w.Body().Bytes(), err, c.want)
+		}
+	}
+	if len(o) != 3 || string(o[1].Value) != "[1]" {
+		t.Fatal("WriteObject changed its object")
+	}
+	var w BodyWriter
+	if err := WriteObject(&w, o, "messages", func(*BodyWriter) error { return io.ErrUnexpectedEOF }); err != io.ErrUnexpectedEOF {
+		t.Fatalf("error not passed on: %v", err)
+	}
+}

@@ -309,27 +309,11 @@ func (r *Request) EncodeBody(msgs []chat.Message, src Source, cache Cache) (wire
 	} else {
 		top.Delete("system")
 	}
-	if _, ok := top.Get("messages"); !ok {
-		top.Set("messages", nil)
-	}
 	var w wire.BodyWriter
-	w.WriteByte('{')
-	for k, f := range top {
-		if k > 0 {
-			w.WriteByte(',')
-		}
-		w.Write(mustJSON(f.Key))
-		w.WriteByte(':')
-		if f.Key != "messages" {
-			w.Write(f.Value)
-			continue
-		}
-		if err := r.writeMessages(&w, msgs, start, src, cache); err != nil {
-			return wire.Body{}, err
-		}
-	}
-	w.WriteByte('}')
-	return w.Body(), nil
+	err := wire.WriteObject(&w, top, "messages", func(w *wire.BodyWriter) error {
+		return r.writeMessages(w, msgs, start, src, cache)
+	})
+	return w.Body(), err
 }
 
 func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start int, src Source, cache Cache) error {

@@ -183,7 +183,7 @@ func (r *Request) Encode(msgs []chat.Message, url ImageURL) ([]byte, error) {
 func (r *Request) EncodeBody(msgs []chat.Message, url ImageURL) (wire.Body, error) {
 	top := append(wire.Object(nil), r.top...)
 	if _, ok := top.Get("messages"); !ok {
-		top.Set("messages", nil)
+		top.Set("messages", nil) // before stream_options, should that be added
 	}
 	if r.Stream {
 		opts := map[string]any{}
@@ -197,17 +197,7 @@ func (r *Request) EncodeBody(msgs []chat.Message, url ImageURL) (wire.Body, erro
 		}
 	}
 	var w wire.BodyWriter
-	w.WriteByte('{')
-	for i, f := range top {
-		if i > 0 {
-			w.WriteByte(',')
-		}
-		w.Write(mustJSON(f.Key))
-		w.WriteByte(':')
-		if f.Key != "messages" {
-			w.Write(f.Value)
-			continue
-		}
+	err := wire.WriteObject(&w, top, "messages", func(w *wire.BodyWriter) error {
 		w.WriteByte('[')
 		for j, m := range msgs {
 			if j > 0 {
@@ -221,14 +211,14 @@ func (r *Request) EncodeBody(msgs []chat.Message, url ImageURL) (wire.Body, erro
 					}
 				}
 			}
-			if err := writeMessage(&w, m, url); err != nil {
-				return wire.Body{}, fmt.Errorf("message %d: %w", j, err)
+			if err := writeMessage(w, m, url); err != nil {
+				return fmt.Errorf("message %d: %w", j, err)
 			}
 		}
 		w.WriteByte(']')
-	}
-	w.WriteByte('}')
-	return w.Body(), nil
+		return nil
+	})
+	return w.Body(), err
 }
 
 // SetModel replaces the model name.
