@@ -70,10 +70,14 @@ type Message struct {
 	// keyed by name, so a request passes through byte-stable. Opaque: no
 	// policy reads it.
 	Extra map[string]json.RawMessage
+	// Wire names the wire format the message was decoded from ("openai",
+	// "anthropic"; "" for imgctx's own). Extra, and the Extra of its parts,
+	// hold that wire's fields: an encoder for another wire leaves them out.
+	Wire string
 }
 
 // Part is one piece of a message. The set is closed: Text, Image, Document,
-// ToolCall, ToolResult, Summary and Marker.
+// ToolCall, ToolResult, Summary, Marker and Opaque.
 type Part interface {
 	// Kind names the part in the JSON encoding ("text", "image", ...).
 	Kind() string
@@ -109,8 +113,10 @@ type Image struct {
 	Extra string
 }
 
-// Document is a non-image attachment (a PDF, say) by reference. It travels as
-// its extracted text only.
+// Document is a non-image attachment (a PDF, say) by reference. It travels
+// natively where the wire carries documents (Anthropic document, OpenAI
+// file), stored once by ref like an image, and as its extracted text only on
+// a wire that cannot carry it.
 type Document struct {
 	Ref       blob.Ref
 	URL       string // a data URL or remote URL not ingested yet, instead of Ref
@@ -167,6 +173,15 @@ type Marker struct {
 	Reason    string // a reason.Code
 }
 
+// Opaque is a part imgctx does not manage — a thinking block with its
+// signature, a server-tool block, an audio part, a block type a provider
+// adds next month — kept as the raw JSON of its wire, so it passes through
+// byte for byte. An encoder for another wire leaves it out.
+type Opaque struct {
+	Wire string // "openai", "anthropic", …
+	Raw  string // the part's JSON as it came
+}
+
 func (Text) Kind() string       { return "text" }
 func (Image) Kind() string      { return "image" }
 func (Document) Kind() string   { return "document" }
@@ -174,6 +189,7 @@ func (ToolCall) Kind() string   { return "tool_call" }
 func (ToolResult) Kind() string { return "tool_result" }
 func (Summary) Kind() string    { return "summary" }
 func (Marker) Kind() string     { return "marker" }
+func (Opaque) Kind() string     { return "opaque" }
 
 func (Text) part()       {}
 func (Image) part()      {}
@@ -182,6 +198,7 @@ func (ToolCall) part()   {}
 func (ToolResult) part() {}
 func (Summary) part()    {}
 func (Marker) part()     {}
+func (Opaque) part()     {}
 
 // MarkerFor returns the marker that stands where p, an Image or a Document,
 // is removed for reason (a reason.Code): its caption is kept and its MIME

@@ -41,6 +41,9 @@ func sample() Conversation {
 				Summary{Text: "Earlier: the user shared a screenshot.", From: 1, To: 4},
 				Marker{Of: "image", MediaType: "image/png", Ref: shot, Caption: "desktop", Reason: "key_off"},
 			}},
+			{Role: Assistant, Wire: "anthropic", Parts: []Part{
+				Opaque{Wire: "anthropic", Raw: `{"type":"thinking","thinking":"Let me look.","signature":"EqQBCkYIBx"}`},
+			}},
 		},
 	}
 }
@@ -176,7 +179,7 @@ func genPart(t *rapid.T, nested bool) Part {
 	if rapid.Bool().Draw(t, "hasref") {
 		ref = blob.Of([]byte(str.Draw(t, "content")))
 	}
-	kinds := []string{"text", "image", "document", "tool_call", "summary", "marker"}
+	kinds := []string{"text", "image", "document", "tool_call", "summary", "marker", "opaque"}
 	if !nested {
 		kinds = append(kinds, "tool_result")
 	}
@@ -196,6 +199,8 @@ func genPart(t *rapid.T, nested bool) Part {
 		return Summary{Text: str.Draw(t, "text"), From: n.Draw(t, "from"), To: n.Draw(t, "to")}
 	case "marker":
 		return Marker{Of: "image", Ref: ref, Reason: str.Draw(t, "reason")}
+	case "opaque":
+		return Opaque{Wire: rapid.SampledFrom([]string{"openai", "anthropic"}).Draw(t, "wire"), Raw: `{"type":"` + str.Draw(t, "t") + `"}`}
 	default:
 		var parts []Part
 		for i := rapid.IntRange(0, 3).Draw(t, "nparts"); i > 0; i-- {
@@ -208,7 +213,8 @@ func genPart(t *rapid.T, nested bool) Part {
 func genConversation(t *rapid.T) Conversation {
 	c := Conversation{Thread: rapid.SampledFrom([]Thread{"", Main, Sub}).Draw(t, "thread")}
 	for i := rapid.IntRange(0, 4).Draw(t, "nmsgs"); i > 0; i-- {
-		m := Message{Role: rapid.SampledFrom([]Role{System, User, Assistant, Tool}).Draw(t, "role")}
+		m := Message{Role: rapid.SampledFrom([]Role{System, User, Assistant, Tool}).Draw(t, "role"),
+			Wire: rapid.SampledFrom([]string{"", "openai"}).Draw(t, "wire")}
 		for j := rapid.IntRange(0, 4).Draw(t, "nparts"); j > 0; j-- {
 			m.Parts = append(m.Parts, genPart(t, false))
 		}

@@ -39,12 +39,15 @@ type partJSON struct {
 	Caption   string     `json:"caption,omitempty"`
 	Reason    string     `json:"reason,omitempty"`
 	Extra     string     `json:"extra,omitempty"`
+	Wire      string     `json:"wire,omitempty"`
+	Raw       string     `json:"raw,omitempty"`
 }
 
 type messageJSON struct {
 	Role  Role                       `json:"role"`
 	Parts []partJSON                 `json:"parts"`
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+	Wire  string                     `json:"wire,omitempty"`
 }
 
 type conversationJSON struct {
@@ -81,6 +84,8 @@ func encodeParts(ps []Part) []partJSON {
 			j.Text, j.From, j.To = p.Text, p.From, p.To
 		case Marker:
 			j.Of, j.MediaType, j.Ref, j.Caption, j.Reason = p.Of, p.MediaType, p.Ref, p.Caption, p.Reason
+		case Opaque:
+			j.Wire, j.Raw = p.Wire, p.Raw
 		}
 		out = append(out, j)
 	}
@@ -118,6 +123,8 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 			p = Summary{Text: j.Text, From: j.From, To: j.To}
 		case "marker":
 			p = Marker{Of: j.Of, MediaType: j.MediaType, Ref: j.Ref, Caption: j.Caption, Reason: j.Reason}
+		case "opaque":
+			p = Opaque{Wire: j.Wire, Raw: j.Raw}
 		default:
 			return nil, fmt.Errorf("part %d: unknown part type %q", i, j.Type)
 		}
@@ -128,7 +135,7 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 
 // MarshalJSON encodes the message with a "type" on each part.
 func (m Message) MarshalJSON() ([]byte, error) {
-	return json.Marshal(messageJSON{Role: m.Role, Parts: encodeParts(m.Parts), Extra: m.Extra})
+	return json.Marshal(messageJSON{Role: m.Role, Parts: encodeParts(m.Parts), Extra: m.Extra, Wire: m.Wire})
 }
 
 // UnmarshalJSON decodes a message written by MarshalJSON; an unknown part
@@ -147,7 +154,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	*m = Message{Role: j.Role, Parts: parts, Extra: j.Extra}
+	*m = Message{Role: j.Role, Parts: parts, Extra: j.Extra, Wire: j.Wire}
 	return nil
 }
 
@@ -155,7 +162,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 func (c Conversation) MarshalJSON() ([]byte, error) {
 	msgs := make([]messageJSON, len(c.Messages))
 	for i, m := range c.Messages {
-		msgs[i] = messageJSON{Role: m.Role, Parts: encodeParts(m.Parts), Extra: m.Extra}
+		msgs[i] = messageJSON{Role: m.Role, Parts: encodeParts(m.Parts), Extra: m.Extra, Wire: m.Wire}
 	}
 	return json.Marshal(conversationJSON{
 		Version:  Version,

@@ -54,12 +54,18 @@ type Hints struct {
 // Profile is the model profile the engine uses for model: the table's,
 // with the upstream's hints applied.
 func (e *Engine) Profile(model string) tokens.Profile {
+	return e.ProfileWith(model, e.Hints)
+}
+
+// ProfileWith is the model profile with another upstream's hints applied
+// (the gateway routes to several upstreams).
+func (e *Engine) ProfileWith(model string, h Hints) tokens.Profile {
 	p := e.Profiles.Resolve(model, e.log())
-	if e.Hints.Vision != nil {
-		p.Vision = *e.Hints.Vision
+	if h.Vision != nil {
+		p.Vision = *h.Vision
 	}
-	if e.Hints.ContextWindow > 0 {
-		p.ContextWindow = e.Hints.ContextWindow
+	if h.ContextWindow > 0 {
+		p.ContextWindow = h.ContextWindow
 	}
 	return p
 }

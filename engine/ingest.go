@@ -111,6 +111,14 @@ func (e *Engine) StoreDataURL(ctx context.Context, tenant, url string) (media.In
 	return in, e.store(ctx, tenant, in, data)
 }
 
+// Lookup returns what a stored image or document of the tenant is, from
+// the metadata cache when it can: an unknown ref is ErrUnknownRef.
+func (e *Engine) Lookup(ctx context.Context, tenant string, ref blob.Ref) (media.Info, error) {
+	e.once.Do(e.init)
+	_, in, err := e.resolve(ctx, tenant, RefScheme+ref.String())
+	return in, err
+}
+
 // resolve returns the bytes behind an image URL (nil for a stored ref) and
 // what they are.
 func (e *Engine) resolve(ctx context.Context, tenant, url string) ([]byte, media.Info, error) {

@@ -1,97 +1,57 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/base64"
 	"strings"
 	"testing"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/upstream"
-	"github.com/imgctx/imgctx/wire/anthropic"
-	"github.com/imgctx/imgctx/wire/openai"
 )
 
-func TestLiftInline(t *testing.T) {
-	g := newGW(t, upstream.OpenAI, nil)
+// Inline images in every position and field order are stored once; the
+// upstream gets the client's bytes unchanged (standard base64 goes as it
+// came). Text that merely looks like an image stays text.
+func TestInlineImagesAreStoredAndSentAsTheyCame(t *testing.T) {
 	_, b64 := samplePNG(t)
-	ref := "imgctx:sha256-534742a9a0be702e61ca5937b744994707ab2944ffb315b35a959ef1f5173e57"
 	cases := []struct {
-		name, format, body, want string
+		name, format, body string
+		stored             int
 	}{
-		{"openai image url", "openai", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}]}`,
-			`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + ref + `"}}]}]}`},
-		{"data URL pasted in text stays", "openai", `{"messages":[{"role":"user","content":"see data:image/png;base64,` + b64 + `"}]}`, ""},
-		{"escaped span left for the full parse", "openai", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image\/png;base64,` + b64[:2000] + `\/"}}]}]}`, ""},
-		{"anthropic source, type first", "anthropic", `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}`,
-			`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + ref + `"}}]}]}`},
-		{"anthropic source, data first", "anthropic", `{"messages":[{"role":"user","content":[{"type":"image","source":{"data":"` + b64 + `","media_type":"image/png","type":"base64"}}]}]}`,
-			`{"messages":[{"role":"user","content":[{"type":"image","source":{"data":"` + ref + `","media_type":"image/png","type":"base64"}}]}]}`},
-		{"anthropic text block named data", "anthropic", `{"messages":[{"role":"user","content":[{"type":"text","text":"x","data":"` + b64 + `"}]}]}`, ""},
+		{"openai image url", "openai", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}]}`, 1},
+		{"data URL pasted in text stays", "openai", `{"model":"gpt-4o","messages":[{"role":"user","content":"see data:image/png;base64,` + b64 + `"}]}`, 0},
+		{"escaped slashes in the URL", "openai", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image\/png;base64,` + strings.ReplaceAll(b64, "/", `\/`) + `"}}]}]}`, 1},
+		{"anthropic source, type first", "anthropic", `{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}`, 1},
+		{"anthropic source, data first", "anthropic", `{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"data":"` + b64 + `","media_type":"image/png","type":"base64"}}]}]}`, 1},
+		{"anthropic text block named data", "anthropic", `{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"x","data":"` + b64 + `"}]}]}`, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := g.server.liftInline(t.Context(), "default", []byte(c.body), upstream.Format(c.format))
-			if err != nil {
-				t.Fatal(err)
+			g := newGW(t, upstream.Format(c.format), nil)
+			path := "/v1/chat/completions"
+			if c.format == "anthropic" {
+				path = "/v1/messages"
 			}
-			want := c.want
-			if want == "" {
-				want = c.body
+			resp, body := g.do(t, "POST", path, "", []byte(c.body))
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
-			if string(out) != want {
-				t.Fatalf("got  %.300s\nwant %.300s", out, want)
+			if got := g.up.received(); len(got) != 1 || string(got[0]) != c.body {
+				t.Fatalf("the upstream got another body:\n%.300s", got[0])
+			}
+			if n := g.stored(t, "default"); n != c.stored {
+				t.Fatalf("stored %d images; want %d", n, c.stored)
 			}
 		})
 	}
-	// A bad span is refused with a reason, as the slow path would.
-	_, err := g.server.liftInline(t.Context(), "default", []byte(`{"url":"data:image/png;base64,`+strings.Repeat("%", 2000)+`"}`), upstream.OpenAI)
-	if err == nil {
-		t.Fatal("a bad base64 span was accepted")
-	}
 }
 
-// Untrusted bodies: lifting never panics, and whatever it returns parses
-// to the same request as the original, images named by ref instead.
-func FuzzLiftInline(f *testing.F) {
-	_, b64 := samplePNG(&testing.T{})
-	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,`+b64+`"}}]}]}`), false)
-	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"`+b64+`"}}]}]}`), true)
-	f.Add([]byte(`{"url":"data:x;base64,"}`), false)
-	g := newGW(&testing.T{}, upstream.OpenAI, nil)
-	f.Fuzz(func(t *testing.T, body []byte, anth bool) {
-		format := upstream.OpenAI
-		if anth {
-			format = upstream.Anthropic
-		}
-		out, err := g.server.liftInline(t.Context(), "default", body, format)
-		if err != nil || bytes.Equal(out, body) {
-			return
-		}
-		var before, after int
-		if anth {
-			r1, e1 := anthropic.DecodeRequest(body)
-			r2, e2 := anthropic.DecodeRequest(out)
-			if (e1 == nil) != (e2 == nil) {
-				t.Fatalf("lifting changed validity: %v / %v", e1, e2)
-			}
-			if e1 == nil {
-				before, after = len(r1.Messages), len(r2.Messages)
-			}
-		} else {
-			r1, e1 := openai.DecodeRequest(body)
-			r2, e2 := openai.DecodeRequest(out)
-			if (e1 == nil) != (e2 == nil) {
-				t.Fatalf("lifting changed validity: %v / %v", e1, e2)
-			}
-			if e1 == nil {
-				before, after = len(r1.Messages), len(r2.Messages)
-			}
-		}
-		if before != after {
-			t.Fatalf("lifting changed the messages: %d → %d", before, after)
-		}
-	})
+func TestBadInlineBase64IsRefused(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	resp, body := g.do(t, "POST", "/v1/chat/completions", "", []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,`+strings.Repeat("%", 2000)+`"}}]}]}`))
+	if resp.StatusCode != 400 || len(g.up.received()) != 0 {
+		t.Fatalf("status %d (%s), %d upstream requests; want 400 and none", resp.StatusCode, body, len(g.up.received()))
+	}
 }
 
 // A span seen before is not decoded or stored again; if its blob has gone
@@ -99,13 +59,12 @@ func FuzzLiftInline(f *testing.F) {
 func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	_, b64 := samplePNG(t)
-	body := []byte(`{"url":"data:image/png;base64,` + b64 + `"}`)
-	lift := func(tenant string) string {
-		out, err := g.server.liftInline(t.Context(), tenant, body, upstream.OpenAI)
+	lift := func(tenant string) blob.Ref {
+		in, _, err := g.server.liftBase64(t.Context(), tenant, []byte(b64), "image/png")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(out)
+		return in.Ref
 	}
 	first := lift("default")
 	if _, ok := g.server.seenSpan(t.Context(), "default", []byte(b64)); !ok {
@@ -115,8 +74,7 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 		t.Fatal("a repeat gave another ref")
 	}
 	// Deleted behind its back: the next request stores it again.
-	ref := strings.TrimSuffix(strings.TrimPrefix(first, `{"url":"imgctx:`), `"}`)
-	g.images.Delete(t.Context(), "default", mustRef(t, ref))
+	g.images.Delete(t.Context(), "default", first)
 	if lift("default") != first || g.stored(t, "default") != 1 {
 		t.Fatal("a span whose blob was deleted was not stored again")
 	}
@@ -127,47 +85,34 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	}
 }
 
-func mustRef(t *testing.T, s string) blob.Ref {
-	r, err := blob.Parse(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-// The base64 a client sent is what the upstream gets: it primes the
-// encoding cache instead of being encoded again from the stored bytes.
+// The base64 a client sent is what the upstream gets for its ref: it primes
+// the encoding cache instead of being encoded again from the stored bytes.
 func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	_, b64 := samplePNG(t)
-	out, err := g.server.liftInline(t.Context(), "default", []byte(`{"url":"data:image/png;base64,`+b64+`"}`), upstream.OpenAI)
-	if err != nil {
-		t.Fatal(err)
+	in, canonical, err := g.server.liftBase64(t.Context(), "default", []byte(b64), "image/png")
+	if err != nil || !canonical {
+		t.Fatalf("canonical %v, err %v", canonical, err)
 	}
-	ref := mustRef(t, strings.TrimSuffix(strings.TrimPrefix(string(out), `{"url":"imgctx:`), `"}`))
-	g.images.Delete(t.Context(), "default", ref) // only the primed encoding can answer now
-	got, err := g.engine.Base64(t.Context(), "default", ref)
+	g.images.Delete(t.Context(), "default", in.Ref) // only the primed encoding can answer now
+	got, err := g.engine.Base64(t.Context(), "default", in.Ref)
 	if err != nil || got != b64 {
 		t.Fatalf("the lifted span did not prime the encoding: %v", err)
 	}
 }
 
-// Base64 the upstream would not take as it came (URL-safe, unpadded) does
-// not prime the cache: the upstream gets the standard encoding.
-func TestOnlyStandardSpansPrimeTheEncoding(t *testing.T) {
+// Base64 the upstream would not take as it came (URL-safe, unpadded) is
+// sent in the standard encoding, and does not prime the cache.
+func TestNonStandardBase64IsSentStandard(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	data, _ := samplePNG(t)
 	sent := base64.RawURLEncoding.EncodeToString(data)
-	out, err := g.server.liftInline(t.Context(), "default", []byte(`{"url":"data:image/png;base64,`+sent+`"}`), upstream.OpenAI)
-	if err != nil {
-		t.Fatal(err)
+	resp, body := g.do(t, "POST", "/v1/chat/completions", "", []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,`+sent+`"}}]}]}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	ref := mustRef(t, strings.TrimSuffix(strings.TrimPrefix(string(out), `{"url":"imgctx:`), `"}`))
-	got, err := g.engine.Base64(t.Context(), "default", ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != base64.StdEncoding.EncodeToString(data) {
-		t.Fatalf("the upstream would get %.40q…, not the standard encoding", got)
+	want := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + base64.StdEncoding.EncodeToString(data) + `"}}]}]}`
+	if got := string(g.up.received()[0]); got != want {
+		t.Fatalf("the upstream got %.200s…", got)
 	}
 }

@@ -1,14 +1,18 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/tokens"
@@ -18,148 +22,270 @@ import (
 	"github.com/imgctx/imgctx/wire/openai"
 )
 
-// proxied is a client request in either format, decoded.
-type proxied struct {
-	model  string
-	stream bool
-	msgs   []chat.Message
-	encode func(ctx context.Context, msgs []chat.Message) (wire.Body, error)
-}
-
-func (s *Server) proxyOpenAI(w http.ResponseWriter, r *http.Request, tenant string) {
-	s.proxy(w, r, tenant, upstream.OpenAI)
-}
-
-func (s *Server) proxyAnthropic(w http.ResponseWriter, r *http.Request, tenant string) {
-	s.proxy(w, r, tenant, upstream.Anthropic)
-}
-
-func (s *Server) decode(format upstream.Format, body []byte, tenant string) (*proxied, error) {
+func shapeOf(format upstream.Format) shape {
 	if format == upstream.Anthropic {
-		req, err := anthropic.DecodeRequest(body)
-		if err != nil {
-			return nil, reason.Wrap(reason.Invalid, "malformed request", err)
-		}
-		return &proxied{model: req.Model, stream: req.Stream, msgs: req.Messages,
-			encode: func(ctx context.Context, msgs []chat.Message) (wire.Body, error) {
-				return req.EncodeBody(msgs, s.engine.ImageSource(ctx, tenant), anthropic.Cache{System: hasSystemBreakpoint(body)})
-			}}, nil
+		return anthropicShape
 	}
-	req, err := openai.DecodeRequest(body)
-	if err != nil {
-		return nil, reason.Wrap(reason.Invalid, "malformed request", err)
-	}
-	return &proxied{model: req.Model, stream: req.Stream, msgs: req.Messages,
-		encode: func(ctx context.Context, msgs []chat.Message) (wire.Body, error) {
-			return req.EncodeBody(msgs, s.engine.ImageSource(ctx, tenant))
-		}}, nil
+	return openaiShape
 }
 
-// hasSystemBreakpoint keeps a client's breakpoint on its system prompt.
-func hasSystemBreakpoint(body []byte) bool {
-	i := strings.Index(string(body), `"system"`)
-	j := strings.Index(string(body), `"messages"`)
-	return i >= 0 && strings.Contains(string(body[i:max(i, j)]), "cache_control")
+func scan(format upstream.Format, body []byte) (*wire.Spliced, error) {
+	if format == upstream.Anthropic {
+		return anthropic.Scan(body)
+	}
+	return openai.Scan(body)
 }
 
+// proxy serves a drop-in route: the body is read in place (wire.Spliced),
+// its images and documents stored once by ref, the budget and provider
+// rules applied to them, and the request sent on with only those parts
+// rewritten. Everything else — other blocks, roles, fields, the query,
+// the client's headers — goes upstream as it came, and the upstream's
+// answer (headers, status, body, stream) comes back as it came.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, format upstream.Format) {
 	start := time.Now()
-	sh := openaiShape
-	if format == upstream.Anthropic {
-		sh = anthropicShape
-	}
-	if s.engine.Upstream.BaseURL == "" {
-		writeError(w, sh, http.StatusBadGateway, "api_error", "no upstream configured: start imgctx serve with --upstream or IMGCTX_UPSTREAM_BASE_URL")
-		return
-	}
-	if s.engine.Upstream.Format != format {
-		writeError(w, sh, http.StatusNotFound, "not_found_error", "this gateway's upstream speaks "+string(s.engine.Upstream.Format)+", not "+string(format))
-		return
-	}
+	sh := shapeOf(format)
 	body, err := s.readBody(r)
 	if err != nil {
 		fail(w, sh, err)
 		return
 	}
-	if body, err = s.liftInline(r.Context(), tenant, body, format); err != nil {
-		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
-		fail(w, sh, err)
+	sp, err := scan(format, body)
+	if err != nil {
+		fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
 		return
 	}
-	p, err := s.decode(format, body, tenant)
+	up, err := s.pick(format, sp.Model)
 	if err != nil {
 		fail(w, sh, err)
 		return
 	}
 	ctx := r.Context()
-	msgs, err := s.engine.Ingest(ctx, tenant, p.msgs)
+	msgs, asIs, err := s.ingestSlots(ctx, tenant, sp)
 	if err != nil {
 		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
 		fail(w, sh, err)
 		return
 	}
-	profile := s.engine.Profile(p.model)
+	profile := s.engine.ProfileWith(sp.Model, up.Hints)
 	key := tenant + "/" + r.Header.Get("X-Imgctx-Session")
-	msgs = s.applyBudget(key, msgs, profile)
-	msgs, removed, _ := policy.CheckProviderRules(ctx, msgs, profile.Limits, s.engine.ShrinkerFor(tenant))
+	out := s.applyBudget(key, msgs, profile)
+	out, removed, shrunk := policy.CheckProviderRules(ctx, out, profile.Limits, s.engine.ShrinkerFor(tenant))
 	s.count(removed)
-	out, err := p.encode(ctx, msgs)
-	if err != nil {
+	for range shrunk {
+		s.metrics.images.WithLabelValues("shrunk", string(reason.ProviderLimit)).Inc()
+	}
+	stripUsage := false
+	var edits []wire.Edit
+	if format == upstream.OpenAI && sp.Stream {
+		// The engine measures from usage: ask for it, and keep the extra
+		// chunk from a client that did not.
+		var e *wire.Edit
+		if e, stripUsage = includeUsage(sp); e != nil {
+			edits = append(edits, *e)
+		}
+	}
+	req := upstream.Request{Path: r.URL.Path, Query: r.URL.RawQuery, Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
+	if req.Body, err = s.splice(ctx, tenant, format, sp, asIs, msgs, out, edits); err != nil {
 		fail(w, sh, err)
 		return
 	}
-	header := http.Header{}
-	if s.cfg.PassClientKey {
-		if k := r.Header.Get("X-Upstream-Api-Key"); k != "" {
-			if format == upstream.Anthropic {
-				header.Set("x-api-key", k)
-			} else {
-				header.Set("Authorization", "Bearer "+k)
-			}
-		}
-	}
 	pre := time.Since(start)
-	resp, err := s.engine.Upstream.DoBody(ctx, out, header)
+	resp, err := up.Client.Send(ctx, req)
+	s.countUpstream(format, resp, err)
 	var we *wire.Error
 	if errors.As(err, &we) && we.Kind == wire.PromptTooLong {
-		// One replay without the older images: the current message's stay.
-		msgs = s.dropOlder(key, msgs)
-		if out, err = p.encode(ctx, msgs); err == nil {
-			resp, err = s.engine.Upstream.DoBody(ctx, out, header)
+		// Replay once without the older images, and only with a body that
+		// differs: an identical replay would fail again.
+		again, n := s.dropOlder(key, out)
+		if n > 0 {
+			if req.Body, err = s.splice(ctx, tenant, format, sp, asIs, msgs, again, edits); err == nil {
+				resp, err = up.Client.Send(ctx, req)
+				s.countUpstream(format, resp, err)
+			}
+			outcome := "ok"
+			if err != nil {
+				outcome = "failed"
+			}
+			s.metrics.overflow.WithLabelValues(outcome).Inc()
 		}
-		outcome := "ok"
-		if err != nil {
-			outcome = "failed"
-		}
-		s.metrics.overflow.WithLabelValues(outcome).Inc()
 	}
 	if err != nil {
-		status := "error"
-		if errors.As(err, &we) {
-			status = http.StatusText(we.Status)
-		}
-		s.metrics.upstream.WithLabelValues(string(format), status).Inc()
 		fail(w, sh, err)
 		return
 	}
 	defer resp.Body.Close()
-	s.metrics.upstream.WithLabelValues(string(format), http.StatusText(resp.StatusCode)).Inc()
-	if p.stream {
+	copyHeader(w.Header(), resp.Header)
+	if sp.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		s.metrics.latency.Observe(pre.Seconds())
-		s.streamThrough(w, resp, format)
+		s.streamThrough(w, resp, format, stripUsage)
 		return
 	}
+	// Not a stream (asked for or not): the answer as it came.
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		fail(w, sh, reason.Wrap(reason.Invalid, "upstream: reading the response", err))
 		return
 	}
 	post := time.Now()
-	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
 	s.recordUsage(format, b)
 	s.metrics.latency.Observe((pre + time.Since(post)).Seconds())
+}
+
+func (s *Server) countUpstream(format upstream.Format, resp *http.Response, err error) {
+	status := "error"
+	var we *wire.Error
+	switch {
+	case err == nil:
+		status = http.StatusText(resp.StatusCode)
+	case errors.As(err, &we):
+		status = http.StatusText(we.Status)
+	}
+	s.metrics.upstream.WithLabelValues(string(format), status).Inc()
+}
+
+// includeUsage turns stream_options.include_usage on. It returns the edit
+// (nil when the client asked already) and whether the client did not ask.
+func includeUsage(sp *wire.Spliced) (*wire.Edit, bool) {
+	opts, ok := sp.Top["stream_options"]
+	if !ok {
+		return &wire.Edit{Start: sp.End, End: sp.End, Write: func(w *wire.BodyWriter) {
+			w.WriteString(`,"stream_options":{"include_usage":true}`)
+		}}, true
+	}
+	o, err := wire.ParseObject(sp.Body[opts.Start:opts.End])
+	if err != nil {
+		return nil, false
+	}
+	if v, ok := o.Get("include_usage"); ok && string(bytes.TrimSpace(v)) == "true" {
+		return nil, false
+	}
+	o.Set("include_usage", []byte("true"))
+	b, _ := o.MarshalJSON()
+	return &wire.Edit{Start: opts.Start, End: opts.End, Write: func(w *wire.BodyWriter) { w.Write(b) }}, true
+}
+
+// ingestSlots stores every image and document of the request once by ref
+// (a re-sent one is only recognised) and returns the view with each slot
+// filled in, and for each slot whether its bytes can go upstream as they
+// came (inline standard base64). New inline images are decoded and hashed
+// in parallel: that work is CPU-bound and independent per image.
+func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced) ([]chat.Message, []bool, error) {
+	msgs := chat.CloneMessages(sp.Messages)
+	parts := make([]chat.Part, len(sp.Slots))
+	asIs := make([]bool, len(sp.Slots))
+	errs := make([]error, len(sp.Slots))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, slot := range sp.Slots {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			parts[i], asIs[i], errs[i] = s.ingestSlot(ctx, tenant, slot)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	for i, slot := range sp.Slots {
+		wire.Put(msgs, slot.Pos, parts[i])
+	}
+	return msgs, asIs, nil
+}
+
+func (s *Server) ingestSlot(ctx context.Context, tenant string, slot wire.Slot) (chat.Part, bool, error) {
+	var in media.Info
+	var err error
+	asIs := false
+	switch slot.Via {
+	case "base64":
+		in, asIs, err = s.liftBase64(ctx, tenant, slot.B64, slot.MediaType)
+	default: // "ref", "url": the engine resolves both (refs tenant-checked, URLs through the SSRF guard)
+		in, err = s.engine.StoreDataURL(ctx, tenant, slot.URL)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if slot.Kind == "document" {
+		return chat.Document{Ref: in.Ref, MediaType: in.MediaType}, asIs, nil
+	}
+	if in.Kind != media.KindImage {
+		return nil, false, reason.New(reason.Invalid, in.MediaType+" sent as an image")
+	}
+	origin := chat.FromUser
+	if slot.Pos.Nested >= 0 {
+		origin = chat.FromTool
+	}
+	return chat.Image{Ref: in.Ref, MediaType: in.MediaType, Bytes: in.Bytes, Width: in.Width, Height: in.Height,
+		Detail: slot.Detail, Origin: origin}, asIs, nil
+}
+
+// splice writes the request for the upstream: each slot as the policies
+// left it (unchanged inline data as it came; a ref expanded; a shrunk copy
+// with its resize note; a marker as text), plus edits at the top level.
+func (s *Server) splice(ctx context.Context, tenant string, format upstream.Format, sp *wire.Spliced, asIs []bool, in, out []chat.Message, edits []wire.Edit) (wire.Body, error) {
+	edits = append([]wire.Edit(nil), edits...)
+	src := s.engine.ImageSource(ctx, tenant)
+	for i, slot := range sp.Slots {
+		before, after := wire.At(in, slot.Pos), wire.At(out, slot.Pos)
+		switch p := after.(type) {
+		case chat.Image:
+			was, _ := before.(chat.Image)
+			if p.Ref == was.Ref && asIs[i] {
+				continue // sent as it came
+			}
+			mt, b64, _, err := src(p)
+			if err != nil {
+				return wire.Body{}, err
+			}
+			edits = append(edits, sourceEdit(format, slot, mt, b64))
+			if p.Ref != was.Ref && was.Width > 0 {
+				note := wire.ResizeNote(was.Width, was.Height, p.Width, p.Height)
+				edits = append(edits, wire.Edit{Start: slot.Part.End, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
+					w.WriteByte(',')
+					writeText(w, format, note, nil)
+				}})
+			}
+		case chat.Document:
+			if asIs[i] {
+				continue
+			}
+			b64, err := s.engine.Base64(ctx, tenant, p.Ref)
+			if err != nil {
+				return wire.Body{}, err
+			}
+			edits = append(edits, sourceEdit(format, slot, p.MediaType, b64))
+		case chat.Marker:
+			text, cache := p.String(), slot.Cache
+			edits = append(edits, wire.Edit{Start: slot.Part.Start, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
+				writeText(w, format, text, cache)
+			}})
+		default:
+			return wire.Body{}, errors.New("splice: a managed part changed kind")
+		}
+	}
+	return wire.Splice(sp.Body, edits)
+}
+
+func sourceEdit(format upstream.Format, slot wire.Slot, mediaType, b64 string) wire.Edit {
+	return wire.Edit{Start: slot.Source.Start, End: slot.Source.End, Write: func(w *wire.BodyWriter) {
+		if format == upstream.Anthropic {
+			anthropic.WriteSource(w, mediaType, b64)
+		} else {
+			wire.WriteDataURL(w, mediaType, b64)
+		}
+	}}
+}
+
+func writeText(w *wire.BodyWriter, format upstream.Format, text string, cache []byte) {
+	if format == upstream.Anthropic {
+		anthropic.WriteText(w, text, cache)
+	} else {
+		openai.WriteText(w, text)
+	}
 }
 
 func (s *Server) recordUsage(format upstream.Format, b []byte) {
@@ -176,13 +302,9 @@ func (s *Server) recordUsage(format upstream.Format, b []byte) {
 
 // streamThrough forwards server-sent events as they come, one flush per
 // event, and records the usage they carry. A client that goes away cancels
-// the request context, which stops the upstream read.
-func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, format upstream.Format) {
-	for _, h := range []string{"Content-Type", "Cache-Control"} {
-		if v := resp.Header.Get(h); v != "" {
-			w.Header().Set(h, v)
-		}
-	}
+// the request context, which stops the upstream read. With stripUsage, the
+// usage-only chunk imgctx asked for is kept from the client.
+func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, format upstream.Format, stripUsage bool) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
@@ -194,16 +316,19 @@ func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, forma
 		if err != nil {
 			break
 		}
+		if format == upstream.Anthropic {
+			_ = as.Add(ev.Name, ev.Data)
+		} else {
+			_ = ostream.Add(ev.Data)
+			if stripUsage && usageOnly(ev.Data) {
+				continue
+			}
+		}
 		if _, err := w.Write(ev.Raw); err != nil {
 			return // the client went away
 		}
 		if flusher != nil {
 			flusher.Flush()
-		}
-		if format == upstream.Anthropic {
-			_ = as.Add(ev.Name, ev.Data)
-		} else {
-			_ = ostream.Add(ev.Data)
 		}
 	}
 	if format == upstream.Anthropic {
@@ -211,6 +336,12 @@ func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, forma
 	} else {
 		s.metrics.usage(ostream.Response().Usage)
 	}
+}
+
+// usageOnly reports whether a chunk is the one include_usage adds: no
+// choices, a usage object.
+func usageOnly(data []byte) bool {
+	return bytes.Contains(data, []byte(`"usage":{`)) && bytes.Contains(data, []byte(`"choices":[]`))
 }
 
 func (s *Server) count(removed []policy.Removal) {
@@ -307,11 +438,12 @@ func (s *Server) applyBudget(key string, msgs []chat.Message, p tokens.Profile) 
 	return out
 }
 
-// dropOlder replaces every history image by a marker (reason overflow).
-func (s *Server) dropOlder(key string, msgs []chat.Message) []chat.Message {
+// dropOlder replaces every history image by a marker (reason overflow) and
+// says how many it removed.
+func (s *Server) dropOlder(key string, msgs []chat.Message) ([]chat.Message, int) {
 	marked, _ := s.asKept(key, msgs, tokens.Profile{Image: tokens.ImageRule{Rule: "fixed", Tokens: 1}})
 	out, removed := policy.RemoveKept(marked, reason.Overflow)
 	s.remember(key, removed)
 	s.count(removed)
-	return out
+	return out, len(removed)
 }

@@ -20,12 +20,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,8 +37,14 @@ type Config struct {
 	// is tenant "default".
 	Keys map[string]string
 	// PassClientKey forwards a client's own X-Upstream-Api-Key header as the
-	// upstream key instead of the configured one.
+	// upstream key instead of the configured one (with Keys set).
 	PassClientKey bool
+	// UpstreamKeys maps tenants to the upstream key their requests carry
+	// (with Keys set), over the upstream's configured key.
+	UpstreamKeys map[string]string
+	// Upstreams is the routing table of the drop-in routes; empty: the
+	// engine's upstream serves them all.
+	Upstreams []*Upstream
 	// MaxBodyBytes bounds a request body after decompression; default 32 MB.
 	MaxBodyBytes int64
 	// MaxConcurrent bounds requests in flight; past it the gateway answers
@@ -62,7 +68,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	stable   map[string]map[string]bool // tenant/session → refs removed for budget, kept removed
-	spans    map[spanKey]blob.Ref       // base64 spans seen, by a hash of their text
+	spans    map[spanKey]seenSpan       // base64 spans seen, by a hash of their text
 	spanSeed maphash.Seed
 }
 
@@ -86,7 +92,7 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
 		sem: make(chan struct{}, cfg.MaxConcurrent), stable: map[string]map[string]bool{},
-		spans: map[spanKey]blob.Ref{}, spanSeed: maphash.MakeSeed()}
+		spans: map[spanKey]seenSpan{}, spanSeed: maphash.MakeSeed()}
 	// Engine decisions feed the metrics, and still reach any sink the
 	// caller had set.
 	if prev := e.Sink; prev != nil {
@@ -112,8 +118,11 @@ func (s *Server) Handler() http.Handler {
 	route := func(pattern, name string, sh shape, h func(http.ResponseWriter, *http.Request, string)) {
 		mux.Handle(pattern, s.wrap(name, sh, true, h))
 	}
-	route("POST /v1/chat/completions", "chat_completions", openaiShape, s.proxyOpenAI)
-	route("POST /v1/messages", "messages", anthropicShape, s.proxyAnthropic)
+	route("POST /v1/chat/completions", "chat_completions", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, upstream.OpenAI) })
+	route("POST /v1/messages", "messages", anthropicShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, upstream.Anthropic) })
+	route("POST /v1/messages/count_tokens", "count_tokens", anthropicShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, upstream.Anthropic) })
+	route("GET /v1/models", "models", openaiShape, s.models)
+	route("GET /v1/models/{id...}", "models", openaiShape, s.models)
 	route("POST /v1/images", "images_post", openaiShape, s.postImage)
 	route("GET /v1/images/{ref}", "images_get", openaiShape, s.getImage)
 	route("POST /v1/sessions", "sessions_create", openaiShape, s.createSession)
@@ -127,7 +136,7 @@ func (s *Server) Handler() http.Handler {
 		path string
 		sh   shape
 	}{
-		{"/v1/chat/completions", openaiShape}, {"/v1/messages", anthropicShape}, {"/v1/images", openaiShape},
+		{"/v1/chat/completions", openaiShape}, {"/v1/messages", anthropicShape}, {"/v1/messages/count_tokens", anthropicShape}, {"/v1/images", openaiShape},
 		{"/v1/images/{ref}", openaiShape}, {"/v1/sessions", openaiShape}, {"/v1/sessions/{id}", openaiShape},
 		{"/v1/sessions/{id}/turn", openaiShape}, {"/v1/sessions/{id}/export", openaiShape},
 		{"/v1/sessions/{id}/keepimg", openaiShape}, {"/v1/sessions/{id}/keepimg/store", openaiShape},
@@ -139,6 +148,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.ready)
+	// Everything else: a JSON 404 in the client's shape, logged and counted.
+	mux.Handle("/", s.wrap("not_found", openaiShape, false, s.notFound))
 	return mux
 }
 
@@ -268,9 +279,12 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 // classify maps an error to a status and an error type.
 func classify(err error) (int, string) {
 	var we *wire.Error
+	var re *routeError
 	switch {
 	case errors.As(err, &we):
 		return we.Status, we.Type
+	case errors.As(err, &re):
+		return re.status, re.typ
 	case errors.Is(err, media.ErrUnsupported):
 		return http.StatusUnsupportedMediaType, "invalid_request_error"
 	case errors.Is(err, engine.ErrUnknownRef), errors.Is(err, session.ErrNotFound), errors.Is(err, imagestore.ErrNotFound):
@@ -303,8 +317,13 @@ func classify(err error) (int, string) {
 func fail(w http.ResponseWriter, sh shape, err error) {
 	var we *wire.Error
 	if errors.As(err, &we) && len(we.Body) > 0 {
-		w.Header().Set("Content-Type", "application/json")
-		if we.RetryAfter > 0 {
+		// The upstream's own answer: agents match on its wording.
+		if we.Header != nil {
+			copyHeader(w.Header(), we.Header)
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		if we.RetryAfter > 0 && w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", fmt.Sprint(int(we.RetryAfter.Seconds()+0.5)))
 		}
 		w.WriteHeader(we.Status)

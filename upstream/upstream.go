@@ -79,6 +79,18 @@ func (c *Client) DecodeError(status int, h http.Header, body []byte) *wire.Error
 	return openai.DecodeError(status, h, body)
 }
 
+// Request is one call to the upstream as a proxy makes it: a path other
+// than the format's own (count_tokens, models), the client's query string
+// and headers, and a key that replaces the configured one.
+type Request struct {
+	Method string // default POST
+	Path   string // default the format's chat path
+	Query  string // the raw query, "" for none
+	Header http.Header
+	APIKey string // "" : the client's own credentials as forwarded in Header, unless the Client has a key
+	Body   wire.Body
+}
+
 // Do sends body and returns the successful response, its body open for the
 // caller to read (a stream, or JSON) and close. Failures come back as a
 // *wire.Error (an HTTP error, classified) or a transport error. header may
@@ -90,6 +102,11 @@ func (c *Client) Do(ctx context.Context, body []byte, header http.Header) (*http
 // DoBody is Do for a body held as pieces (wire.Body), streamed to the
 // upstream without being assembled; each attempt reads it anew.
 func (c *Client) DoBody(ctx context.Context, body wire.Body, header http.Header) (*http.Response, error) {
+	return c.Send(ctx, Request{Header: header, Body: body})
+}
+
+// Send makes the call r, retrying as Do does.
+func (c *Client) Send(ctx context.Context, r Request) (*http.Response, error) {
 	retries := c.MaxRetries
 	if retries == 0 {
 		retries = 2
@@ -106,7 +123,7 @@ func (c *Client) DoBody(ctx context.Context, body wire.Body, header http.Header)
 		wait = sleep
 	}
 	for attempt := 0; ; attempt++ {
-		resp, err := c.once(ctx, body, header)
+		resp, err := c.once(ctx, r)
 		if err == nil {
 			return resp, nil
 		}
@@ -126,24 +143,50 @@ func (c *Client) DoBody(ctx context.Context, body wire.Body, header http.Header)
 	}
 }
 
-func (c *Client) once(ctx context.Context, body wire.Body, header http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+c.path(), body.Reader())
+func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
+	method, path := r.Method, r.Path
+	if method == "" {
+		method = http.MethodPost
+	}
+	if path == "" {
+		path = c.path()
+	}
+	u := strings.TrimRight(c.BaseURL, "/") + path
+	if r.Query != "" {
+		u += "?" + r.Query
+	}
+	var rd io.Reader
+	if method != http.MethodGet && method != http.MethodHead {
+		rd = r.Body.Reader()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return nil, err
 	}
-	req.ContentLength = int64(body.Len())
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
-	req.Header.Set("Content-Type", "application/json")
-	if c.Format == Anthropic {
-		req.Header.Set("anthropic-version", "2023-06-01")
-		if c.APIKey != "" {
-			req.Header.Set("x-api-key", c.APIKey)
-		}
-	} else if c.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.APIKey)
-	}
-	for k, vs := range header {
+	for k, vs := range r.Header {
 		req.Header[k] = vs
+	}
+	if rd != nil {
+		req.ContentLength = int64(r.Body.Len())
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(r.Body.Reader()), nil }
+		req.Header.Set("Content-Type", "application/json")
+	}
+	key := r.APIKey
+	if key == "" {
+		key = c.APIKey
+	}
+	if c.Format == Anthropic && req.Header.Get("anthropic-version") == "" {
+		req.Header.Set("anthropic-version", "2023-06-01")
+	}
+	if key != "" {
+		// A configured key replaces whatever credentials the client sent.
+		req.Header.Del("Authorization")
+		req.Header.Del("X-Api-Key")
+		if c.Format == Anthropic {
+			req.Header.Set("x-api-key", key)
+		} else {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
 	}
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
@@ -154,5 +197,7 @@ func (c *Client) once(ctx context.Context, body wire.Body, header http.Header) (
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
-	return nil, c.DecodeError(resp.StatusCode, resp.Header, b)
+	we := c.DecodeError(resp.StatusCode, resp.Header, b)
+	we.Header = resp.Header
+	return nil, we
 }

@@ -81,6 +81,18 @@ func (w *BodyWriter) Big(s string) {
 	w.body.n += len(s)
 }
 
+// Slice adds b as it is: a large run as a piece of its own (not copied),
+// a small one buffered.
+func (w *BodyWriter) Slice(b []byte) {
+	if len(b) < bigPiece {
+		w.cur.Write(b)
+		return
+	}
+	w.flush()
+	w.body.pieces = append(w.body.pieces, piece{b: b})
+	w.body.n += len(b)
+}
+
 func (w *BodyWriter) flush() {
 	if w.cur.Len() > 0 {
 		// Hand the buffer over and start a new one: no copy.

@@ -154,6 +154,7 @@ type Error struct {
 	Message    string
 	RetryAfter time.Duration // from the Retry-After header, when present
 	Body       []byte        // the provider's JSON, to pass through unchanged
+	Header     http.Header   `json:"-"` // the provider's response headers (request id, rate limits), when known
 }
 
 func (e *Error) Error() string {

@@ -1,0 +1,239 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/upstream"
+)
+
+// Upstream is one model server the gateway routes to: requests of its
+// wire format whose model matches one of Models (path.Match patterns; none
+// matches every model) go to it, first match wins.
+type Upstream struct {
+	Name   string
+	Client *upstream.Client
+	Models []string
+	Hints  engine.Hints
+}
+
+func (u *Upstream) serves(format upstream.Format, model string) bool {
+	if u.Client.Format != format {
+		return false
+	}
+	if len(u.Models) == 0 {
+		return true
+	}
+	for _, p := range u.Models {
+		if ok, _ := path.Match(p, model); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// upstreams is the routing table: the configured list, or the engine's
+// own upstream alone.
+func (s *Server) upstreams() []*Upstream {
+	if len(s.cfg.Upstreams) > 0 {
+		return s.cfg.Upstreams
+	}
+	if s.engine.Upstream == nil || s.engine.Upstream.BaseURL == "" {
+		return nil
+	}
+	return []*Upstream{{Name: "default", Client: s.engine.Upstream, Hints: s.engine.Hints}}
+}
+
+// routeError is a refusal to route, answered with its status.
+type routeError struct {
+	status int
+	typ    string
+	msg    string
+}
+
+func (e *routeError) Error() string { return e.msg }
+
+func (s *Server) pick(format upstream.Format, model string) (*Upstream, error) {
+	ups := s.upstreams()
+	if len(ups) == 0 {
+		return nil, &routeError{http.StatusBadGateway, "api_error", "no upstream configured: start imgctx serve with --upstream or IMGCTX_UPSTREAM_BASE_URL"}
+	}
+	for _, u := range ups {
+		if u.serves(format, model) {
+			return u, nil
+		}
+	}
+	var names []string
+	for _, u := range ups {
+		names = append(names, fmt.Sprintf("%s (%s, models %v)", u.Name, u.Client.Format, u.Models))
+	}
+	return nil, &routeError{http.StatusNotFound, "not_found_error",
+		fmt.Sprintf("no upstream of this gateway serves %s requests for model %q; configured: %s", format, model, strings.Join(names, "; "))}
+}
+
+// hopByHop are the headers that belong to one connection, never forwarded.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func dropHopByHop(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+}
+
+// forwardHeader is what of the client's headers goes upstream: all of them
+// (anthropic-beta, User-Agent, X-Stainless-*, session ids, traceparent …)
+// but hop-by-hop ones, those the transport sets itself (Host,
+// Content-Length, Accept-Encoding; the body was decompressed), imgctx's own,
+// and — when the gateway has keys of its own — the credentials the client
+// used to reach the gateway.
+func (s *Server) forwardHeader(r *http.Request) http.Header {
+	h := r.Header.Clone()
+	dropHopByHop(h)
+	for _, k := range []string{"Content-Length", "Accept-Encoding", "Content-Encoding", "X-Upstream-Api-Key"} {
+		h.Del(k)
+	}
+	for k := range h {
+		if strings.HasPrefix(k, "X-Imgctx-") {
+			delete(h, k)
+		}
+	}
+	if len(s.cfg.Keys) > 0 {
+		h.Del("Authorization")
+		h.Del("X-Api-Key")
+	}
+	return h
+}
+
+// upstreamKey is the key that replaces the configured upstream key for
+// this request, or "" to use the configured one (or, with none, the
+// client's own credentials as forwarded).
+func (s *Server) upstreamKey(r *http.Request, tenant string) string {
+	if k := r.Header.Get("X-Upstream-Api-Key"); k != "" && s.cfg.PassClientKey {
+		return k
+	}
+	if len(s.cfg.Keys) == 0 {
+		return ""
+	}
+	return s.cfg.UpstreamKeys[tenant]
+}
+
+// copyHeader returns the upstream's response headers to the client (request
+// ids, rate limits, retry-after), less hop-by-hop ones and the length,
+// which the gateway's own writer sets.
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = vs
+	}
+	dropHopByHop(dst)
+	dst.Del("Content-Length")
+}
+
+// modelsFormat says which wire a models request speaks: Anthropic clients
+// send anthropic-version.
+func modelsFormat(r *http.Request) upstream.Format {
+	if r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != "" && r.Header.Get("Authorization") == "" {
+		return upstream.Anthropic
+	}
+	return upstream.OpenAI
+}
+
+// models serves GET /v1/models and /v1/models/{id}: passed through to the
+// upstream, merged across upstreams of the client's format when there are
+// several.
+func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
+	format := modelsFormat(r)
+	sh := shapeOf(format)
+	var ups []*Upstream
+	for _, u := range s.upstreams() {
+		if u.Client.Format == format {
+			ups = append(ups, u)
+		}
+	}
+	if len(ups) == 0 {
+		ups = s.upstreams()
+	}
+	if len(ups) == 0 {
+		fail(w, sh, &routeError{http.StatusBadGateway, "api_error", "no upstream configured"})
+		return
+	}
+	if id := r.PathValue("id"); id != "" {
+		if u, err := s.pick(format, id); err == nil {
+			ups = []*Upstream{u}
+		} else {
+			ups = ups[:1]
+		}
+	}
+	req := upstream.Request{Method: http.MethodGet, Path: r.URL.Path, Query: r.URL.RawQuery, Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
+	if len(ups) == 1 {
+		resp, err := ups[0].Client.Send(r.Context(), req)
+		if err != nil {
+			fail(w, sh, err)
+			return
+		}
+		defer resp.Body.Close()
+		copyHeader(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, io.LimitReader(resp.Body, 16<<20))
+		return
+	}
+	var data []json.RawMessage
+	for _, u := range ups {
+		resp, err := u.Client.Send(r.Context(), req)
+		if err != nil {
+			fail(w, sh, err)
+			return
+		}
+		var page struct {
+			Data []json.RawMessage `json:"data"`
+		}
+		err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&page)
+		resp.Body.Close()
+		if err != nil {
+			fail(w, sh, fmt.Errorf("upstream: %s: models: %w", u.Name, err))
+			return
+		}
+		data = append(data, page.Data...)
+	}
+	if data == nil {
+		data = []json.RawMessage{}
+	}
+	if format == upstream.Anthropic {
+		out := map[string]any{"data": data, "has_more": false, "first_id": nil, "last_id": nil}
+		if len(data) > 0 {
+			out["first_id"], out["last_id"] = modelID(data[0]), modelID(data[len(data)-1])
+		}
+		replyJSON(w, http.StatusOK, out)
+		return
+	}
+	replyJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func modelID(raw json.RawMessage) any {
+	var m struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m.ID
+}
+
+// notFound answers an unknown route in the shape its client expects.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request, _ string) {
+	sh := openaiShape
+	if strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != "" {
+		sh = anthropicShape
+	}
+	writeError(w, sh, http.StatusNotFound, "not_found_error", "imgctx has no route "+r.Method+" "+r.URL.Path)
+}

@@ -1,0 +1,318 @@
+// Package jsonspan reads JSON as spans of the bytes it came in: where each
+// value starts and ends, without decoding or copying it. The gateway finds
+// messages and image parts of a request with one forward scan and copies
+// everything else as slices, so what imgctx does not manage reaches the
+// upstream byte for byte, pretty-printed or compact. The scan validates as
+// strictly as encoding/json's json.Valid (a fuzz target holds it to that).
+package jsonspan
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+)
+
+// SyntaxError says where a body stops being JSON.
+type SyntaxError struct {
+	Offset int
+	Msg    string
+}
+
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("invalid JSON at byte %d: %s", e.Offset, e.Msg)
+}
+
+func bad(i int, msg string) error { return &SyntaxError{Offset: i, Msg: msg} }
+
+// maxDepth bounds nesting, so a hostile body cannot exhaust the stack
+// (encoding/json allows 10,000).
+const maxDepth = 10000
+
+// Skip returns the offset after the whitespace at b[i:].
+func Skip(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// Value finds the JSON value at b[i:] (after any whitespace): its first
+// byte and the offset just past its last.
+func Value(b []byte, i int) (start, end int, err error) {
+	start = Skip(b, i)
+	end, err = value(b, start, 0)
+	return start, end, err
+}
+
+// Valid reports whether b is exactly one JSON value, with optional
+// whitespace around it.
+func Valid(b []byte) bool {
+	_, end, err := Value(b, 0)
+	return err == nil && Skip(b, end) == len(b)
+}
+
+func value(b []byte, i, depth int) (int, error) {
+	if i >= len(b) {
+		return i, bad(i, "unexpected end of input")
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return str(b, i)
+	case c == '{':
+		if depth >= maxDepth {
+			return i, bad(i, "nested too deeply")
+		}
+		return object(b, i, depth, func([]byte, int, int) error { return nil })
+	case c == '[':
+		if depth >= maxDepth {
+			return i, bad(i, "nested too deeply")
+		}
+		return array(b, i, depth, func(int, int) error { return nil })
+	case c == 't':
+		return literal(b, i, "true")
+	case c == 'f':
+		return literal(b, i, "false")
+	case c == 'n':
+		return literal(b, i, "null")
+	case c == '-' || c >= '0' && c <= '9':
+		return number(b, i)
+	}
+	return i, bad(i, fmt.Sprintf("unexpected character %q", b[i]))
+}
+
+// Object walks the object at b[i] (b[i] must be '{'), calling fn with each
+// member's key (its raw bytes between the quotes, escapes decoded when it
+// has any) and the span of its value. It returns the offset after '}'.
+func Object(b []byte, i int, fn func(key []byte, vs, ve int) error) (int, error) {
+	return object(b, i, 0, fn)
+}
+
+func object(b []byte, i, depth int, fn func(key []byte, vs, ve int) error) (int, error) {
+	if i >= len(b) || b[i] != '{' {
+		return i, bad(i, "expected an object")
+	}
+	i = Skip(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return i, bad(i, "expected a member name")
+		}
+		ke, err := str(b, i)
+		if err != nil {
+			return ke, err
+		}
+		key := b[i+1 : ke-1]
+		if hasEscape(key) {
+			var s string
+			if err := json.Unmarshal(b[i:ke], &s); err != nil {
+				return i, bad(i, "bad member name")
+			}
+			key = []byte(s)
+		}
+		i = Skip(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return i, bad(i, "expected ':' after a member name")
+		}
+		vs := Skip(b, i+1)
+		ve, err := value(b, vs, depth+1)
+		if err != nil {
+			return ve, err
+		}
+		if err := fn(key, vs, ve); err != nil {
+			return vs, err
+		}
+		i = Skip(b, ve)
+		if i >= len(b) {
+			return i, bad(i, "unexpected end of input in an object")
+		}
+		switch b[i] {
+		case ',':
+			i = Skip(b, i+1)
+		case '}':
+			return i + 1, nil
+		default:
+			return i, bad(i, "expected ',' or '}' in an object")
+		}
+	}
+}
+
+// Array walks the array at b[i] (b[i] must be '['), calling fn with the
+// span of each element. It returns the offset after ']'.
+func Array(b []byte, i int, fn func(vs, ve int) error) (int, error) {
+	return array(b, i, 0, fn)
+}
+
+func array(b []byte, i, depth int, fn func(vs, ve int) error) (int, error) {
+	if i >= len(b) || b[i] != '[' {
+		return i, bad(i, "expected an array")
+	}
+	i = Skip(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		ve, err := value(b, i, depth+1)
+		if err != nil {
+			return ve, err
+		}
+		if err := fn(i, ve); err != nil {
+			return i, err
+		}
+		i = Skip(b, ve)
+		if i >= len(b) {
+			return i, bad(i, "unexpected end of input in an array")
+		}
+		switch b[i] {
+		case ',':
+			i = Skip(b, i+1)
+		case ']':
+			return i + 1, nil
+		default:
+			return i, bad(i, "expected ',' or ']' in an array")
+		}
+	}
+}
+
+func literal(b []byte, i int, lit string) (int, error) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return i, bad(i, "invalid literal")
+	}
+	return i + len(lit), nil
+}
+
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+func number(b []byte, i int) (int, error) {
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(b, i)
+	default:
+		return i, bad(start, "invalid number")
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(b, i+1)
+		if j == i+1 {
+			return i, bad(start, "invalid number")
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(b, i)
+		if j == i {
+			return i, bad(start, "invalid number")
+		}
+		i = j
+	}
+	return i, nil
+}
+
+// str returns the offset after the string at b[i] (b[i] is '"'). Long runs
+// of plain bytes — megabytes of base64 — are checked eight at a time.
+func str(b []byte, i int) (int, error) {
+	start := i
+	i++
+	for {
+		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		if i >= len(b) {
+			return i, bad(start, "unterminated string")
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, nil
+		case c == '\\':
+			n, err := escape(b, i)
+			if err != nil {
+				return i, err
+			}
+			i += n
+		case c < 0x20:
+			return i, bad(i, "control character in a string")
+		default:
+			i++
+		}
+	}
+}
+
+// special reports whether any of the eight bytes in x is '"', '\\' or a
+// control character.
+func special(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasZero := func(x uint64) bool { return (x-ones)&^x&highs != 0 }
+	return hasZero(x&0xE0E0E0E0E0E0E0E0) || hasZero(x^0x2222222222222222) || hasZero(x^0x5C5C5C5C5C5C5C5C)
+}
+
+// escape checks the escape sequence at b[i] ('\\') and returns its length.
+func escape(b []byte, i int) (int, error) {
+	if i+1 >= len(b) {
+		return 0, bad(i, "unterminated escape")
+	}
+	switch b[i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return 2, nil
+	case 'u':
+		if i+6 > len(b) {
+			return 0, bad(i, "short \\u escape")
+		}
+		for _, c := range b[i+2 : i+6] {
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return 0, bad(i, "bad \\u escape")
+			}
+		}
+		return 6, nil
+	}
+	return 0, bad(i, "bad escape")
+}
+
+func hasEscape(s []byte) bool { return bytes.IndexByte(s, '\\') >= 0 }
+
+// String decodes the JSON string at b[vs:ve]. Without escapes it is a
+// plain conversion; ok is false when the span is not a string.
+func String(b []byte, vs, ve int) (s string, ok bool) {
+	if ve-vs < 2 || b[vs] != '"' || b[ve-1] != '"' {
+		return "", false
+	}
+	inner := b[vs+1 : ve-1]
+	if !hasEscape(inner) {
+		return string(inner), true
+	}
+	if json.Unmarshal(b[vs:ve], &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// RawString returns the bytes between the quotes of the JSON string at
+// b[vs:ve] when it holds no escape — the common case for base64, which is
+// then used straight from the body — and ok false otherwise.
+func RawString(b []byte, vs, ve int) ([]byte, bool) {
+	if ve-vs < 2 || b[vs] != '"' || b[ve-1] != '"' {
+		return nil, false
+	}
+	inner := b[vs+1 : ve-1]
+	return inner, !hasEscape(inner)
+}

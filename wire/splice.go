@@ -1,0 +1,160 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/imgctx/imgctx/chat"
+)
+
+// Spliced is a client request read in place: its bytes as they came, a
+// view of its messages for the policies, and the parts imgctx manages
+// (images and documents) as slots with their spans. Sending it copies every
+// byte outside the slots that change, so block types, roles, fields and
+// formatting imgctx does not manage reach the upstream unchanged; only the
+// image and document parts it stores, expands or removes are rewritten.
+type Spliced struct {
+	Body   []byte
+	Model  string
+	Stream bool
+	// Messages is the view: one per wire message, in order. A managed part
+	// is a zero chat.Image or chat.Document at its slot's Pos until the
+	// caller fills it in; everything else is a chat.Opaque span (a tool
+	// result a chat.ToolResult holding its own parts the same way).
+	Messages []chat.Message
+	Slots    []Slot
+	// End is the offset of the top-level object's closing brace, where a
+	// member can be added.
+	End int
+	// Top holds the spans of the top-level members, by name.
+	Top map[string]Span
+}
+
+// Span is a value's bytes in the body: Body[Start:End].
+type Span struct{ Start, End int }
+
+// Pos says where a slot's part sits in the view: Messages[Msg].Parts[Part],
+// and inside that tool result's Parts[Nested] when Nested >= 0.
+type Pos struct{ Msg, Part, Nested int }
+
+// Slot is one managed part of the request.
+type Slot struct {
+	Pos  Pos
+	Part Span // the part's JSON object
+	// Source is the span to rewrite when the part is sent with other bytes
+	// (an expanded ref, a shrunk copy): the OpenAI url string, the
+	// Anthropic source object.
+	Source Span
+	Kind   string // "image" or "document"
+	// How the client sent it: "base64" (inline), "ref" (imgctx:sha256-…),
+	// "url" (http or https).
+	Via       string
+	MediaType string
+	B64       []byte // the inline base64, straight from the body when unescaped
+	URL       string // for "ref" and "url"
+	Detail    string // OpenAI's detail hint
+	// Cache is the raw cache_control of an Anthropic block ("" if none),
+	// kept on the marker that replaces it so a client breakpoint survives.
+	Cache []byte
+}
+
+// Text returns the bytes of sp as a string that shares the body's memory:
+// the view's opaque parts cost no copy. The body is never written to after
+// it is read, which is what makes sharing it safe.
+func (s *Spliced) Text(sp Span) string {
+	if sp.End <= sp.Start {
+		return ""
+	}
+	return unsafe.String(&s.Body[sp.Start], sp.End-sp.Start)
+}
+
+// At returns the part at pos in msgs.
+func At(msgs []chat.Message, pos Pos) chat.Part {
+	if pos.Msg >= len(msgs) || pos.Part >= len(msgs[pos.Msg].Parts) {
+		return nil
+	}
+	p := msgs[pos.Msg].Parts[pos.Part]
+	if pos.Nested < 0 {
+		return p
+	}
+	tr, ok := p.(chat.ToolResult)
+	if !ok || pos.Nested >= len(tr.Parts) {
+		return nil
+	}
+	return tr.Parts[pos.Nested]
+}
+
+// Put sets the part at pos in msgs, which the caller owns.
+func Put(msgs []chat.Message, pos Pos, part chat.Part) {
+	if pos.Nested < 0 {
+		msgs[pos.Msg].Parts[pos.Part] = part
+		return
+	}
+	tr := msgs[pos.Msg].Parts[pos.Part].(chat.ToolResult)
+	tr.Parts[pos.Nested] = part
+	msgs[pos.Msg].Parts[pos.Part] = tr
+}
+
+// Edit replaces Body[Start:End] with what Write writes.
+type Edit struct {
+	Start, End int
+	Write      func(w *BodyWriter)
+}
+
+// Splice writes body with edits applied, in order of Start; edits must not
+// overlap. Unchanged runs are pieces of body itself, not copies.
+func Splice(body []byte, edits []Edit) (Body, error) {
+	slices.SortFunc(edits, func(a, b Edit) int { return a.Start - b.Start })
+	var w BodyWriter
+	last := 0
+	for _, e := range edits {
+		if e.Start < last || e.End < e.Start || e.End > len(body) {
+			return Body{}, fmt.Errorf("splice: edit %d..%d overlaps or leaves the body", e.Start, e.End)
+		}
+		w.Slice(body[last:e.Start])
+		e.Write(&w)
+		last = e.End
+	}
+	w.Slice(body[last:])
+	return w.Body(), nil
+}
+
+// Quote returns s as a JSON string without HTML escaping: text written by
+// imgctx (markers, notes) must not turn a client's "<" into "\u003c".
+func Quote(s string) []byte {
+	if plainString(s) {
+		b := make([]byte, 0, len(s)+2)
+		return append(append(append(b, '"'), s...), '"')
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return bytes.TrimRight(buf.Bytes(), "\n")
+}
+
+// Marshal is json.Marshal without HTML escaping.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// ResizeNote is the text a model reads beside an image imgctx shrank:
+// computer-use agents click in image coordinates, so the scale back to the
+// original matters. Deterministic, so the prefix stays stable.
+func ResizeNote(fromW, fromH, toW, toH int) string {
+	scale := 1.0
+	if toW > 0 {
+		scale = float64(fromW) / float64(toW)
+	}
+	return fmt.Sprintf("[imgctx: the image above was resized from %dx%d to %dx%d to meet the provider's limits; multiply its coordinates by %.4g to get coordinates in the original]",
+		fromW, fromH, toW, toH, scale)
+}
