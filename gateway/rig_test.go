@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -75,7 +76,11 @@ func (f *fakeUpstream) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	stream := bytes.Contains(body, []byte(`"stream":true`))
+	var top struct {
+		Stream bool `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &top)
+	stream := top.Stream
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case f.format == upstream.Anthropic && stream:

@@ -142,7 +142,7 @@ func scanBlock(s *wire.Spliced, blk wire.Span, pos wire.Pos) (chat.Part, error) 
 	switch typ {
 	case "image", "document":
 		slot, ok := scanSource(b, f.source)
-		if !ok || typ == "document" && slot.Via != "base64" {
+		if !ok || typ == "document" && slot.Via == "url" {
 			return opaque, nil // a file id, a text or content source: the provider's, untouched
 		}
 		slot.Kind, slot.Pos, slot.Part = typ, pos, blk

@@ -145,7 +145,7 @@ func scanPart(s *wire.Spliced, sp wire.Span, pos wire.Pos) chat.Part {
 		slot.Kind = "image"
 	case "file":
 		slot, ok = urlSlot(b, file, "file_data")
-		ok = ok && slot.Via == "base64" // a file_id is the provider's own
+		ok = ok && slot.Via != "url" // file data inline or by ref; a file_id is the provider's own
 		slot.Kind = "document"
 	}
 	if !ok {

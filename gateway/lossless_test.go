@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/openai"
+)
+
+// corpus is testdata/requests: agent-shaped requests written from the
+// providers' API references (thinking blocks with signatures, redacted
+// thinking, mid-conversation system and developer messages, server tools,
+// a PDF with cache_control, images in tool results, file and audio parts,
+// refusal and annotation fields, unknown future block types), each sent
+// compact and pretty-printed.
+func corpus(t *testing.T) map[string][]byte {
+	files, _ := filepath.Glob("../testdata/requests/*.json")
+	if len(files) == 0 {
+		t.Fatal("no corpus under testdata/requests")
+	}
+	out := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		out[name] = b
+		var pretty bytes.Buffer
+		if err := json.Indent(&pretty, b, "", "  "); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out[name+"/pretty"] = pretty.Bytes()
+	}
+	return out
+}
+
+func formatOf(name string) (upstream.Format, string) {
+	if strings.HasPrefix(name, "anthropic") {
+		return upstream.Anthropic, "/v1/messages"
+	}
+	return upstream.OpenAI, "/v1/chat/completions"
+}
+
+func scanAs(t *testing.T, format upstream.Format, body []byte) *wire.Spliced {
+	t.Helper()
+	scan := openai.Scan
+	if format == upstream.Anthropic {
+		scan = anthropic.Scan
+	}
+	sp, err := scan(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp
+}
+
+// Inline images and documents within the budget: the upstream gets the
+// client's body byte for byte, and each image or document is stored once.
+func TestCorpusPassesThroughByteForByte(t *testing.T) {
+	for name, body := range corpus(t) {
+		t.Run(name, func(t *testing.T) {
+			format, path := formatOf(name)
+			g := newGW(t, format, nil)
+			resp, answer := g.do(t, "POST", path, "", body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, answer)
+			}
+			got := g.up.received()
+			if len(got) != 1 || !bytes.Equal(got[0], body) {
+				t.Fatalf("the upstream body differs from the client's:\n%s", firstDiff(body, got[0]))
+			}
+			if n := g.stored(t, "default"); n != 2 { // the screenshot and the PDF
+				t.Fatalf("stored %d; want the image and the document", n)
+			}
+		})
+	}
+}
+
+// The same requests naming their images and documents by imgctx: ref: the
+// upstream body equals the client's outside the managed parts, and each
+// managed part carries the exact stored bytes.
+func TestCorpusByRefExpandsOnlyManagedParts(t *testing.T) {
+	for name, body := range corpus(t) {
+		t.Run(name, func(t *testing.T) {
+			format, path := formatOf(name)
+			g := newGW(t, format, nil)
+			if resp, answer := g.do(t, "POST", path, "", body); resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, answer)
+			}
+			byRef := body
+			sp := scanAs(t, format, body)
+			for i := len(sp.Slots) - 1; i >= 0; i-- {
+				slot := sp.Slots[i]
+				data, _, err := media.DecodeBase64Bytes(slot.B64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, err := media.Inspect(data, "", media.Limits{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Replace the base64 text only: the ref rides where the data was.
+				k := bytes.Index(byRef[slot.Source.Start:slot.Source.End], slot.B64) + slot.Source.Start
+				byRef = append(append(append([]byte(nil), byRef[:k]...), "imgctx:"+in.Ref.String()...), byRef[k+len(slot.B64):]...)
+			}
+			if format == upstream.OpenAI {
+				byRef = bytes.ReplaceAll(byRef, []byte("data:image/png;base64,imgctx:"), []byte("imgctx:"))
+				byRef = bytes.ReplaceAll(byRef, []byte("data:application/pdf;base64,imgctx:"), []byte("imgctx:"))
+			}
+			if resp, answer := g.do(t, "POST", path, "", byRef); resp.StatusCode != 200 {
+				t.Fatalf("by ref: status %d: %s", resp.StatusCode, answer)
+			}
+			sent := g.up.received()[1]
+			in, out := scanAs(t, format, byRef), scanAs(t, format, sent)
+			if len(in.Slots) != len(sp.Slots) || len(out.Slots) != len(sp.Slots) {
+				t.Fatalf("slots: %d by ref, %d sent; want %d", len(in.Slots), len(out.Slots), len(sp.Slots))
+			}
+			if a, b := outside(byRef, in.Slots), outside(sent, out.Slots); !bytes.Equal(a, b) {
+				t.Fatalf("bytes outside the managed parts changed:\n%s", firstDiff(a, b))
+			}
+			for i, slot := range out.Slots {
+				if !bytes.Equal(slot.B64, sp.Slots[i].B64) {
+					t.Fatalf("slot %d went out as %.60q…, not the stored bytes", i, slot.B64)
+				}
+			}
+		})
+	}
+}
+
+// outside joins what lies outside the slots' sources.
+func outside(body []byte, slots []wire.Slot) []byte {
+	var out []byte
+	last := 0
+	for _, s := range slots {
+		out = append(append(out, body[last:s.Source.Start]...), '#')
+		last = s.Source.End
+	}
+	return append(out, body[last:]...)
+}
+
+func firstDiff(a, b []byte) string {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	lo := max(0, i-80)
+	return "at byte " + itoa(i) + "\nwant …" + string(a[lo:min(len(a), i+80)]) + "\ngot  …" + string(b[lo:min(len(b), i+80)])
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
