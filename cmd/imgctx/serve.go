@@ -14,6 +14,7 @@ import (
 
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/gateway"
+	"github.com/imgctx/imgctx/internal/config"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/session/sqlite"
@@ -76,33 +77,68 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 		return nil, nil, err
 	}
 	keys, _ := cfg.APIKeys()
+	tenantKeys, _ := cfg.TenantUpstreamKeys()
+	routes := routingTable(cfg)
 	e := &engine.Engine{
 		Config: engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction},
 			Compact: policy.CompactConfig{ImageTokenEstimate: cfg.Compaction.ImageTokenEstimate}, Limits: cfg.MediaLimits()},
 		Images:   images,
 		Sessions: sessions,
 		Profiles: profiles,
-		Upstream: &upstream.Client{Format: upstream.Format(cfg.Upstream.Format), BaseURL: cfg.Upstream.BaseURL, APIKey: cfg.Upstream.APIKey,
-			HTTP: &http.Client{Timeout: cfg.Upstream.Timeout}, MaxRetries: cfg.Upstream.MaxRetries},
+		Upstream: newClient(cfg, cfg.Upstream.Format, cfg.Upstream.BaseURL, cfg.Upstream.APIKey),
 		Fetcher: &media.Fetcher{MaxBytes: cfg.Media.Fetch.MaxBytes, Timeout: cfg.Media.Fetch.Timeout,
 			MaxRedirects: cfg.Media.Fetch.MaxRedirects, AllowLoopback: cfg.Media.Fetch.AllowLoopback, AnyPort: cfg.Media.Fetch.AllowLoopback},
 		Shrinker: &media.Shrinker{Limits: cfg.MediaLimits()},
 		Log:      a.log,
 	}
-	if cfg.Upstream.MaxRetries == 0 {
-		e.Upstream.MaxRetries = -1
+	e.Hints = hints(cfg.Upstream.Vision, cfg.Upstream.ContextWindow)
+	if cfg.Upstream.BaseURL == "" && len(routes) > 0 {
+		// The sessions API runs on the first listed upstream.
+		e.Upstream, e.Hints = routes[0].Client, routes[0].Hints
 	}
-	switch cfg.Upstream.Vision {
-	case "true", "false":
-		v := cfg.Upstream.Vision == "true"
-		e.Hints.Vision = &v
-	}
-	e.Hints.ContextWindow = cfg.Upstream.ContextWindow
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := gateway.New(gateway.Config{Keys: keys, PassClientKey: cfg.Auth.PassClientKey, MaxBodyBytes: cfg.Server.MaxBodyBytes,
-		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout, ImageBudgetFraction: cfg.Keep.BudgetFraction}, e, reg, a.log)
+		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout, ImageBudgetFraction: cfg.Keep.BudgetFraction,
+		UpstreamKeys: tenantKeys, Upstreams: routes}, e, reg, a.log)
 	return srv, func() { sessions.Close() }, nil
+}
+
+func newClient(cfg config.Config, format, baseURL, key string) *upstream.Client {
+	c := &upstream.Client{Format: upstream.Format(format), BaseURL: baseURL, APIKey: key,
+		HTTP: &http.Client{Timeout: cfg.Upstream.Timeout}, MaxRetries: cfg.Upstream.MaxRetries}
+	if cfg.Upstream.MaxRetries == 0 {
+		c.MaxRetries = -1
+	}
+	return c
+}
+
+func hints(vision string, window int) engine.Hints {
+	h := engine.Hints{ContextWindow: window}
+	if vision == "true" || vision == "false" {
+		v := vision == "true"
+		h.Vision = &v
+	}
+	return h
+}
+
+// routingTable is the drop-in routes' upstreams: the upstreams list in
+// order, then upstream.base_url when set. Empty when only upstream.* is
+// configured (the gateway then routes everything to the engine's).
+func routingTable(cfg config.Config) []*gateway.Upstream {
+	if len(cfg.Upstreams) == 0 {
+		return nil
+	}
+	var out []*gateway.Upstream
+	for _, r := range cfg.Upstreams {
+		out = append(out, &gateway.Upstream{Name: r.Name, Client: newClient(cfg, r.Format, r.BaseURL, r.APIKey),
+			Models: r.Models, Hints: hints(r.Vision, r.ContextWindow)})
+	}
+	if cfg.Upstream.BaseURL != "" {
+		out = append(out, &gateway.Upstream{Name: "default", Client: newClient(cfg, cfg.Upstream.Format, cfg.Upstream.BaseURL, cfg.Upstream.APIKey),
+			Hints: hints(cfg.Upstream.Vision, cfg.Upstream.ContextWindow)})
+	}
+	return out
 }
 
 // serve listens until ctx ends, then shuts down gracefully: requests in

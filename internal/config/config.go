@@ -7,7 +7,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"path"
 	"reflect"
 	"slices"
 	"strings"
@@ -34,6 +37,19 @@ type Config struct {
 	Compaction Compaction       `yaml:"compaction"`
 	Log        Log              `yaml:"log"`
 	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
+	Upstreams  []Route          `yaml:"upstreams" env:"-"`
+}
+
+// Route is one entry of the upstreams list: a model server the drop-in
+// routes send requests of its format and models to.
+type Route struct {
+	Name          string   `yaml:"name"`
+	Format        string   `yaml:"format"`
+	BaseURL       string   `yaml:"base_url"`
+	APIKey        string   `yaml:"api_key"`
+	Models        []string `yaml:"models"`
+	Vision        string   `yaml:"vision"`
+	ContextWindow int      `yaml:"context_window"`
 }
 
 // Server configures imgctx serve.
@@ -49,6 +65,7 @@ type Server struct {
 type Auth struct {
 	Keys          string `yaml:"keys" doc:"API keys and their tenants, as key=tenant,key=tenant; empty: no authentication, one tenant"`
 	PassClientKey bool   `yaml:"pass_client_key" doc:"forward a client's X-Upstream-Api-Key header as the upstream key"`
+	UpstreamKeys  string `yaml:"upstream_keys" doc:"upstream keys per tenant, as tenant=key,tenant=key, used with auth.keys"`
 }
 
 // Keep configures keeping tool images across turns.
@@ -198,7 +215,7 @@ func checkKnown(keys []string) error {
 		known[k.Name] = true
 	}
 	for _, k := range keys {
-		if known[k] || k == "profiles" || strings.HasPrefix(k, "profiles.") {
+		if known[k] || k == "profiles" || strings.HasPrefix(k, "profiles.") || k == "upstreams" || strings.HasPrefix(k, "upstreams.") {
 			continue
 		}
 		return fmt.Errorf("unknown key %q (docs/config.md lists the keys)", k)
@@ -242,6 +259,42 @@ func (c Config) Validate() error {
 	if !slices.Contains([]string{"auto", "true", "false"}, c.Upstream.Vision) {
 		errs = append(errs, fmt.Errorf("upstream.vision: %q is not auto, true or false", c.Upstream.Vision))
 	}
+	if c.Upstream.BaseURL != "" {
+		if err := checkBaseURL(c.Upstream.BaseURL, c.Server.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("upstream.base_url: %w", err))
+		}
+	}
+	names := map[string]bool{}
+	for i, r := range c.Upstreams {
+		key := fmt.Sprintf("upstreams[%d]", i)
+		switch {
+		case r.Name == "":
+			errs = append(errs, fmt.Errorf("%s.name: must be set", key))
+		case names[r.Name]:
+			errs = append(errs, fmt.Errorf("%s.name: %q is used twice", key, r.Name))
+		}
+		names[r.Name] = true
+		if r.Format != "openai" && r.Format != "anthropic" {
+			errs = append(errs, fmt.Errorf("%s.format: %q is not openai or anthropic", key, r.Format))
+		}
+		if err := checkBaseURL(r.BaseURL, c.Server.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s.base_url: %w", key, err))
+		}
+		if !slices.Contains([]string{"", "auto", "true", "false"}, r.Vision) {
+			errs = append(errs, fmt.Errorf("%s.vision: %q is not auto, true or false", key, r.Vision))
+		}
+		if r.ContextWindow < 0 {
+			errs = append(errs, fmt.Errorf("%s.context_window: must not be negative", key))
+		}
+		for _, m := range r.Models {
+			if _, err := path.Match(m, ""); err != nil {
+				errs = append(errs, fmt.Errorf("%s.models: bad pattern %q", key, m))
+			}
+		}
+	}
+	if _, err := c.TenantUpstreamKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	positive("upstream.timeout", int64(c.Upstream.Timeout))
 	if c.Upstream.ContextWindow < 0 || c.Upstream.MaxRetries < 0 {
 		errs = append(errs, errors.New("upstream.context_window and upstream.max_retries must not be negative"))
@@ -266,6 +319,65 @@ func (c Config) ProfileTable() (*tokens.Table, error) {
 // MediaLimits returns the ingestion limits.
 func (c Config) MediaLimits() media.Limits {
 	return media.Limits{MaxBytes: c.Media.MaxImageBytes, MaxPixels: c.Media.MaxPixels}
+}
+
+// checkBaseURL refuses a base URL imgctx cannot use, saying what to write
+// instead: one without a scheme, one ending in /v1 (imgctx adds the
+// /v1/… path itself), one that points at the gateway's own address.
+func checkBaseURL(raw, self string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return fmt.Errorf("%q has no scheme or host; write it as https://%s", raw, strings.TrimPrefix(strings.TrimPrefix(raw, "//"), "/"))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q: the scheme must be http or https", raw)
+	}
+	if p := strings.TrimRight(u.Path, "/"); strings.HasSuffix(p, "/v1") {
+		fixed := *u
+		fixed.Path = strings.TrimSuffix(p, "/v1")
+		return fmt.Errorf("%q ends in /v1; write %s (imgctx adds /v1/… itself)", raw, fixed.String())
+	}
+	if sameAddr(u, self) {
+		return fmt.Errorf("%q is this gateway's own address (server.addr %s): point it at the model server", raw, self)
+	}
+	return nil
+}
+
+// sameAddr reports whether u names the address the gateway listens on.
+func sameAddr(u *url.URL, self string) bool {
+	host, port, err := net.SplitHostPort(self)
+	if err != nil {
+		return false
+	}
+	uport := u.Port()
+	if uport == "" {
+		uport = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if uport != port {
+		return false
+	}
+	local := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "" || h == "localhost" || ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
+	}
+	uh := u.Hostname()
+	return uh == host || local(uh) && local(host)
+}
+
+// TenantUpstreamKeys parses auth.upstream_keys ("tenant=key,…").
+func (c Config) TenantUpstreamKeys() (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(c.Auth.UpstreamKeys) == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(c.Auth.UpstreamKeys, ",") {
+		tenant, key, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || key == "" || tenant == "" {
+			return nil, fmt.Errorf("auth.upstream_keys: an entry is not tenant=key")
+		}
+		out[tenant] = key
+	}
+	return out, nil
 }
 
 // APIKeys parses auth.keys ("key=tenant,key=tenant") into a map.

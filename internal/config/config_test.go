@@ -75,6 +75,17 @@ profiles:
 	}
 }
 
+func TestUpstreamsList(t *testing.T) {
+	path := writeFile(t, "upstreams:\n  - name: claude\n    format: anthropic\n    base_url: https://api.anthropic.com\n    models: [\"claude-*\"]\n  - name: local\n    format: openai\n    base_url: http://127.0.0.1:11434\n    context_window: 32768\n")
+	cfg, err := Load(path, env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Upstreams) != 2 || cfg.Upstreams[0].Models[0] != "claude-*" || cfg.Upstreams[1].ContextWindow != 32768 {
+		t.Fatalf("upstreams: %+v", cfg.Upstreams)
+	}
+}
+
 func TestRefusals(t *testing.T) {
 	cases := []struct {
 		name, file string
@@ -87,6 +98,12 @@ func TestRefusals(t *testing.T) {
 		{"bad env number", "", map[string]string{"IMGCTX_IMAGE_TOKEN_ESTIMATE": "lots"}, "image_token_estimate"},
 		{"bad profile", "profiles:\n  - name: x\n    context_window: 10\n    tokenizer: o200k\n    vision: true\n    image: {rule: openai_tile}\n", nil, "base_tokens"},
 		{"bad yaml", "media: [", nil, "config file"},
+		{"base URL with /v1", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "https://api.openai.com/v1"}, "write https://api.openai.com (imgctx adds /v1"},
+		{"base URL without scheme", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "api.anthropic.com"}, "write it as https://api.anthropic.com"},
+		{"base URL is the gateway", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "http://localhost:8080"}, "this gateway's own address"},
+		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai or anthropic`},
+		{"upstream names twice", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9'}\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:10/v1'}\n", nil, `upstreams[1].name: "a" is used twice`},
+		{"upstream keys", "", map[string]string{"IMGCTX_AUTH_UPSTREAM_KEYS": "acme"}, "auth.upstream_keys: an entry is not tenant=key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -123,7 +140,9 @@ func TestEveryKeyIsDocumented(t *testing.T) {
 			t.Errorf("key %s has no doc tag", k.Name)
 		}
 	}
-	if !strings.Contains(string(doc), "`profiles`") {
-		t.Error("docs/config.md does not document `profiles`")
+	for _, k := range []string{"`profiles`", "`upstreams`"} {
+		if !strings.Contains(string(doc), k) {
+			t.Errorf("docs/config.md does not document %s", k)
+		}
 	}
 }
