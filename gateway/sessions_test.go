@@ -155,3 +155,35 @@ func TestKeepimgStore(t *testing.T) {
 		t.Fatalf("%d images stored; refusals must store nothing", n)
 	}
 }
+
+// Cross-format: a turn decoded from OpenAI JSON and run on an Anthropic
+// upstream carries only fields valid there — no message name, no part
+// extras, no OpenAI audio part — and its PDF travels as a native document
+// block, byte-exact from the store.
+func TestSessionsAPICrossFormatCarriesOnlyTheUpstreamsFields(t *testing.T) {
+	g := newGW(t, upstream.Anthropic, nil)
+	resp, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"claude-sonnet-4-6"}`))
+	if resp.StatusCode != 201 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	id := decodeJSON(t, body)["id"].(string)
+	const pdf = "JVBERi0xLjQKMSAwIG9iajw8L1R5cGUvQ2F0YWxvZy9QYWdlcyAyIDAgUj4+ZW5kb2JqCjIgMCBvYmo8PC9UeXBlL1BhZ2VzL0tpZHNbMyAwIFJdL0NvdW50IDE+PmVuZG9iagozIDAgb2JqPDwvVHlwZS9QYWdlL1BhcmVudCAyIDAgUi9NZWRpYUJveFswIDAgNjEyIDc5Ml0+PmVuZG9iagp0cmFpbGVyPDwvUm9vdCAxIDAgUj4+CiUlRU9GCg=="
+	turn := `{"messages":[{"role":"user","name":"alice","content":[` +
+		`{"type":"text","text":"Summarise <this> & that.","x_vendor":{"a":1}},` +
+		`{"type":"file","file":{"filename":"spec.pdf","file_data":"data:application/pdf;base64,` + pdf + `"}},` +
+		`{"type":"input_audio","input_audio":{"data":"UklGRiQAAABXQVZF","format":"wav"}}]}]}`
+	resp, body = g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(turn))
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	sent := string(g.up.received()[0])
+	for _, gone := range []string{`"name"`, "x_vendor", "input_audio", "alice"} {
+		if strings.Contains(sent, gone) {
+			t.Errorf("the Anthropic upstream got %s:\n%s", gone, sent)
+		}
+	}
+	want := `{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"` + pdf + `"},"title":"spec.pdf"`
+	if !strings.Contains(sent, want) || !strings.Contains(sent, `"text":"Summarise <this> & that."`) {
+		t.Fatalf("the upstream body lacks the native document or the text as written:\n%s", sent)
+	}
+}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -40,10 +41,28 @@ func Slim(msgs []chat.Message) ([]chat.Message, SlimStats) {
 				st.DataURLs += n
 				return []chat.Part{chat.Text{Text: s}}, true
 			}
+		case chat.Opaque:
+			// A provider block imgctx does not read (thinking, server tools,
+			// audio) may hold anything, base64 included: the summariser gets
+			// its name only.
+			return []chat.Part{chat.Text{Text: "[" + p.Wire + " " + opaqueType(p.Raw) + " block]"}}, true
 		}
 		return nil, false
 	})
 	return out, st
+}
+
+// opaqueType reads the "type" of an opaque part's JSON; it is the client's
+// string, so only a short identifier is taken as it is.
+func opaqueType(raw string) string {
+	var v struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal([]byte(raw), &v) != nil || v.Type == "" || len(v.Type) > 64 ||
+		strings.IndexFunc(v.Type, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') }) >= 0 {
+		return "unknown"
+	}
+	return v.Type
 }
 
 func placeholder(of, mediaType, caption string) string {

@@ -232,6 +232,8 @@ func TextTokens(parts []chat.Part, c tokens.TextCounter) int {
 			n += c.Count(p.String())
 		case chat.Document:
 			n += c.Count(p.Text)
+		case chat.Opaque:
+			n += c.Count(p.Raw) // thinking and server-tool blocks are billed as input
 		}
 		return true
 	})

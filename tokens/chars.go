@@ -48,6 +48,8 @@ func partsChars(parts []chat.Part, media int) int {
 			n += utf8.RuneCountInString(p.Text)
 		case chat.Marker:
 			n += markerChars(p)
+		case chat.Opaque:
+			n += utf8.RuneCountInString(p.Raw)
 		}
 	}
 	return n

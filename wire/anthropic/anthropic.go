@@ -8,6 +8,7 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -27,6 +28,10 @@ type Request struct {
 
 	top      wire.Object
 	verbatim map[string]json.RawMessage
+	// systemTop: a leading System message is the top-level system prompt
+	// (imgctx's own requests, and decoded ones that had one); otherwise
+	// system messages stay inside messages, where the client put them.
+	systemTop bool
 }
 
 type source struct {
@@ -50,6 +55,7 @@ type block struct {
 	Cache     *cacheControl   `json:"cache_control,omitempty"`
 	extra     string          // unknown fields of a decoded block, re-emitted
 	nested    []block         // a tool result's content, when encoding
+	raw       string          // an opaque block, written as it came
 }
 
 // blockKnown are the block fields imgctx models; anything else, the
@@ -63,7 +69,7 @@ type cacheControl struct {
 
 // NewRequest starts a request of imgctx's own (a session's, a summary's).
 func NewRequest(model string, maxTokens int) *Request {
-	return &Request{Model: model, top: wire.Object{{Key: "model", Value: mustJSON(model)}, {Key: "max_tokens", Value: mustJSON(maxTokens)}}}
+	return &Request{Model: model, systemTop: true, top: wire.Object{{Key: "model", Value: mustJSON(model)}, {Key: "max_tokens", Value: mustJSON(maxTokens)}}}
 }
 
 // DecodeRequest reads a request. Images and documents keep a data URL (or
@@ -79,7 +85,8 @@ func DecodeRequest(b []byte) (*Request, error) {
 		if err != nil {
 			return nil, fmt.Errorf("system: %w", err)
 		}
-		r.Messages = append(r.Messages, chat.Message{Role: chat.System, Parts: parts})
+		r.Messages = append(r.Messages, chat.Message{Role: chat.System, Parts: parts, Wire: Wire})
+		r.systemTop = true
 	}
 	msgs := h.Messages
 	for i, m := range msgs {
@@ -118,6 +125,8 @@ func decodeMessage(raw json.RawMessage) ([]chat.Message, error) {
 		role = chat.User
 	case "assistant":
 		role = chat.Assistant
+	case "system": // mid-conversation instructions, as newer clients send them
+		role = chat.System
 	default:
 		return nil, fmt.Errorf("unknown role %q", m.Role)
 	}
@@ -133,12 +142,12 @@ func decodeMessage(raw json.RawMessage) ([]chat.Message, error) {
 			r = chat.Tool
 		}
 		if len(out) == 0 || out[len(out)-1].Role != r {
-			out = append(out, chat.Message{Role: r, Extra: extra})
+			out = append(out, chat.Message{Role: r, Extra: extra, Wire: Wire})
 		}
 		out[len(out)-1].Parts = append(out[len(out)-1].Parts, p)
 	}
 	if len(out) == 0 {
-		out = []chat.Message{{Role: role, Extra: extra}}
+		out = []chat.Message{{Role: role, Extra: extra, Wire: Wire}}
 	}
 	return out, nil
 }
@@ -160,6 +169,10 @@ func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
 			return nil, fmt.Errorf("content[%d]: %w", i, err)
 		}
 		p, err := decodeBlock(b)
+		if errors.Is(err, errOpaque) {
+			parts = append(parts, chat.Opaque{Wire: Wire, Raw: string(r)})
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("content[%d]: %w", i, err)
 		}
@@ -202,7 +215,15 @@ func withExtra(p chat.Part, extra string) chat.Part {
 	return p
 }
 
+// errOpaque says a block is one imgctx passes through as it came: a type
+// it does not model (thinking, server tools, a type added tomorrow), or a
+// source it does not manage (a file id, a content list).
+var errOpaque = errors.New("opaque block")
+
 func decodeBlock(b block) (chat.Part, error) {
+	if (b.Type == "image" || b.Type == "document") && b.Source != nil && b.Source.Type != "base64" && b.Source.Type != "url" && b.Source.Type != "text" {
+		return nil, errOpaque
+	}
 	switch b.Type {
 	case "text":
 		return chat.Text{Text: b.Text}, nil
@@ -243,7 +264,7 @@ func decodeBlock(b block) (chat.Part, error) {
 		}
 		return chat.ToolResult{CallID: b.ToolUseID, IsError: b.IsError, Parts: nested}, nil
 	}
-	return nil, fmt.Errorf("block type %q is not supported", b.Type)
+	return nil, errOpaque
 }
 
 func sourceURL(s *source) (url, mediaType string, err error) {
@@ -295,9 +316,10 @@ func (r *Request) Encode(msgs []chat.Message, src Source, cache Cache) ([]byte, 
 // every image several times.
 func (r *Request) EncodeBody(msgs []chat.Message, src Source, cache Cache) (wire.Body, error) {
 	top := append(wire.Object(nil), r.top...)
+	cache = cache.fit(msgs)
 	start := 0
-	if len(msgs) > 0 && msgs[0].Role == chat.System {
-		blocks, err := encodeBlocks(msgs[0].Parts, src)
+	if len(msgs) > 0 && msgs[0].Role == chat.System && r.systemTop {
+		blocks, err := encodeBlocks(msgs[0].Parts, src, ours(msgs[0]))
 		if err != nil {
 			return wire.Body{}, fmt.Errorf("system: %w", err)
 		}
@@ -322,8 +344,8 @@ func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start i
 	for i := start; i < len(msgs); {
 		// Consecutive user and tool messages are one Anthropic user turn.
 		j := i + 1
-		if msgs[i].Role != chat.Assistant {
-			for j < len(msgs) && msgs[j].Role != chat.Assistant && msgs[j].Role != chat.System {
+		if msgs[i].Role == chat.User || msgs[i].Role == chat.Tool {
+			for j < len(msgs) && (msgs[j].Role == chat.User || msgs[j].Role == chat.Tool) {
 				j++
 			}
 		}
@@ -359,20 +381,29 @@ func (r *Request) SetModel(model string) {
 	r.Model = model
 }
 
+// ours reports whether m's extra fields belong to this wire: a message
+// decoded from another wire's JSON carries none of them here.
+func ours(m chat.Message) bool { return m.Wire == "" || m.Wire == Wire }
+
 func writeTurn(w wire.JSONWriter, msgs []chat.Message, src Source, breakpoint bool) error {
 	role := "user"
-	if msgs[0].Role == chat.Assistant {
+	switch msgs[0].Role {
+	case chat.Assistant:
 		role = "assistant"
+	case chat.System:
+		role = "system"
 	}
 	var blocks []block
 	extra := map[string]json.RawMessage{}
 	for _, m := range msgs {
-		bs, err := encodeBlocks(m.Parts, src)
+		bs, err := encodeBlocks(m.Parts, src, ours(m))
 		if err != nil {
 			return err
 		}
 		blocks = append(blocks, bs...)
-		maps.Copy(extra, m.Extra)
+		if ours(m) {
+			maps.Copy(extra, m.Extra)
+		}
 	}
 	markBreakpoint(blocks, breakpoint)
 	// Always blocks, never the string shorthand: a message encodes the same
@@ -402,6 +433,10 @@ func writeBlocks(w wire.JSONWriter, blocks []block) {
 	for i, b := range blocks {
 		if i > 0 {
 			w.WriteByte(',')
+		}
+		if b.raw != "" {
+			w.WriteString(b.raw)
+			continue
 		}
 		w.WriteString(`{"type":`)
 		w.Write(mustJSON(b.Type))
@@ -457,62 +492,144 @@ func writeBlocks(w wire.JSONWriter, blocks []block) {
 // markBreakpoint puts a cache breakpoint on the last block, unless the
 // client already put its own there (in the block's extra fields).
 func markBreakpoint(blocks []block, on bool) {
-	if last := len(blocks) - 1; on && last >= 0 && !strings.Contains(blocks[last].extra, `"cache_control"`) {
+	if last := len(blocks) - 1; on && last >= 0 && blocks[last].raw == "" && !strings.Contains(blocks[last].extra, `"cache_control"`) {
 		blocks[last].Cache = &cacheControl{Type: "ephemeral"}
 	}
 }
 
-func encodeBlocks(parts []chat.Part, src Source) ([]block, error) {
+// MaxBreakpoints is how many cache_control blocks a request may carry.
+const MaxBreakpoints = 4
+
+// fit keeps imgctx's own breakpoints within what the client's leave: the
+// client's count first, then the newest message, the last kept image, the
+// system prompt (each later breakpoint caches the prefix before it anyway).
+func (c Cache) fit(msgs []chat.Message) Cache {
+	room := MaxBreakpoints - clientBreakpoints(msgs)
+	var keep []int
+	for i := len(c.Messages) - 1; i >= 0 && room > 0; i-- {
+		keep = append([]int{c.Messages[i]}, keep...)
+		room--
+	}
+	return Cache{System: c.System && room > 0, Messages: keep}
+}
+
+// clientBreakpoints counts the cache_control a client put on its blocks.
+func clientBreakpoints(msgs []chat.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if !ours(m) {
+			continue
+		}
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			var extra string
+			switch p := p.(type) {
+			case chat.Text:
+				extra = p.Extra
+			case chat.Image:
+				extra = p.Extra
+			case chat.Document:
+				extra = p.Extra
+			case chat.ToolCall:
+				extra = p.Extra
+			case chat.ToolResult:
+				extra = p.Extra
+			case chat.Opaque:
+				if p.Wire == Wire {
+					extra = p.Raw
+				}
+			}
+			n += strings.Count(extra, `"cache_control"`)
+			return true
+		})
+	}
+	return n
+}
+
+func encodeBlocks(parts []chat.Part, src Source, ours bool) ([]block, error) {
 	var out []block
 	text := func(s string) block { return block{Type: "text", Text: s} }
+	extra := func(e string) string {
+		if ours {
+			return e
+		}
+		return ""
+	}
 	for _, p := range parts {
 		switch p := p.(type) {
 		case chat.Text:
 			b := text(p.Text)
-			b.extra = p.Extra
+			b.extra = extra(p.Extra)
 			out = append(out, b)
+		case chat.Opaque:
+			if p.Wire == Wire {
+				out = append(out, block{raw: p.Raw})
+			}
 		case chat.Summary:
 			out = append(out, text(p.Text))
 		case chat.Marker:
 			out = append(out, text(p.String()))
 		case chat.Document:
-			s := "[document: " + p.MediaType + "]"
-			if p.Text != "" {
-				s += "\n" + p.Text
+			b, err := documentBlock(p, src)
+			if err != nil {
+				return nil, err
 			}
-			out = append(out, text(s))
+			b.extra = extra(p.Extra)
+			out = append(out, b)
 		case chat.Image:
 			mt, data, url, err := src(p)
 			if err != nil {
 				return nil, err
 			}
 			if data != "" {
-				out = append(out, block{Type: "image", Source: &source{Type: "base64", MediaType: mt, Data: data}, extra: p.Extra})
+				out = append(out, block{Type: "image", Source: &source{Type: "base64", MediaType: mt, Data: data}, extra: extra(p.Extra)})
 			} else {
-				out = append(out, block{Type: "image", Source: &source{Type: "url", URL: url}, extra: p.Extra})
+				out = append(out, block{Type: "image", Source: &source{Type: "url", URL: url}, extra: extra(p.Extra)})
 			}
 		case chat.ToolCall:
 			input := json.RawMessage(p.Arguments)
 			if !json.Valid(input) {
 				input = json.RawMessage("{}")
 			}
-			out = append(out, block{Type: "tool_use", ID: p.ID, Name: p.Name, Input: input, extra: p.Extra})
+			out = append(out, block{Type: "tool_use", ID: p.ID, Name: p.Name, Input: input, extra: extra(p.Extra)})
 		case chat.ToolResult:
-			nested, err := encodeBlocks(p.Parts, src)
+			nested, err := encodeBlocks(p.Parts, src, ours)
 			if err != nil {
 				return nil, err
 			}
 			if nested == nil {
 				nested = []block{}
 			}
-			out = append(out, block{Type: "tool_result", ToolUseID: p.CallID, IsError: p.IsError, nested: nested, extra: p.Extra})
+			out = append(out, block{Type: "tool_result", ToolUseID: p.CallID, IsError: p.IsError, nested: nested, extra: extra(p.Extra)})
 		}
 	}
 	return out, nil
 }
 
+// documentBlock writes a document natively: a stored one (a PDF) as a
+// base64 source, byte-exact from its ref; a remote one by URL; extracted
+// text as a text source.
+func documentBlock(d chat.Document, src Source) (block, error) {
+	b := block{Type: "document", Title: d.Name}
+	switch {
+	case d.Ref.Valid() || d.URL != "":
+		// A document travels like an image: its ref's base64, or its URL.
+		mt, data, url, err := src(chat.Image{Ref: d.Ref, MediaType: d.MediaType, URL: d.URL})
+		if err != nil {
+			return block{}, err
+		}
+		if data != "" {
+			b.Source = &source{Type: "base64", MediaType: mt, Data: data}
+		} else {
+			b.Source = &source{Type: "url", URL: url}
+		}
+	default:
+		b.Source = &source{Type: "text", MediaType: "text/plain", Data: d.Text}
+	}
+	return b, nil
+}
+
 func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
+	b, err := wire.Marshal(v) // never HTML-escaped: "<" stays "<"
 	if err != nil {
 		panic(err) // only values built here, which always encode
 	}

@@ -102,15 +102,96 @@ func TestEncodeRefsAndBreakpointsGolden(t *testing.T) {
 	wiretest.Golden(t, "testdata/request.encoded.golden", pretty.Bytes())
 }
 
+// Regression: thinking blocks, server-tool blocks, file sources, future
+// block types and mid-conversation system messages were refused with a
+// 400. They decode (opaque parts, system messages) and re-encode as they
+// came, even when the message around them is rewritten.
+func TestBlocksImgctxDoesNotManagePassThrough(t *testing.T) {
+	in := `{"model":"m","max_tokens":5,"messages":[` +
+		`{"role":"user","content":[{"type":"text","text":"a < b"},{"type":"image","source":{"type":"file","file_id":"file_1"}}]},` +
+		`{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"EqQB"},{"type":"redacted_thinking","data":"EmwK"},{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"q":"x"}},{"type":"text","text":"ok"}]},` +
+		`{"role":"system","content":"Be brief."},` +
+		`{"role":"user","content":[{"type":"future_block","x":[1,2]},{"type":"text","text":"go"}]}]}`
+	r, err := DecodeRequest([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opaque := 0
+	for _, m := range r.Messages {
+		for _, p := range m.Parts {
+			if o, ok := p.(chat.Opaque); ok && o.Wire == Wire {
+				opaque++
+			}
+		}
+	}
+	if opaque != 5 || r.Messages[2].Role != chat.System {
+		t.Fatalf("%d opaque parts, message 2 is %s; want 5 and system", opaque, r.Messages[2].Role)
+	}
+	src := func(chat.Image) (string, string, string, error) { return "", "", "", nil }
+	out, err := r.Encode(r.Messages, src, Cache{})
+	if err != nil || string(out) != in {
+		t.Fatalf("unchanged messages re-encoded differently (%v):\n%s", err, out)
+	}
+	// Rewritten (a breakpoint on every message): every opaque block, the
+	// system message and the "<" still come out as they went in.
+	out, err = r.Encode(r.Messages, src, Cache{Messages: []int{0, 1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`{"type":"thinking","thinking":"hm","signature":"EqQB"}`, `{"type":"redacted_thinking","data":"EmwK"}`,
+		`{"type":"image","source":{"type":"file","file_id":"file_1"}}`, `{"type":"future_block","x":[1,2]}`, `{"role":"system","content":[{"type":"text","text":"Be brief."`, `"a < b"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("rewritten request lost %s:\n%s", want, out)
+		}
+	}
+}
+
+// A turn decoded from OpenAI JSON carries only fields valid on this wire.
+func TestOtherWiresExtrasAreLeftOut(t *testing.T) {
+	msgs := []chat.Message{{Role: chat.User, Wire: "openai", Extra: map[string]json.RawMessage{"name": []byte(`"alice"`)},
+		Parts: []chat.Part{chat.Text{Text: "hi", Extra: `{"x_openai":1}`}, chat.Opaque{Wire: "openai", Raw: `{"type":"input_audio","input_audio":{"data":"UklG","format":"wav"}}`}}}}
+	out, err := NewRequest("m", 5).Encode(msgs, nil, Cache{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`; string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
+
+// The client's breakpoints count first: with four of its own (one on a
+// non-last system block), imgctx adds none, and never a fifth.
+func TestBreakpointsNeverExceedFour(t *testing.T) {
+	in := `{"model":"m","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}},{"type":"text","text":"b"}],"messages":[` +
+		`{"role":"user","content":[{"type":"text","text":"1","cache_control":{"type":"ephemeral"}}]},{"role":"assistant","content":"2"},` +
+		`{"role":"user","content":[{"type":"text","text":"3","cache_control":{"type":"ephemeral"}},{"type":"text","text":"4","cache_control":{"type":"ephemeral","ttl":"1h"}}]},{"role":"assistant","content":"5"},{"role":"user","content":"6"}]}`
+	r, err := DecodeRequest([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := func(chat.Image) (string, string, string, error) { return "", "", "", nil }
+	out, err := r.Encode(r.Messages, src, Cache{System: true, Messages: []int{3, len(r.Messages) - 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), `"cache_control"`); n != 4 {
+		t.Fatalf("%d breakpoints with four of the client's; want 4:\n%s", n, out)
+	}
+	// One of the client's: imgctx's three newest fit, nothing more.
+	r, _ = DecodeRequest([]byte(`{"model":"m","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"1"},{"role":"assistant","content":"2"},{"role":"user","content":"3"},{"role":"assistant","content":"4"},{"role":"user","content":"5"}]}`))
+	out, _ = r.Encode(r.Messages, src, Cache{System: true, Messages: []int{1, 2, 3, 4, 5}})
+	if n := strings.Count(string(out), `"cache_control"`); n != 4 || strings.Contains(string(out), `"1","cache_control"`) {
+		t.Fatalf("%d breakpoints with one of the client's; want 4, the newest imgctx's:\n%s", n, out)
+	}
+}
+
 func TestDecodeRequestRefusals(t *testing.T) {
 	for name, in := range map[string]string{
 		"not json":        `{"model":`,
 		"no messages":     `{"model":"m"}`,
-		"bad role":        `{"messages":[{"role":"system","content":"x"}]}`,
-		"thinking block":  `{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"…"}]}]}`,
+		"bad role":        `{"messages":[{"role":"robot","content":"x"}]}`,
 		"image no source": `{"messages":[{"role":"user","content":[{"type":"image"}]}]}`,
 		"empty base64":    `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":""}}]}]}`,
-		"file source":     `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"f"}}]}]}`,
 		"nested result":   `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":[{"type":"tool_result","tool_use_id":"b"}]}]}]}`,
 	} {
 		if _, err := DecodeRequest([]byte(in)); err == nil {

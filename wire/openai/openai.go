@@ -33,6 +33,13 @@ type contentPart struct {
 	Type     string    `json:"type"`
 	Text     string    `json:"text,omitempty"`
 	ImageURL *imageURL `json:"image_url,omitempty"`
+	File     *fileJSON `json:"file,omitempty"`
+}
+
+type fileJSON struct {
+	FileData string `json:"file_data,omitempty"`
+	FileID   string `json:"file_id,omitempty"`
+	Filename string `json:"filename,omitempty"`
 }
 
 type imageURL struct {
@@ -92,7 +99,7 @@ func decodeMessage(raw json.RawMessage) (chat.Message, error) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return chat.Message{}, err
 	}
-	msg := chat.Message{Extra: obj.Extra(messageKnown...)}
+	msg := chat.Message{Extra: obj.Extra(messageKnown...), Wire: Wire}
 	parts, err := decodeContent(m.Content)
 	if err != nil {
 		return chat.Message{}, err
@@ -145,19 +152,23 @@ func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
 			return nil, fmt.Errorf("content[%d]: %w", i, err)
 		}
 		extra := ""
-		if len(r) < 4096 || cp.Type != "image_url" { // an image part's extra fields sit beside megabytes of URL: only looked for in small parts
-			extra = wire.ExtraOf(r, "type", "text", "image_url")
+		if len(r) < 4096 || cp.Type != "image_url" && cp.Type != "file" { // a media part's extra fields sit beside megabytes of URL: only looked for in small parts
+			extra = wire.ExtraOf(r, "type", "text", "image_url", "file")
 		}
-		switch cp.Type {
-		case "text":
+		switch {
+		case cp.Type == "text":
 			parts = append(parts, chat.Text{Text: cp.Text, Extra: extra})
-		case "image_url":
+		case cp.Type == "image_url":
 			if cp.ImageURL == nil || cp.ImageURL.URL == "" {
 				return nil, fmt.Errorf("content[%d]: image_url without a url", i)
 			}
 			parts = append(parts, chat.Image{URL: cp.ImageURL.URL, Detail: cp.ImageURL.Detail, Origin: chat.FromUser, Extra: extra})
+		case cp.Type == "file" && cp.File != nil && cp.File.FileData != "":
+			parts = append(parts, chat.Document{URL: cp.File.FileData, Name: cp.File.Filename, Extra: extra})
 		default:
-			return nil, fmt.Errorf("content[%d]: part type %q is not supported", i, cp.Type)
+			// input_audio, a file by id, a part type added tomorrow: the
+			// provider's, passed through as it came.
+			parts = append(parts, chat.Opaque{Wire: Wire, Raw: string(r)})
 		}
 	}
 	return parts, nil
@@ -237,7 +248,15 @@ func EncodeMessage(m chat.Message, url ImageURL) ([]byte, error) {
 	return b.Bytes(), err
 }
 
+// ours reports whether m's extra fields belong to this wire: a message
+// decoded from another wire's JSON carries none of them here.
+func ours(m chat.Message) bool { return m.Wire == "" || m.Wire == Wire }
+
 func writeMessage(w wire.JSONWriter, m chat.Message, url ImageURL) error {
+	if !ours(m) {
+		m.Extra = nil
+		m.Parts = withoutExtras(m.Parts)
+	}
 	role := string(m.Role)
 	if v, ok := m.Extra["role"]; ok && m.Role == chat.System {
 		var r string
@@ -286,6 +305,37 @@ func writeMessage(w wire.JSONWriter, m chat.Message, url ImageURL) error {
 	return nil
 }
 
+// withoutExtras returns parts with every Extra cleared and other wires'
+// opaque parts left out.
+func withoutExtras(parts []chat.Part) []chat.Part {
+	out := make([]chat.Part, 0, len(parts))
+	for _, p := range parts {
+		switch q := p.(type) {
+		case chat.Text:
+			q.Extra = ""
+			p = q
+		case chat.Image:
+			q.Extra = ""
+			p = q
+		case chat.Document:
+			q.Extra = ""
+			p = q
+		case chat.ToolCall:
+			q.Extra = ""
+			p = q
+		case chat.ToolResult:
+			q.Extra, q.Parts = "", withoutExtras(q.Parts)
+			p = q
+		case chat.Opaque:
+			if q.Wire != Wire {
+				continue
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 func writeContent(b wire.JSONWriter, parts []chat.Part, url ImageURL, nullable bool) error {
 	if len(parts) == 0 {
 		if nullable {
@@ -325,11 +375,41 @@ func writeContent(b wire.JSONWriter, parts []chat.Part, url ImageURL, nullable b
 		case chat.Marker:
 			text(p.String(), "")
 		case chat.Document:
-			s := "[document: " + p.MediaType + "]"
-			if p.Text != "" {
-				s += "\n" + p.Text
+			if !p.Ref.Valid() && p.URL == "" {
+				// Extracted text only: this wire carries it as text.
+				s := "[document: " + p.MediaType + "]"
+				if p.Text != "" {
+					s += "\n" + p.Text
+				}
+				text(s, p.Extra)
+				continue
 			}
-			text(s, "")
+			// A file part, its data byte-exact from the stored ref.
+			mediaType, data, u, err := url(chat.Image{Ref: p.Ref, MediaType: p.MediaType, URL: p.URL})
+			if err != nil {
+				return err
+			}
+			next()
+			b.WriteString(`{"type":"file","file":{`)
+			if p.Name != "" {
+				b.WriteString(`"filename":`)
+				b.Write(mustJSON(p.Name))
+				b.WriteByte(',')
+			}
+			b.WriteString(`"file_data":`)
+			if data != "" {
+				wire.WriteDataURL(b, mediaType, data)
+			} else {
+				wire.WriteString(b, u)
+			}
+			b.WriteByte('}')
+			wire.WriteExtra(b, p.Extra)
+			b.WriteByte('}')
+		case chat.Opaque:
+			if p.Wire == Wire {
+				next()
+				b.WriteString(p.Raw)
+			}
 		case chat.Image:
 			mediaType, data, u, err := url(p)
 			if err != nil {
@@ -356,7 +436,7 @@ func writeContent(b wire.JSONWriter, parts []chat.Part, url ImageURL, nullable b
 }
 
 func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
+	b, err := wire.Marshal(v) // never HTML-escaped: "<" stays "<"
 	if err != nil {
 		panic(err) // only values built here, which always encode
 	}

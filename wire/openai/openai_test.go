@@ -98,12 +98,53 @@ func TestStreamingRequestAsksForUsage(t *testing.T) {
 	}
 }
 
+// Regression: file and input_audio parts were refused with a 400. A file
+// with its data is a document (stored by ref, sent back as a file part);
+// audio, a file by id and unknown parts pass through as they came; other
+// wires' fields are left out; nothing is HTML-escaped.
+func TestPartsImgctxDoesNotManagePassThrough(t *testing.T) {
+	in := `{"model":"m","messages":[{"role":"developer","content":"a < b & c"},` +
+		`{"role":"user","content":[{"type":"text","text":"read"},{"type":"file","file":{"filename":"r.pdf","file_data":"data:application/pdf;base64,JVBERi0xLjQK"}},` +
+		`{"type":"input_audio","input_audio":{"data":"UklG","format":"wav"}},{"type":"file","file":{"file_id":"file-abc"}},{"type":"future","x":1}]}]}`
+	r, err := DecodeRequest([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := r.Messages[1].Parts
+	if d, ok := parts[1].(chat.Document); !ok || d.Name != "r.pdf" || !strings.HasPrefix(d.URL, "data:application/pdf") {
+		t.Fatalf("file part: %#v", parts[1])
+	}
+	for _, i := range []int{2, 3, 4} {
+		if _, ok := parts[i].(chat.Opaque); !ok {
+			t.Fatalf("part %d: %#v; want opaque", i, parts[i])
+		}
+	}
+	// Rewritten: the document stored by ref, every other part as it came.
+	msgs := chat.CloneMessages(r.Messages)
+	msgs[1].Parts[1] = chat.Document{Ref: blob.Of([]byte("%PDF")), MediaType: "application/pdf", Name: "r.pdf"}
+	src := func(img chat.Image) (string, string, string, error) { return img.MediaType, "JVBERi0xLjQK", "", nil }
+	out, err := r.Encode(msgs, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != in {
+		t.Fatalf("got  %s\nwant %s", out, in)
+	}
+	// To an OpenAI upstream from an Anthropic-decoded turn: its extras and
+	// opaque blocks stay behind.
+	other := []chat.Message{{Role: chat.User, Wire: "anthropic", Extra: map[string]json.RawMessage{"x": []byte("1")},
+		Parts: []chat.Part{chat.Text{Text: "hi", Extra: `{"cache_control":{"type":"ephemeral"}}`}, chat.Opaque{Wire: "anthropic", Raw: `{"type":"thinking"}`}}}}
+	out, _ = NewRequest("m").Encode(other, src)
+	if want := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`; string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
+
 func TestDecodeRequestRefusals(t *testing.T) {
 	for name, in := range map[string]string{
 		"not json":      `{"model":`,
 		"no messages":   `{"model":"m"}`,
 		"bad role":      `{"messages":[{"role":"robot","content":"x"}]}`,
-		"audio part":    `{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}]}`,
 		"image no url":  `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}`,
 		"content type":  `{"messages":[{"role":"user","content":42}]}`,
 		"messages type": `{"messages":{}}`,
