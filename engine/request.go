@@ -33,7 +33,7 @@ type response struct {
 func (c *call) send(ctx context.Context) (*response, error) {
 	live, removed, shrunk := policy.CheckProviderRules(ctx, c.st.Live, c.profile.Limits, c.e.ShrinkerFor(c.tenant))
 	if len(removed) > 0 || len(shrunk) > 0 {
-		c.st.Live = live
+		c.st.Live = policy.NoteResized(live, shrunk)
 		c.removed(removed)
 		for _, s := range shrunk {
 			c.emit(Event{Kind: "shrunk", Ref: s.To.Ref, Reason: "provider_limit", Detail: s.Rule})

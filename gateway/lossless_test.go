@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
@@ -157,3 +158,38 @@ func firstDiff(a, b []byte) string {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// An image shrunk to meet a provider rule goes with one note beside it:
+// the original and sent sizes and the coordinate scale (a computer-use
+// agent clicks in image coordinates). The note is the same on every
+// request, so the prefix stays stable.
+func TestShrunkImageCarriesAResizeNote(t *testing.T) {
+	for _, format := range []upstream.Format{upstream.OpenAI, upstream.Anthropic} {
+		t.Run(string(format), func(t *testing.T) {
+			g := newGW(t, format, nil)
+			edge := tinyProfile
+			edge.Name, edge.Match, edge.Limits = "edge", []string{"edge-*"}, tokens.Limits{MaxEdge: 400}
+			g.engine.Profiles, _ = tokens.Default().With(edge)
+			_, b64 := samplePNG(t)
+			body := `{"model":"edge-1","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"click the button"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}]}`
+			path := "/v1/chat/completions"
+			if format == upstream.Anthropic {
+				body = `{"model":"edge-1","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"click the button"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}`
+				path = "/v1/messages"
+			}
+			for range 2 {
+				if resp, answer := g.do(t, "POST", path, "", []byte(body)); resp.StatusCode != 200 {
+					t.Fatalf("status %d: %s", resp.StatusCode, answer)
+				}
+			}
+			got := g.up.received()
+			note := `{"type":"text","text":"[imgctx: the image above was resized from 1280x800 to 400x250 to meet the provider's limits; multiply its coordinates by 3.2 to get coordinates in the original]"}]`
+			if !bytes.Contains(got[0], []byte(note)) || bytes.Contains(got[0], []byte(b64)) {
+				t.Fatalf("no resize note, or the original went:\n%.400s", got[0][len(got[0])-400:])
+			}
+			if !bytes.Equal(got[0], got[1]) {
+				t.Fatal("the shrunk request differs between two identical requests")
+			}
+		})
+	}
+}

@@ -243,7 +243,7 @@ func (s *Server) splice(ctx context.Context, tenant string, format upstream.Form
 			}
 			edits = append(edits, sourceEdit(format, slot, mt, b64))
 			if p.Ref != was.Ref && was.Width > 0 {
-				note := wire.ResizeNote(was.Width, was.Height, p.Width, p.Height)
+				note := policy.ResizeNote(was.Width, was.Height, p.Width, p.Height)
 				edits = append(edits, wire.Edit{Start: slot.Part.End, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
 					w.WriteByte(',')
 					writeText(w, format, note, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/tokens"
@@ -86,4 +87,36 @@ func violation(img chat.Image, maxEdge int, maxBytes int64) string {
 		return fmt.Sprintf("%d px over %d", max(img.Width, img.Height), maxEdge)
 	}
 	return ""
+}
+
+// ResizeNote is the text a model reads beside an image imgctx shrank:
+// computer-use agents click in image coordinates, so the scale back to the
+// original matters. Deterministic, so the prefix stays stable.
+func ResizeNote(fromW, fromH, toW, toH int) string {
+	scale := 1.0
+	if toW > 0 {
+		scale = float64(fromW) / float64(toW)
+	}
+	return fmt.Sprintf("[imgctx: the image above was resized from %dx%d to %dx%d to meet the provider's limits; multiply its coordinates by %.4g to get coordinates in the original]",
+		fromW, fromH, toW, toH, scale)
+}
+
+// NoteResized puts the ResizeNote of each shrunk image right after it, in
+// its message or tool result. msgs is not modified.
+func NoteResized(msgs []chat.Message, shrunk []Shrunk) []chat.Message {
+	if len(shrunk) == 0 {
+		return msgs
+	}
+	from := map[blob.Ref]chat.Image{}
+	for _, s := range shrunk {
+		from[s.To.Ref] = s.From
+	}
+	return edit(msgs, func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
+		img, ok := p.(chat.Image)
+		orig, was := from[img.Ref]
+		if !ok || !was {
+			return nil, false
+		}
+		return []chat.Part{img, chat.Text{Text: ResizeNote(orig.Width, orig.Height, img.Width, img.Height)}}, true
+	})
 }

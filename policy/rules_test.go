@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/imgctx/imgctx/blob"
@@ -151,4 +152,22 @@ func TestRulesProperty(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Each shrunk image gets its note right after it, nested ones included;
+// nothing else changes and the input is not modified.
+func TestNoteResized(t *testing.T) {
+	small := chat.Image{Ref: blob.Of([]byte("small")), Width: 400, Height: 250}
+	msgs := []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c", Parts: []chat.Part{small, chat.Text{Text: "after"}}}}}}
+	out := NoteResized(msgs, []Shrunk{{From: chat.Image{Width: 1280, Height: 800}, To: small}})
+	tr := out[0].Parts[0].(chat.ToolResult)
+	if len(tr.Parts) != 3 || tr.Parts[1].(chat.Text).Text != ResizeNote(1280, 800, 400, 250) || tr.Parts[2].(chat.Text).Text != "after" {
+		t.Fatalf("got %#v", tr.Parts)
+	}
+	if len(msgs[0].Parts[0].(chat.ToolResult).Parts) != 2 {
+		t.Fatal("the input was modified")
+	}
+	if got := ResizeNote(1280, 800, 400, 250); !strings.Contains(got, "1280x800 to 400x250") || !strings.Contains(got, "by 3.2 ") {
+		t.Fatalf("note %q", got)
+	}
 }

@@ -146,15 +146,3 @@ func Marshal(v any) ([]byte, error) {
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
-
-// ResizeNote is the text a model reads beside an image imgctx shrank:
-// computer-use agents click in image coordinates, so the scale back to the
-// original matters. Deterministic, so the prefix stays stable.
-func ResizeNote(fromW, fromH, toW, toH int) string {
-	scale := 1.0
-	if toW > 0 {
-		scale = float64(fromW) / float64(toW)
-	}
-	return fmt.Sprintf("[imgctx: the image above was resized from %dx%d to %dx%d to meet the provider's limits; multiply its coordinates by %.4g to get coordinates in the original]",
-		fromW, fromH, toW, toH, scale)
-}
