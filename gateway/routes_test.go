@@ -125,5 +125,3 @@ func TestUnknownRoutesAnswerProviderJSON(t *testing.T) {
 }
 
 func asError(err error, target **anthropic.Error) bool { return errors.As(err, target) }
-
-
