@@ -33,13 +33,15 @@ var allowed = map[string][]string{
 	"session/sqlite":       {"chat", "imagestore", "session"},
 	"wire":                 {"blob", "chat", "mimetype", "wire/jsonspan"},
 	"wire/jsonspan":        {},
-	"wire/wiretest":        {},
+	"wire/wiretest":        {"chat", "wire"},
 	"wire/openai":          {"chat", "wire", "wire/jsonspan"},
 	"wire/anthropic":       {"chat", "wire", "wire/jsonspan"},
 	"upstream":             {"wire", "wire/anthropic", "wire/openai"},
 	"engine":               {"blob", "chat", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
 	"gateway":              {"blob", "chat", "engine", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
 	"internal/config":      {"imagestore", "media", "tokens"},
+	"scripts/abmeter":      {"internal/bodies"},
+	"internal/bodies":      {},
 	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "session/sqlite", "tokens", "upstream"},
 }
 

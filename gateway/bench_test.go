@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/imgctx/imgctx/internal/bodies"
 	"image"
 	"image/png"
 	"io"
@@ -163,6 +164,38 @@ func BenchmarkGateway5MB6Screenshots(b *testing.B) {
 	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+chatPath, body) })
 	b.Run("gateway-inline", func(b *testing.B) { p50(b, gw.URL+chatPath, body) })
 	b.Run("gateway-by-ref", func(b *testing.B) { p50(b, gw.URL+chatPath, byRef) })
+}
+
+// BenchmarkGatewayAgent: what coding agents send — 200 text messages with
+// tool calls and six 1280×800 screenshots in tool results (≈2.2 MB),
+// re-sent as the history grows; by ref; pretty-printed. The store is a
+// directory, as in imgctx serve.
+func BenchmarkGatewayAgent(b *testing.B) {
+	up := benchUpstream(b)
+	store, _, err := imagestore.Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := &engine.Engine{Images: store, Sessions: &session.Mem{}, Profiles: tokens.Default(),
+		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}}
+	gw := httptest.NewServer(New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 1024}, e, prometheus.NewRegistry(), discardLogger()).Handler())
+	b.Cleanup(gw.Close)
+	var inline, refs []string
+	for i := range 6 {
+		s := bodies.Screenshot(uint64(i))
+		inline = append(inline, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(s))
+		ref := blob.Of(s)
+		store.Put(b.Context(), "default", ref, s)
+		refs = append(refs, "imgctx:"+ref.String())
+	}
+	body, byRef := bodies.Agent(inline), bodies.Agent(refs)
+	var pretty bytes.Buffer
+	json.Indent(&pretty, body, "", "  ")
+	b.Logf("agent body %d bytes, by ref %d, pretty %d", len(body), len(byRef), pretty.Len())
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+chatPath, body) })
+	b.Run("gateway-resent", func(b *testing.B) { p50(b, gw.URL+chatPath, body) })
+	b.Run("gateway-by-ref", func(b *testing.B) { p50(b, gw.URL+chatPath, byRef) })
+	b.Run("gateway-pretty", func(b *testing.B) { p50(b, gw.URL+chatPath, pretty.Bytes()) })
 }
 
 // BenchmarkGatewayAnthropic5MB6Screenshots: the same six screenshots as

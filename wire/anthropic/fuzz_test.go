@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/wiretest"
 )
 
 // Fuzz targets for every decoder:
@@ -70,5 +71,25 @@ func FuzzDecodeError(f *testing.F) {
 		if e := DecodeError(400, http.Header{}, b); e.Kind == "" {
 			t.Fatal("unclassified")
 		}
+	})
+}
+
+// FuzzScan: any body either is refused or scans to spans that hold
+// together (wiretest.CheckSpliced); the scan never panics.
+//
+//	go test ./wire/anthropic -run XXX -fuzz FuzzScan -fuzztime 60s
+func FuzzScan(f *testing.F) {
+	seed(f, "request.json")
+	for _, name := range []string{"../../testdata/requests/anthropic-agent.json"} {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sp, err := Scan(b)
+		if err != nil {
+			return
+		}
+		wiretest.CheckSpliced(t, sp)
 	})
 }

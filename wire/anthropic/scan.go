@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 
@@ -19,17 +20,28 @@ const Wire = "anthropic"
 func Scan(body []byte) (*wire.Spliced, error) {
 	s := &wire.Spliced{Body: body, Top: map[string]wire.Span{}}
 	start := jsonspan.Skip(body, 0)
-	end, err := jsonspan.Object(body, start, func(key []byte, vs, ve int) error {
+	if start >= len(body) || body[start] != '{' {
+		return nil, fmt.Errorf("request body: not a JSON object")
+	}
+	end, err := jsonspan.Object(body, start, func(key []byte, vs int) (int, error) {
+		var ve int
+		var err error
+		if string(key) == "messages" {
+			ve, err = scanMessages(s, vs)
+		} else {
+			ve, err = jsonspan.End(body, vs)
+		}
+		if err != nil {
+			return ve, err
+		}
 		s.Top[string(key)] = wire.Span{Start: vs, End: ve}
 		switch string(key) {
 		case "model":
 			s.Model, _ = jsonspan.String(body, vs, ve)
 		case "stream":
 			s.Stream = string(body[vs:ve]) == "true"
-		case "messages":
-			return scanMessages(s, vs)
 		}
-		return nil
+		return ve, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("request body: %w", err)
@@ -44,184 +56,210 @@ func Scan(body []byte) (*wire.Spliced, error) {
 	return s, nil
 }
 
-func scanMessages(s *wire.Spliced, at int) error {
+func scanMessages(s *wire.Spliced, at int) (int, error) {
 	b := s.Body
-	if b[at] != '[' {
-		return fmt.Errorf("messages: not an array")
+	if at >= len(b) || b[at] != '[' {
+		return at, fmt.Errorf("messages: not an array")
 	}
-	_, err := jsonspan.Array(b, at, func(vs, ve int) error {
+	return jsonspan.Array(b, at, func(vs int) (int, error) {
 		i := len(s.Messages)
 		if b[vs] != '{' {
-			return fmt.Errorf("messages[%d]: not an object", i)
+			return vs, fmt.Errorf("messages[%d]: not an object", i)
 		}
-		m := chat.Message{Wire: Wire}
-		var content wire.Span
-		_, err := jsonspan.Object(b, vs, func(key []byte, ks, ke int) error {
+		s.Messages = append(s.Messages, chat.Message{Wire: Wire})
+		return jsonspan.Object(b, vs, func(key []byte, ks int) (int, error) {
 			switch string(key) {
 			case "role":
+				ke, err := jsonspan.End(b, ks)
 				r, _ := jsonspan.String(b, ks, ke)
-				m.Role = chat.Role(r) // user, assistant, system: as the wire says
+				s.Messages[i].Role = chat.Role(r) // user, assistant, system: as the wire says
+				return ke, err
 			case "content":
-				content = wire.Span{Start: ks, End: ke}
+				parts, ke, err := scanContent(s, ks, wire.Pos{Msg: i, Nested: -1})
+				if err != nil {
+					return ke, fmt.Errorf("messages[%d]: %w", i, err)
+				}
+				s.Messages[i].Parts = parts
+				return ke, nil
 			}
-			return nil
+			return jsonspan.End(b, ks)
 		})
-		if err != nil {
-			return err
-		}
-		s.Messages = append(s.Messages, m)
-		if content.End > 0 {
-			parts, err := scanContent(s, content, wire.Pos{Msg: i, Nested: -1})
-			if err != nil {
-				return fmt.Errorf("messages[%d]: %w", i, err)
-			}
-			s.Messages[i].Parts = parts
-		}
-		return nil
 	})
-	return err
 }
 
-// scanContent reads a content value: a string is one opaque part; an array
-// gives a part per block. pos is the position of the first part (its Part
-// or Nested index grows with each block).
-func scanContent(s *wire.Spliced, c wire.Span, pos wire.Pos) ([]chat.Part, error) {
+// scanContent reads the content value at b[at]: a string is one opaque
+// part; an array gives a part per block. pos is the position of the first
+// part (its Part or Nested index grows with each block).
+func scanContent(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error) {
 	b := s.Body
-	if b[c.Start] != '[' {
-		return []chat.Part{chat.Opaque{Wire: Wire, Raw: s.Text(c)}}, nil
+	if b[at] != '[' {
+		end, err := jsonspan.End(b, at)
+		return []chat.Part{chat.Opaque{Wire: Wire, Raw: s.Text(wire.Span{Start: at, End: end})}}, end, err
 	}
 	var parts []chat.Part
-	_, err := jsonspan.Array(b, c.Start, func(vs, ve int) error {
+	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
 		p := pos
 		if p.Nested >= 0 {
 			p.Nested = len(parts)
 		} else {
 			p.Part = len(parts)
 		}
-		part, err := scanBlock(s, wire.Span{Start: vs, End: ve}, p)
+		part, ve, err := scanBlock(s, vs, p)
 		if err != nil {
-			return fmt.Errorf("content[%d]: %w", len(parts), err)
+			return ve, fmt.Errorf("content[%d]: %w", len(parts), err)
 		}
 		parts = append(parts, part)
-		return nil
+		return ve, nil
 	})
-	return parts, err
+	return parts, end, err
 }
 
-// blockSpans are the members of a block imgctx looks at.
-type blockSpans struct {
-	typ, source, content, toolUseID, cache wire.Span
-}
-
-func scanBlock(s *wire.Spliced, blk wire.Span, pos wire.Pos) (chat.Part, error) {
+// scanBlock reads the block at b[at] in one pass: its source and content
+// are read where they stand (the type may come after them) and kept or
+// dropped once the type is known.
+func scanBlock(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	b := s.Body
-	opaque := chat.Opaque{Wire: Wire, Raw: s.Text(blk)}
-	if b[blk.Start] != '{' {
-		return opaque, nil
+	if b[at] != '{' {
+		end, err := jsonspan.End(b, at)
+		return chat.Opaque{Wire: Wire, Raw: s.Text(wire.Span{Start: at, End: end})}, end, err
 	}
-	var f blockSpans
-	if _, err := jsonspan.Object(b, blk.Start, func(key []byte, vs, ve int) error {
-		sp := wire.Span{Start: vs, End: ve}
+	var typ, toolUseID, cache wire.Span
+	var slot wire.Slot
+	var sourced bool
+	var nested []chat.Part
+	slots := len(s.Slots)
+	end, err := jsonspan.Object(b, at, func(key []byte, vs int) (int, error) {
 		switch string(key) {
-		case "type":
-			f.typ = sp
 		case "source":
-			f.source = sp
+			var ve int
+			var err error
+			slot, sourced, ve, err = scanSource(b, vs)
+			return ve, err
 		case "content":
-			f.content = sp
+			if pos.Nested >= 0 || b[vs] != '[' {
+				break // only a top-level tool_result's content is read
+			}
+			parts, ve, err := scanContent(s, vs, wire.Pos{Msg: pos.Msg, Part: pos.Part, Nested: 0})
+			nested = parts
+			return ve, err
+		}
+		ve, err := jsonspan.End(b, vs)
+		switch sp := (wire.Span{Start: vs, End: ve}); string(key) {
+		case "type":
+			typ = sp
 		case "tool_use_id":
-			f.toolUseID = sp
+			toolUseID = sp
 		case "cache_control":
-			f.cache = sp
+			cache = sp
 		}
-		return nil
-	}); err != nil {
-		return nil, err
+		return ve, err
+	})
+	if err != nil {
+		return nil, end, err
 	}
-	typ, _ := jsonspan.String(b, f.typ.Start, f.typ.End)
-	switch typ {
-	case "image", "document":
-		slot, ok := scanSource(b, f.source)
-		if !ok || typ == "document" && slot.Via == "url" {
-			return opaque, nil // a file id, a text or content source: the provider's, untouched
+	blk := wire.Span{Start: at, End: end}
+	opaque := chat.Opaque{Wire: Wire, Raw: s.Text(blk)}
+	t, _ := jsonspan.String(b, typ.Start, typ.End)
+	if t != "tool_result" {
+		s.Slots = s.Slots[:slots] // a content list of another block type is the provider's
+	}
+	if sourced && slot.Via == "base64" && t != "image" && t != "document" {
+		// Not a slot: its base64 gets the check decoding would have given.
+		if err := jsonspan.Check(b, slot.Source.Start, slot.Source.End); err != nil {
+			return nil, end, err
 		}
-		slot.Kind, slot.Pos, slot.Part = typ, pos, blk
-		if f.cache.End > 0 {
-			slot.Cache = b[f.cache.Start:f.cache.End]
+	}
+	switch t {
+	case "image", "document":
+		if !sourced || t == "document" && slot.Via == "url" {
+			return opaque, end, nil // a file id, a text or content source: the provider's, untouched
+		}
+		slot.Kind, slot.Pos, slot.Part = t, pos, blk
+		if cache.End > 0 {
+			slot.Cache = b[cache.Start:cache.End]
 		}
 		s.Slots = append(s.Slots, slot)
-		if typ == "document" {
-			return chat.Document{}, nil
+		if t == "document" {
+			return chat.Document{}, end, nil
 		}
-		return chat.Image{}, nil
+		return chat.Image{}, end, nil
 	case "tool_result":
-		if pos.Nested >= 0 || f.content.End == 0 {
-			return opaque, nil
+		if nested == nil {
+			return opaque, end, nil
 		}
-		id, _ := jsonspan.String(b, f.toolUseID.Start, f.toolUseID.End)
-		nested, err := scanContent(s, f.content, wire.Pos{Msg: pos.Msg, Part: pos.Part, Nested: 0})
-		if err != nil {
-			return nil, err
-		}
-		return chat.ToolResult{CallID: id, Parts: nested}, nil
+		id, _ := jsonspan.String(b, toolUseID.Start, toolUseID.End)
+		return chat.ToolResult{CallID: id, Parts: nested}, end, nil
 	}
-	return opaque, nil
+	return opaque, end, nil
 }
 
-// scanSource reads a source object: base64 data (or an imgctx: ref in its
-// place), or a url (http(s) or imgctx:).
-func scanSource(b []byte, src wire.Span) (wire.Slot, bool) {
-	if src.End == 0 || b[src.Start] != '{' {
-		return wire.Slot{}, false
+// scanSource reads the source object at b[at]: base64 data (or an imgctx:
+// ref in its place), or a url (http(s) or imgctx:). ok is false for any
+// other source (a file id, text, a content list).
+func scanSource(b []byte, at int) (slot wire.Slot, ok bool, end int, err error) {
+	if b[at] != '{' {
+		end, err = jsonspan.End(b, at)
+		return wire.Slot{}, false, end, err
 	}
 	var typ, mt, data, url wire.Span
-	if _, err := jsonspan.Object(b, src.Start, func(key []byte, vs, ve int) error {
+	end, err = jsonspan.Object(b, at, func(key []byte, vs int) (int, error) {
+		if string(key) == "data" {
+			ve, err := jsonspan.EndBase64(b, vs)
+			data = wire.Span{Start: vs, End: ve}
+			return ve, err
+		}
+		ve, err := jsonspan.End(b, vs)
 		sp := wire.Span{Start: vs, End: ve}
 		switch string(key) {
 		case "type":
 			typ = sp
 		case "media_type":
 			mt = sp
-		case "data":
-			data = sp
 		case "url":
 			url = sp
 		}
-		return nil
-	}); err != nil {
-		return wire.Slot{}, false
+		return ve, err
+	})
+	if err != nil {
+		return wire.Slot{}, false, end, err
 	}
-	slot := wire.Slot{Source: src}
-	slot.MediaType, _ = jsonspan.String(b, mt.Start, mt.End)
 	t, _ := jsonspan.String(b, typ.Start, typ.End)
+	if data.End > 0 && (t != "base64" || bytes.HasPrefix(b[data.Start:min(data.End, data.Start+8)], []byte(`"imgctx:`))) {
+		// Not base64 after all: its bytes get the check decoding would give.
+		if err := jsonspan.Check(b, data.Start, data.End); err != nil {
+			return wire.Slot{}, false, end, err
+		}
+	}
+	slot = wire.Slot{Source: wire.Span{Start: at, End: end}}
+	slot.MediaType, _ = jsonspan.String(b, mt.Start, mt.End)
 	switch t {
 	case "base64":
 		raw, plain := jsonspan.RawString(b, data.Start, data.End)
 		if !plain {
 			s, ok := jsonspan.String(b, data.Start, data.End)
 			if !ok {
-				return wire.Slot{}, false
+				return wire.Slot{}, false, end, fmt.Errorf("invalid JSON string at byte %d", data.Start)
 			}
 			raw = []byte(s)
 		}
 		if strings.HasPrefix(string(raw[:min(len(raw), 7)]), "imgctx:") {
 			slot.Via, slot.URL = "ref", string(raw)
-			return slot, true
+			return slot, true, end, nil
 		}
 		slot.Via, slot.B64 = "base64", raw
-		return slot, true
+		return slot, true, end, nil
 	case "url":
 		u, ok := jsonspan.String(b, url.Start, url.End)
 		if !ok {
-			return wire.Slot{}, false
+			return wire.Slot{}, false, end, fmt.Errorf("invalid JSON string at byte %d", url.Start)
 		}
 		slot.Via, slot.URL = "url", u
 		if strings.HasPrefix(u, "imgctx:") {
 			slot.Via = "ref"
 		}
-		return slot, true
+		return slot, true, end, nil
 	}
-	return wire.Slot{}, false
+	return wire.Slot{}, false, end, nil
 }
 
 // WriteSource writes a base64 source object for a stored image or

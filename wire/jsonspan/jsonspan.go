@@ -50,6 +50,11 @@ func Value(b []byte, i int) (start, end int, err error) {
 	return start, end, err
 }
 
+// End returns the offset just past the value that starts at b[vs],
+// validating it: what an Object or Array callback returns for a value it
+// does not read.
+func End(b []byte, vs int) (int, error) { return value(b, vs, 0) }
+
 // Valid reports whether b is exactly one JSON value, with optional
 // whitespace around it.
 func Valid(b []byte) bool {
@@ -68,12 +73,12 @@ func value(b []byte, i, depth int) (int, error) {
 		if depth >= maxDepth {
 			return i, bad(i, "nested too deeply")
 		}
-		return object(b, i, depth, func([]byte, int, int) error { return nil })
+		return object(b, i, depth, nil)
 	case c == '[':
 		if depth >= maxDepth {
 			return i, bad(i, "nested too deeply")
 		}
-		return array(b, i, depth, func(int, int) error { return nil })
+		return array(b, i, depth, nil)
 	case c == 't':
 		return literal(b, i, "true")
 	case c == 'f':
@@ -88,12 +93,17 @@ func value(b []byte, i, depth int) (int, error) {
 
 // Object walks the object at b[i] (b[i] must be '{'), calling fn with each
 // member's key (its raw bytes between the quotes, escapes decoded when it
-// has any) and the span of its value. It returns the offset after '}'.
-func Object(b []byte, i int, fn func(key []byte, vs, ve int) error) (int, error) {
+// has any) and the offset where its value starts. fn reads the value — or
+// skips it with End — and returns the offset just past it, so every byte
+// is scanned once however deep the caller descends. Object returns the
+// offset after '}'.
+// What fn does not read it must skip with End, so the walk validates every
+// byte exactly as Valid does, and only once.
+func Object(b []byte, i int, fn func(key []byte, vs int) (int, error)) (int, error) {
 	return object(b, i, 0, fn)
 }
 
-func object(b []byte, i, depth int, fn func(key []byte, vs, ve int) error) (int, error) {
+func object(b []byte, i, depth int, fn func(key []byte, vs int) (int, error)) (int, error) {
 	if i >= len(b) || b[i] != '{' {
 		return i, bad(i, "expected an object")
 	}
@@ -122,12 +132,17 @@ func object(b []byte, i, depth int, fn func(key []byte, vs, ve int) error) (int,
 			return i, bad(i, "expected ':' after a member name")
 		}
 		vs := Skip(b, i+1)
-		ve, err := value(b, vs, depth+1)
+		if vs >= len(b) {
+			return vs, bad(vs, "unexpected end of input")
+		}
+		var ve int
+		if fn != nil {
+			ve, err = fn(key, vs)
+		} else {
+			ve, err = value(b, vs, depth+1)
+		}
 		if err != nil {
 			return ve, err
-		}
-		if err := fn(key, vs, ve); err != nil {
-			return vs, err
 		}
 		i = Skip(b, ve)
 		if i >= len(b) {
@@ -145,12 +160,13 @@ func object(b []byte, i, depth int, fn func(key []byte, vs, ve int) error) (int,
 }
 
 // Array walks the array at b[i] (b[i] must be '['), calling fn with the
-// span of each element. It returns the offset after ']'.
-func Array(b []byte, i int, fn func(vs, ve int) error) (int, error) {
+// offset where each element starts; fn returns the offset just past it, as
+// with Object. Array returns the offset after ']'.
+func Array(b []byte, i int, fn func(vs int) (int, error)) (int, error) {
 	return array(b, i, 0, fn)
 }
 
-func array(b []byte, i, depth int, fn func(vs, ve int) error) (int, error) {
+func array(b []byte, i, depth int, fn func(vs int) (int, error)) (int, error) {
 	if i >= len(b) || b[i] != '[' {
 		return i, bad(i, "expected an array")
 	}
@@ -159,12 +175,18 @@ func array(b []byte, i, depth int, fn func(vs, ve int) error) (int, error) {
 		return i + 1, nil
 	}
 	for {
-		ve, err := value(b, i, depth+1)
+		if i >= len(b) {
+			return i, bad(i, "unexpected end of input in an array")
+		}
+		var ve int
+		var err error
+		if fn != nil {
+			ve, err = fn(i)
+		} else {
+			ve, err = value(b, i, depth+1)
+		}
 		if err != nil {
 			return ve, err
-		}
-		if err := fn(i, ve); err != nil {
-			return i, err
 		}
 		i = Skip(b, ve)
 		if i >= len(b) {
@@ -229,41 +251,103 @@ func number(b []byte, i int) (int, error) {
 	return i, nil
 }
 
-// str returns the offset after the string at b[i] (b[i] is '"'). Long runs
-// of plain bytes — megabytes of base64 — are checked eight at a time.
-func str(b []byte, i int) (int, error) {
-	start := i
-	i++
-	for {
-		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
+// str returns the offset after the string at b[i] (b[i] is '"'). The next
+// quote and backslash are found with bytes.IndexByte (vector code, memory
+// speed over megabytes of base64); the run before them is checked for
+// control characters sixteen bytes at a time.
+func str(b []byte, i int) (int, error) { return strCheck(b, i, true) }
+
+// EndBase64 is End for a value that should be a string of base64 (or a
+// data URL): megabytes the caller decodes and so checks itself. Its end is
+// found and its escapes checked, but its run of plain bytes is not scanned
+// for control characters; Controls does that when the caller does not
+// decode it after all.
+//
+// Escapes are not checked either, only skipped right: a string that has
+// any is decoded by String, which checks them.
+func EndBase64(b []byte, vs int) (int, error) {
+	if vs >= len(b) || b[vs] != '"' {
+		return End(b, vs)
+	}
+	for i := vs + 1; ; {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
+			return len(b), bad(vs, "unterminated string")
 		}
-		if i >= len(b) {
-			return i, bad(start, "unterminated string")
+		q := i + k
+		n := 0 // backslashes right before the quote: an odd run escapes it
+		for q-1-n > vs && b[q-1-n] == '\\' {
+			n++
 		}
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1, nil
-		case c == '\\':
-			n, err := escape(b, i)
-			if err != nil {
-				return i, err
-			}
-			i += n
-		case c < 0x20:
-			return i, bad(i, "control character in a string")
-		default:
-			i++
+		if n%2 == 0 {
+			return q + 1, nil
 		}
+		i = q + 1
 	}
 }
 
-// special reports whether any of the eight bytes in x is '"', '\\' or a
-// control character.
-func special(x uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	hasZero := func(x uint64) bool { return (x-ones)&^x&highs != 0 }
-	return hasZero(x&0xE0E0E0E0E0E0E0E0) || hasZero(x^0x2222222222222222) || hasZero(x^0x5C5C5C5C5C5C5C5C)
+// Check validates the value at b[vs:ve] in full: what a value found with
+// EndBase64 needs when the caller does not decode it after all.
+func Check(b []byte, vs, ve int) error {
+	end, err := value(b, vs, 0)
+	if err == nil && end != ve {
+		err = bad(end, "value ends early")
+	}
+	return err
+}
+
+func strCheck(b []byte, i int, controls bool) (int, error) {
+	start := i
+	i++
+	q := -1 // the next quote at or after i: found once, not again per escape
+	for {
+		if q < i {
+			k := bytes.IndexByte(b[i:], '"')
+			if k < 0 {
+				return len(b), bad(start, "unterminated string")
+			}
+			q = i + k
+		}
+		e := bytes.IndexByte(b[i:q], '\\')
+		if e < 0 {
+			if controls {
+				if c := control(b[i:q]); c >= 0 {
+					return i + c, bad(i+c, "control character in a string")
+				}
+			}
+			return q + 1, nil
+		}
+		e += i
+		if controls {
+			if c := control(b[i:e]); c >= 0 {
+				return i + c, bad(i+c, "control character in a string")
+			}
+		}
+		n, err := escape(b, e)
+		if err != nil {
+			return e, err
+		}
+		i = e + n
+	}
+}
+
+// control returns the index of the first control character in s, or -1.
+func control(s []byte) int {
+	const ones, highs, ctl = 0x0101010101010101, 0x8080808080808080, 0xE0E0E0E0E0E0E0E0
+	i := 0
+	for ; i+16 <= len(s); i += 16 {
+		x := binary.LittleEndian.Uint64(s[i:]) & ctl
+		y := binary.LittleEndian.Uint64(s[i+8:]) & ctl
+		if ((x-ones)&^x|(y-ones)&^y)&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] < 0x20 {
+			return i
+		}
+	}
+	return -1
 }
 
 // escape checks the escape sequence at b[i] ('\\') and returns its length.

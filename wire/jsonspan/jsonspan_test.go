@@ -29,10 +29,11 @@ func TestValidAgreesWithEncodingJSON(t *testing.T) {
 func TestObjectGivesMembersAsSpans(t *testing.T) {
 	b := []byte("{ \"model\" : \"m\" ,\n \"n\":[1, 2] , \"\\u0074ype\":{\"x\":true} }")
 	var keys, vals []string
-	end, err := Object(b, 0, func(key []byte, vs, ve int) error {
+	end, err := Object(b, 0, func(key []byte, vs int) (int, error) {
+		ve, err := End(b, vs)
 		keys = append(keys, string(key))
 		vals = append(vals, string(b[vs:ve]))
-		return nil
+		return ve, err
 	})
 	if err != nil || end != len(b) {
 		t.Fatalf("end %d err %v; want %d, nil", end, err, len(b))
@@ -45,7 +46,11 @@ func TestObjectGivesMembersAsSpans(t *testing.T) {
 func TestArrayGivesElementsAsSpans(t *testing.T) {
 	b := []byte(`[ {"a":1} , "s" ,3 ]`)
 	var els []string
-	if _, err := Array(b, 0, func(vs, ve int) error { els = append(els, string(b[vs:ve])); return nil }); err != nil {
+	if _, err := Array(b, 0, func(vs int) (int, error) {
+		ve, err := End(b, vs)
+		els = append(els, string(b[vs:ve]))
+		return ve, err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(els, "|") != `{"a":1}|"s"|3` {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/wiretest"
 )
 
 // Fuzz targets for every decoder of upstream and client bytes:
@@ -78,5 +79,25 @@ func FuzzDecodeError(f *testing.F) {
 		if e.Kind == "" || e.Status != 400 {
 			t.Fatalf("unclassified: %+v", e)
 		}
+	})
+}
+
+// FuzzScan: any body either is refused or scans to spans that hold
+// together (wiretest.CheckSpliced); the scan never panics.
+//
+//	go test ./wire/openai -run XXX -fuzz FuzzScan -fuzztime 60s
+func FuzzScan(f *testing.F) {
+	seed(f, "request.json")
+	for _, name := range []string{"../../testdata/requests/openai-agent.json"} {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sp, err := Scan(b)
+		if err != nil {
+			return
+		}
+		wiretest.CheckSpliced(t, sp)
 	})
 }

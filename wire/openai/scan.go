@@ -20,17 +20,28 @@ const Wire = "openai"
 func Scan(body []byte) (*wire.Spliced, error) {
 	s := &wire.Spliced{Body: body, Top: map[string]wire.Span{}}
 	start := jsonspan.Skip(body, 0)
-	end, err := jsonspan.Object(body, start, func(key []byte, vs, ve int) error {
+	if start >= len(body) || body[start] != '{' {
+		return nil, fmt.Errorf("request body: not a JSON object")
+	}
+	end, err := jsonspan.Object(body, start, func(key []byte, vs int) (int, error) {
+		var ve int
+		var err error
+		if string(key) == "messages" {
+			ve, err = scanMessages(s, vs)
+		} else {
+			ve, err = jsonspan.End(body, vs)
+		}
+		if err != nil {
+			return ve, err
+		}
 		s.Top[string(key)] = wire.Span{Start: vs, End: ve}
 		switch string(key) {
 		case "model":
 			s.Model, _ = jsonspan.String(body, vs, ve)
 		case "stream":
 			s.Stream = string(body[vs:ve]) == "true"
-		case "messages":
-			return scanMessages(s, vs)
 		}
-		return nil
+		return ve, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("request body: %w", err)
@@ -45,145 +56,159 @@ func Scan(body []byte) (*wire.Spliced, error) {
 	return s, nil
 }
 
-func scanMessages(s *wire.Spliced, at int) error {
+func scanMessages(s *wire.Spliced, at int) (int, error) {
 	b := s.Body
-	if b[at] != '[' {
-		return fmt.Errorf("messages: not an array")
+	if at >= len(b) || b[at] != '[' {
+		return at, fmt.Errorf("messages: not an array")
 	}
-	_, err := jsonspan.Array(b, at, func(vs, ve int) error {
+	return jsonspan.Array(b, at, func(vs int) (int, error) {
 		i := len(s.Messages)
 		if b[vs] != '{' {
-			return fmt.Errorf("messages[%d]: not an object", i)
+			return vs, fmt.Errorf("messages[%d]: not an object", i)
 		}
 		m := chat.Message{Wire: Wire}
-		var content, callID wire.Span
-		_, err := jsonspan.Object(b, vs, func(key []byte, ks, ke int) error {
+		firstSlot := len(s.Slots)
+		var callID string
+		end, err := jsonspan.Object(b, vs, func(key []byte, ks int) (int, error) {
 			switch string(key) {
-			case "role":
-				r, _ := jsonspan.String(b, ks, ke)
-				m.Role = chat.Role(r)
-				if r == "developer" {
+			case "content":
+				parts, ke, err := scanContent(s, ks, wire.Pos{Msg: i, Nested: -1})
+				m.Parts = parts
+				return ke, err
+			case "role", "tool_call_id":
+				ke, err := jsonspan.End(b, ks)
+				v, _ := jsonspan.String(b, ks, ke)
+				if string(key) == "tool_call_id" {
+					callID = v
+				} else if m.Role = chat.Role(v); v == "developer" {
 					m.Role = chat.System
 				}
-			case "content":
-				content = wire.Span{Start: ks, End: ke}
-			case "tool_call_id":
-				callID = wire.Span{Start: ks, End: ke}
+				return ke, err
 			}
-			return nil
+			return jsonspan.End(b, ks)
 		})
 		if err != nil {
-			return err
+			return end, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		if m.Role == chat.Tool && m.Parts != nil {
+			// A tool message's content is its result: the slots move inside.
+			m.Parts = []chat.Part{chat.ToolResult{CallID: callID, Parts: m.Parts}}
+			for k := firstSlot; k < len(s.Slots); k++ {
+				s.Slots[k].Pos = wire.Pos{Msg: i, Part: 0, Nested: s.Slots[k].Pos.Part}
+			}
 		}
 		s.Messages = append(s.Messages, m)
-		if content.End == 0 {
-			return nil
-		}
-		pos := wire.Pos{Msg: i, Nested: -1}
-		if m.Role == chat.Tool {
-			pos.Nested = 0
-		}
-		parts, err := scanContent(s, content, pos)
-		if err != nil {
-			return fmt.Errorf("messages[%d]: %w", i, err)
-		}
-		if m.Role == chat.Tool {
-			id, _ := jsonspan.String(b, callID.Start, callID.End)
-			parts = []chat.Part{chat.ToolResult{CallID: id, Parts: parts}}
-		}
-		s.Messages[i].Parts = parts
-		return nil
+		return end, nil
 	})
-	return err
 }
 
-func scanContent(s *wire.Spliced, c wire.Span, pos wire.Pos) ([]chat.Part, error) {
+func scanContent(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error) {
 	b := s.Body
-	if b[c.Start] != '[' {
-		return []chat.Part{chat.Opaque{Wire: Wire, Raw: s.Text(c)}}, nil
+	if b[at] != '[' {
+		end, err := jsonspan.End(b, at)
+		return []chat.Part{chat.Opaque{Wire: Wire, Raw: s.Text(wire.Span{Start: at, End: end})}}, end, err
 	}
 	var parts []chat.Part
-	_, err := jsonspan.Array(b, c.Start, func(vs, ve int) error {
+	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
 		p := pos
-		if p.Nested >= 0 {
-			p.Nested = len(parts)
-		} else {
-			p.Part = len(parts)
-		}
-		parts = append(parts, scanPart(s, wire.Span{Start: vs, End: ve}, p))
-		return nil
+		p.Part = len(parts)
+		part, ve, err := scanPart(s, vs, p)
+		parts = append(parts, part)
+		return ve, err
 	})
-	return parts, err
+	return parts, end, err
 }
 
-func scanPart(s *wire.Spliced, sp wire.Span, pos wire.Pos) chat.Part {
+// scanPart reads the part at b[at] in one pass: an image_url or file
+// member is read where it stands and kept once the type says so.
+func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	b := s.Body
-	opaque := chat.Opaque{Wire: Wire, Raw: s.Text(sp)}
-	if b[sp.Start] != '{' {
-		return opaque
+	if b[at] != '{' {
+		end, err := jsonspan.End(b, at)
+		return chat.Opaque{Wire: Wire, Raw: s.Text(wire.Span{Start: at, End: end})}, end, err
 	}
-	var typ, img, file wire.Span
-	if _, err := jsonspan.Object(b, sp.Start, func(key []byte, vs, ve int) error {
+	var typ wire.Span
+	var img, file wire.Slot
+	var isImg, isFile bool
+	end, err := jsonspan.Object(b, at, func(key []byte, vs int) (int, error) {
+		var ve int
+		var err error
 		switch string(key) {
-		case "type":
-			typ = wire.Span{Start: vs, End: ve}
 		case "image_url":
-			img = wire.Span{Start: vs, End: ve}
+			img, isImg, ve, err = urlSlot(b, vs, "url")
 		case "file":
-			file = wire.Span{Start: vs, End: ve}
+			file, isFile, ve, err = urlSlot(b, vs, "file_data")
+		default:
+			ve, err = jsonspan.End(b, vs)
+			if string(key) == "type" {
+				typ = wire.Span{Start: vs, End: ve}
+			}
 		}
-		return nil
-	}); err != nil {
-		return opaque
+		return ve, err
+	})
+	if err != nil {
+		return nil, end, err
 	}
-	t, _ := jsonspan.String(b, typ.Start, typ.End)
-	var slot wire.Slot
-	var ok bool
-	switch t {
+	sp := wire.Span{Start: at, End: end}
+	slot, ok := wire.Slot{}, false
+	switch t, _ := jsonspan.String(b, typ.Start, typ.End); t {
 	case "image_url":
-		slot, ok = urlSlot(b, img, "url")
+		slot, ok = img, isImg
 		slot.Kind = "image"
 	case "file":
-		slot, ok = urlSlot(b, file, "file_data")
-		ok = ok && slot.Via != "url" // file data inline or by ref; a file_id is the provider's own
+		slot, ok = file, isFile && file.Via != "url" // file data inline or by ref; a file_id is the provider's own
 		slot.Kind = "document"
 	}
 	if !ok {
-		return opaque
+		// Not a slot: any base64 read in passing gets the check decoding
+		// would have given it.
+		for _, u := range []wire.Slot{img, file} {
+			if u.Via == "base64" {
+				if err := jsonspan.Check(b, u.Source.Start, u.Source.End); err != nil {
+					return nil, end, err
+				}
+			}
+		}
+		return chat.Opaque{Wire: Wire, Raw: s.Text(sp)}, end, nil
 	}
 	slot.Pos, slot.Part = pos, sp
 	s.Slots = append(s.Slots, slot)
 	if slot.Kind == "document" {
-		return chat.Document{}
+		return chat.Document{}, end, nil
 	}
-	return chat.Image{}
+	return chat.Image{}, end, nil
 }
 
-// urlSlot reads the object at obj for its URL-valued member key (image_url's
-// url, file's file_data) and detail.
-func urlSlot(b []byte, obj wire.Span, key string) (wire.Slot, bool) {
-	if obj.End == 0 || b[obj.Start] != '{' {
-		return wire.Slot{}, false
+// urlSlot reads the object at b[at] for its URL-valued member key
+// (image_url's url, file's file_data) and detail.
+func urlSlot(b []byte, at int, key string) (slot wire.Slot, ok bool, end int, err error) {
+	if b[at] != '{' {
+		end, err = jsonspan.End(b, at)
+		return wire.Slot{}, false, end, err
 	}
 	var u, detail wire.Span
-	if _, err := jsonspan.Object(b, obj.Start, func(k []byte, vs, ve int) error {
-		switch string(k) {
-		case key:
+	end, err = jsonspan.Object(b, at, func(k []byte, vs int) (int, error) {
+		if string(k) == key {
+			ve, err := jsonspan.EndBase64(b, vs)
 			u = wire.Span{Start: vs, End: ve}
-		case "detail":
+			return ve, err
+		}
+		ve, err := jsonspan.End(b, vs)
+		if string(k) == "detail" {
 			detail = wire.Span{Start: vs, End: ve}
 		}
-		return nil
-	}); err != nil || u.End == 0 {
-		return wire.Slot{}, false
+		return ve, err
+	})
+	if err != nil || u.End == 0 {
+		return wire.Slot{}, false, end, err
 	}
-	slot := wire.Slot{Source: u}
+	slot = wire.Slot{Source: u}
 	slot.Detail, _ = jsonspan.String(b, detail.Start, detail.End)
 	raw, plain := jsonspan.RawString(b, u.Start, u.End)
 	if !plain {
 		s, ok := jsonspan.String(b, u.Start, u.End)
 		if !ok {
-			return wire.Slot{}, false
+			return wire.Slot{}, false, end, fmt.Errorf("invalid JSON string at byte %d", u.Start)
 		}
 		raw = []byte(s)
 	}
@@ -194,14 +219,17 @@ func urlSlot(b []byte, obj wire.Span, key string) (wire.Slot, bool) {
 			mt = mt[:semi]
 		}
 		slot.Via, slot.MediaType, slot.B64 = "base64", mt, raw[k+len(";base64,"):]
-		return slot, true
+		return slot, true, end, nil // base64 decoding checks the rest
+	}
+	if err := jsonspan.Check(b, u.Start, u.End); err != nil {
+		return wire.Slot{}, false, end, err
 	}
 	slot.URL = string(raw)
 	slot.Via = "url"
 	if strings.HasPrefix(slot.URL, "imgctx:") {
 		slot.Via = "ref"
 	}
-	return slot, true
+	return slot, true, end, nil
 }
 
 // WriteText writes a text part.

@@ -1,0 +1,285 @@
+// Command abmeter measures what imgctx serve adds to a request, through
+// real processes on loopback, side by side with httputil.ReverseProxy in
+// the same run. It starts three processes — a scripted upstream, a plain
+// ReverseProxy in front of it, and imgctx serve in front of it — and sends
+// the same agent-shaped requests to each in turn (direct, via the
+// ReverseProxy, via imgctx; the order rotates every request), then reports
+// the p50/p99 each adds over direct, the CPU each proxy process spends per
+// request (from /proc), and requests/s under concurrent load.
+//
+//	go run ./scripts/abmeter              # the full run, about two minutes
+//	go run ./scripts/abmeter -n 100 -load 3s
+//
+// Bodies: "agent" is an OpenAI-format history of 200 text messages with
+// tool calls and 6 inline 1280×800 screenshots (≈2.2 MB), re-sent as agents
+// do; "agent-ref" is the same history naming the screenshots by imgctx: ref
+// (direct and ReverseProxy get the inline body, which is what the upstream
+// receives either way); "agent-pretty" is the agent body pretty-printed;
+// "small" is a 1 KB text request. Every request and run is bounded.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/imgctx/imgctx/internal/bodies"
+)
+
+func main() {
+	role := flag.String("role", "", "internal: upstream or rproxy")
+	target := flag.String("target", "", "internal: the ReverseProxy's upstream")
+	n := flag.Int("n", 200, "requests per body shape and target")
+	load := flag.Duration("load", 5*time.Second, "duration of each throughput run")
+	flag.Parse()
+	switch *role {
+	case "upstream":
+		serve(http.HandlerFunc(upstream))
+	case "rproxy":
+		u, err := url.Parse(*target)
+		if err != nil {
+			log.Fatal(err)
+		}
+		serve(httputil.NewSingleHostReverseProxy(u))
+	default:
+		run(*n, *load)
+	}
+}
+
+// serve listens on a loopback port and tells the parent which.
+func serve(h http.Handler) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("listening on http://%s\n", ln.Addr())
+	log.Fatal(http.Serve(ln, h))
+}
+
+const completion = `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9000,"completion_tokens":2,"total_tokens":9002}}`
+
+func upstream(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, completion)
+}
+
+// proc is a child process and its address.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	url  string
+}
+
+func start(name string, cmd *exec.Cmd, re *regexp.Regexp) *proc {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		log.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		log.Fatalf("%s: %v", name, err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+	}()
+	select {
+	case u := <-found:
+		return &proc{name: name, cmd: cmd, url: u}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		log.Fatalf("%s did not start", name)
+	}
+	return nil
+}
+
+// cpu is the process's user+system CPU time so far.
+func (p *proc) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * (time.Second / 100) // USER_HZ
+}
+
+var client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
+
+func post(base, path string, body []byte) (time.Duration, error) {
+	start := time.Now()
+	resp, err := client.Post(base+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("%s: status %d", base, resp.StatusCode)
+	}
+	return time.Since(start), nil
+}
+
+func run(n int, load time.Duration) {
+	dir, err := os.MkdirTemp("", "abmeter")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	self, _ := os.Executable()
+	listening := regexp.MustCompile(`listening on (http://\S+)`)
+	fmt.Fprintln(os.Stderr, "building imgctx…")
+	bin := filepath.Join(dir, "imgctx")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imgctx").CombinedOutput(); err != nil {
+		log.Fatalf("build: %v\n%s", err, out)
+	}
+	up := start("upstream", exec.Command(self, "-role", "upstream"), listening)
+	rp := start("ReverseProxy", exec.Command(self, "-role", "rproxy", "-target", up.url), listening)
+	gw := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--upstream", up.url)
+	gw.Env = append(os.Environ(), "IMGCTX_DATA_DIR="+filepath.Join(dir, "data"), "IMGCTX_LOG_LEVEL=warn", "IMGCTX_SERVER_MAX_CONCURRENT=1024")
+	ic := start("imgctx", gw, listening)
+	defer func() {
+		for _, p := range []*proc{ic, rp, up} {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	}()
+
+	agent, refs := agentBody(ic.url)
+	var pretty bytes.Buffer
+	json.Indent(&pretty, agent, "", "  ")
+	shapes := []struct {
+		name       string
+		direct, gw []byte
+	}{
+		{"agent (200 messages + 6 screenshots, re-sent)", agent, agent},
+		{"agent, screenshots by imgctx: ref", agent, refs},
+		{"agent, pretty-printed", pretty.Bytes(), pretty.Bytes()},
+		{"small (1 KB text)", bodies.Small(), bodies.Small()},
+	}
+	fmt.Printf("## A/B through real processes (%d requests per row and target, loopback)\n\n", n)
+	fmt.Println("| body | bytes | direct p50 | ReverseProxy adds p50 / p99 | imgctx adds p50 / p99 | ReverseProxy CPU/req | imgctx CPU/req |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, sh := range shapes {
+		targets := []struct {
+			base string
+			body []byte
+			p    *proc
+		}{{up.url, sh.direct, nil}, {rp.url, sh.direct, rp}, {ic.url, sh.gw, ic}}
+		for range 20 { // warm up: connections, the store, the encoding cache
+			for _, t := range targets {
+				if _, err := post(t.base, "/v1/chat/completions", t.body); err != nil {
+					log.Fatal(err)
+				}
+			}
+		}
+		lat := make([][]time.Duration, 3)
+		cpu0 := []time.Duration{0, rp.cpu(), ic.cpu()}
+		for i := range n {
+			for k := range 3 {
+				j := (i + k) % 3
+				d, err := post(targets[j].base, "/v1/chat/completions", targets[j].body)
+				if err != nil {
+					log.Fatal(err)
+				}
+				lat[j] = append(lat[j], d)
+			}
+		}
+		cpu1 := []time.Duration{0, rp.cpu(), ic.cpu()}
+		for _, l := range lat {
+			slices.Sort(l)
+		}
+		q := func(l []time.Duration, f float64) time.Duration { return l[int(f*float64(len(l)-1))] }
+		added := func(j int) string {
+			return fmt.Sprintf("%s / %s", ms(q(lat[j], 0.5)-q(lat[0], 0.5)), ms(q(lat[j], 0.99)-q(lat[0], 0.99)))
+		}
+		perReq := func(j int) string { return ms((cpu1[j] - cpu0[j]) / time.Duration(n)) }
+		fmt.Printf("| %s | %d | %s | %s | %s | %s | %s |\n", sh.name, len(sh.gw), ms(q(lat[0], 0.5)), added(1), added(2), perReq(1), perReq(2))
+	}
+	fmt.Printf("\n## Requests/s, 1 KB text requests, %s per run\n\n", load)
+	fmt.Println("| clients | direct | ReverseProxy | imgctx | imgctx / ReverseProxy |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, c := range []int{16, 64} {
+		var rates [3]float64
+		for round := range 2 { // two rounds, order reversed, to even out drift
+			order := []int{0, 1, 2}
+			if round == 1 {
+				slices.Reverse(order)
+			}
+			for _, j := range order {
+				base := []string{up.url, rp.url, ic.url}[j]
+				rates[j] += throughput(base, bodies.Small(), c, load/2)
+			}
+		}
+		fmt.Printf("| %d | %.0f | %.0f | %.0f | %.2f |\n", c, rates[0]/2, rates[1]/2, rates[2]/2, rates[2]/rates[1])
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// throughput runs c clients for d and returns completed requests per second.
+func throughput(base string, body []byte, c int, d time.Duration) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := post(base, "/v1/chat/completions", body); err == nil && ctx.Err() == nil {
+					done.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(done.Load()) / d.Seconds()
+}
+
+// agentBody returns the agent body with its six screenshots inline, and
+// with them by ref (stored in imgctx first, as a client using refs would).
+func agentBody(imgctx string) (inline, byRef []byte) {
+	var shots, refs []string
+	for i := range 6 {
+		png := bodies.Screenshot(uint64(i))
+		resp, err := client.Post(imgctx+"/v1/images", "image/png", bytes.NewReader(png))
+		if err != nil {
+			log.Fatal(err)
+		}
+		var out struct {
+			Ref string `json:"ref"`
+		}
+		json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		shots = append(shots, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(png))
+		refs = append(refs, "imgctx:"+out.Ref)
+	}
+	return bodies.Agent(shots), bodies.Agent(refs)
+}

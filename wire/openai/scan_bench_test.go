@@ -1,0 +1,35 @@
+package openai
+
+import (
+	"encoding/base64"
+	"testing"
+
+	"github.com/imgctx/imgctx/internal/bodies"
+	"github.com/imgctx/imgctx/wire/jsonspan"
+)
+
+// BenchmarkScanAgent: reading an agent body in place (200 messages, 6
+// screenshots, ≈2.2 MB): validation and the scan for slots.
+//
+//	go test ./wire/openai -run XXX -bench ScanAgent
+func BenchmarkScanAgent(b *testing.B) {
+	var shots []string
+	for i := range 6 {
+		shots = append(shots, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(bodies.Screenshot(uint64(i))))
+	}
+	body := bodies.Agent(shots)
+	b.Run("valid", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			jsonspan.Valid(body)
+		}
+	})
+	b.Run("scan", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, err := Scan(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
