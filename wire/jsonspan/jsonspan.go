@@ -251,17 +251,70 @@ func number(b []byte, i int) (int, error) {
 	return i, nil
 }
 
-// str returns the offset after the string at b[i] (b[i] is '"'). The next
-// quote and backslash are found with bytes.IndexByte (vector code, memory
-// speed over megabytes of base64); the run before them is checked for
-// control characters sixteen bytes at a time.
-func str(b []byte, i int) (int, error) { return strCheck(b, i, true) }
+// str returns the offset after the string at b[i] (b[i] is '"'), checking
+// it as encoding/json does. Runs of plain bytes go eight at a time (a
+// word-at-a-time test for '"', '\\' and control characters); text dense
+// with escapes goes byte by byte through a table.
+func str(b []byte, i int) (int, error) {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	const quotes, slashes, ctl = 0x2222222222222222, 0x5C5C5C5C5C5C5C5C, 0xE0E0E0E0E0E0E0E0
+	start := i
+	i++
+	for {
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			q, s, c := x^quotes, x^slashes, x&ctl
+			if ((q-ones)&^q|(s-ones)&^s|(c-ones)&^c)&highs != 0 {
+				break
+			}
+			i += 8
+		}
+		for i < len(b) && !special[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return len(b), bad(start, "unterminated string")
+		}
+		switch b[i] {
+		case '"':
+			return i + 1, nil
+		case '\\':
+			if i+1 < len(b) && short[b[i+1]] { // \n, \", … : the common case, inline
+				i += 2
+				continue
+			}
+			n, err := escape(b, i)
+			if err != nil {
+				return i, err
+			}
+			i += n
+		default:
+			return i, bad(i, "control character in a string")
+		}
+	}
+}
+
+// short marks the letters of two-byte escapes.
+var short = func() (t [256]bool) {
+	for _, c := range `"\\/bfnrt` {
+		t[c] = true
+	}
+	return t
+}()
+
+// special marks the bytes that end a plain run inside a string.
+var special = func() (t [256]bool) {
+	for c := range 0x20 {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
 
 // EndBase64 is End for a value that should be a string of base64 (or a
 // data URL): megabytes the caller decodes and so checks itself. Its end is
-// found and its escapes checked, but its run of plain bytes is not scanned
-// for control characters; Controls does that when the caller does not
-// decode it after all.
+// found, but its bytes are not checked; Check does that when the caller
+// does not decode it after all.
 //
 // Escapes are not checked either, only skipped right: a string that has
 // any is decoded by String, which checks them.
@@ -294,60 +347,6 @@ func Check(b []byte, vs, ve int) error {
 		err = bad(end, "value ends early")
 	}
 	return err
-}
-
-func strCheck(b []byte, i int, controls bool) (int, error) {
-	start := i
-	i++
-	q := -1 // the next quote at or after i: found once, not again per escape
-	for {
-		if q < i {
-			k := bytes.IndexByte(b[i:], '"')
-			if k < 0 {
-				return len(b), bad(start, "unterminated string")
-			}
-			q = i + k
-		}
-		e := bytes.IndexByte(b[i:q], '\\')
-		if e < 0 {
-			if controls {
-				if c := control(b[i:q]); c >= 0 {
-					return i + c, bad(i+c, "control character in a string")
-				}
-			}
-			return q + 1, nil
-		}
-		e += i
-		if controls {
-			if c := control(b[i:e]); c >= 0 {
-				return i + c, bad(i+c, "control character in a string")
-			}
-		}
-		n, err := escape(b, e)
-		if err != nil {
-			return e, err
-		}
-		i = e + n
-	}
-}
-
-// control returns the index of the first control character in s, or -1.
-func control(s []byte) int {
-	const ones, highs, ctl = 0x0101010101010101, 0x8080808080808080, 0xE0E0E0E0E0E0E0E0
-	i := 0
-	for ; i+16 <= len(s); i += 16 {
-		x := binary.LittleEndian.Uint64(s[i:]) & ctl
-		y := binary.LittleEndian.Uint64(s[i+8:]) & ctl
-		if ((x-ones)&^x|(y-ones)&^y)&highs != 0 {
-			break
-		}
-	}
-	for ; i < len(s); i++ {
-		if s[i] < 0x20 {
-			return i
-		}
-	}
-	return -1
 }
 
 // escape checks the escape sequence at b[i] ('\\') and returns its length.
