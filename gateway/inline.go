@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"hash/maphash"
+	"time"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/media"
@@ -19,8 +20,7 @@ import (
 // are sent in the standard encoding.
 func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, declared string) (in media.Info, canonical bool, err error) {
 	if seen, ok := s.seenSpan(ctx, tenant, b64); ok {
-		in, err := s.engine.Lookup(ctx, tenant, seen.ref)
-		return in, seen.canonical, err
+		return seen.info, seen.canonical, nil
 	}
 	data, canonical, err := media.DecodeBase64Bytes(b64)
 	if err != nil {
@@ -33,17 +33,25 @@ func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, decl
 	if canonical {
 		s.engine.PrimeBase64(in.Ref, string(b64))
 	}
-	s.rememberSpan(tenant, b64, seenSpan{in.Ref, canonical})
+	s.rememberSpan(tenant, b64, seenSpan{ref: in.Ref, canonical: canonical, info: in, touched: time.Now()})
 	s.metrics.images.WithLabelValues("stored", "").Inc()
 	s.metrics.imageBytes.WithLabelValues("stored").Add(float64(in.Bytes))
 	return in, canonical, nil
 }
 
-// seenSpan is what a base64 text seen before turned out to be.
+// seenSpan is what a base64 text seen before turned out to be, and when
+// its blob was last touched in the store.
 type seenSpan struct {
 	ref       blob.Ref
 	canonical bool
+	info      media.Info
+	touched   time.Time
 }
+
+// touchEvery is how often a re-sent image refreshes its blob's date (and
+// so checks the blob is still there): an agent re-sends each screenshot on
+// every request, and the store's GC counts in days.
+const touchEvery = time.Minute
 
 // spanKey names a base64 span cheaply: agents re-send the same image on
 // every request, and hashing its text once is cheaper than decoding,
@@ -61,12 +69,23 @@ func (s *Server) spanKeyOf(tenant string, b64 []byte) spanKey {
 }
 
 func (s *Server) seenSpan(ctx context.Context, tenant string, url []byte) (seenSpan, bool) {
+	key := s.spanKeyOf(tenant, url)
 	s.mu.Lock()
-	seen, ok := s.spans[s.spanKeyOf(tenant, url)]
+	seen, ok := s.spans[key]
 	s.mu.Unlock()
-	if !ok || s.engine.Images.Touch(ctx, tenant, seen.ref) != nil {
+	if !ok {
 		return seenSpan{}, false
 	}
+	if time.Since(seen.touched) < touchEvery {
+		return seen, true
+	}
+	if s.engine.Images.Touch(ctx, tenant, seen.ref) != nil {
+		return seenSpan{}, false // gone from the store: store it anew
+	}
+	seen.touched = time.Now()
+	s.mu.Lock()
+	s.spans[key] = seen
+	s.mu.Unlock()
 	return seen, true
 }
 

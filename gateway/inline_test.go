@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/upstream"
@@ -73,8 +74,15 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	if lift("default") != first {
 		t.Fatal("a repeat gave another ref")
 	}
-	// Deleted behind its back: the next request stores it again.
+	// Deleted behind its back: once the span is due for its touch (every
+	// minute), the next request finds the blob gone and stores it again.
 	g.images.Delete(t.Context(), "default", first)
+	g.server.mu.Lock()
+	for k, v := range g.server.spans {
+		v.touched = time.Now().Add(-touchEvery)
+		g.server.spans[k] = v
+	}
+	g.server.mu.Unlock()
 	if lift("default") != first || g.stored(t, "default") != 1 {
 		t.Fatal("a span whose blob was deleted was not stored again")
 	}
@@ -114,5 +122,24 @@ func TestNonStandardBase64IsSentStandard(t *testing.T) {
 	want := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + base64.StdEncoding.EncodeToString(data) + `"}}]}]}`
 	if got := string(g.up.received()[0]); got != want {
 		t.Fatalf("the upstream got %.200s…", got)
+	}
+}
+
+// Pooled body buffers come in the sizes put takes back; small ones are
+// not pooled.
+func TestBodyPoolSizes(t *testing.T) {
+	var p bodyPool
+	for _, n := range []int{1, 1000, 64 << 10, 64<<10 + 1, 2_154_944, 40 << 20} {
+		b := p.get(n)
+		if len(b) != n || p.pooled(b) != (n >= minPooled) {
+			t.Fatalf("get(%d): len %d cap %d pooled %v", n, len(b), cap(b), p.pooled(b))
+		}
+		if p.pooled(b) && cap(b) < n {
+			t.Fatalf("get(%d): cap %d", n, cap(b))
+		}
+		p.put(b)
+		if again := p.get(n); p.pooled(b) && cap(again) != cap(b) {
+			t.Fatalf("get(%d) after put: cap %d; want %d", n, cap(again), cap(b))
+		}
 	}
 }

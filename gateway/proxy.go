@@ -45,10 +45,21 @@ func scan(format upstream.Format, body []byte) (*wire.Spliced, error) {
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, format upstream.Format) {
 	start := time.Now()
 	sh := shapeOf(format)
-	body, err := s.readBody(r)
+	body, err := s.readBodyInto(r, s.bodies.get)
 	if err != nil {
 		fail(w, sh, err)
 		return
+	}
+	// The body goes back to the pool once this handler and every upstream
+	// reader of it are done: the view and the request share its memory.
+	var readers sync.WaitGroup
+	if s.bodies.pooled(body) {
+		defer func() {
+			go func() {
+				readers.Wait()
+				s.bodies.put(body)
+			}()
+		}()
 	}
 	sp, err := scan(format, body)
 	if err != nil {
@@ -90,6 +101,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		fail(w, sh, err)
 		return
 	}
+	req.Body = req.Body.Tracked(&readers)
 	pre := time.Since(start)
 	resp, err := up.Client.Send(ctx, req)
 	s.countUpstream(format, resp, err)
@@ -100,6 +112,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		again, n := s.dropOlder(key, out)
 		if n > 0 {
 			if req.Body, err = s.splice(ctx, tenant, format, sp, asIs, msgs, again, edits); err == nil {
+				req.Body = req.Body.Tracked(&readers)
 				resp, err = up.Client.Send(ctx, req)
 				s.countUpstream(format, resp, err)
 			}

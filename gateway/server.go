@@ -69,6 +69,7 @@ type Server struct {
 	mu       sync.Mutex
 	stable   map[string]map[string]bool // tenant/session → refs removed for budget, kept removed
 	spans    map[spanKey]seenSpan       // base64 spans seen, by a hash of their text
+	bodies   bodyPool
 	spanSeed maphash.Seed
 }
 
@@ -250,6 +251,11 @@ func (s *Server) authenticate(r *http.Request) (string, bool) {
 
 // readBody reads a request body within the limit, after decompression.
 func (s *Server) readBody(r *http.Request) ([]byte, error) {
+	return s.readBodyInto(r, func(n int) []byte { return make([]byte, n) })
+}
+
+// readBodyInto is readBody with the buffer of a known-size body from alloc.
+func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte) ([]byte, error) {
 	var rd io.Reader = r.Body
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
 		d, err := decompress(enc, r.Body)
@@ -262,7 +268,7 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 	var err error
 	if n := r.ContentLength; rd == r.Body && n > 0 && n <= s.cfg.MaxBodyBytes {
 		// Known size: one exact allocation instead of a doubling buffer.
-		b = make([]byte, n)
+		b = alloc(int(n))
 		_, err = io.ReadFull(rd, b)
 	} else {
 		b, err = io.ReadAll(io.LimitReader(rd, s.cfg.MaxBodyBytes+1))

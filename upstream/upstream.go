@@ -155,12 +155,15 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 	if r.Query != "" {
 		u += "?" + r.Query
 	}
-	var rd io.Reader
+	var rd io.ReadCloser
 	if method != http.MethodGet && method != http.MethodHead {
-		rd = r.Body.Reader()
+		rd = r.Body.ReadCloser() // the transport closes it, even on errors
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
+		if rd != nil {
+			rd.Close()
+		}
 		return nil, err
 	}
 	for k, vs := range r.Header {
@@ -168,7 +171,7 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 	}
 	if rd != nil {
 		req.ContentLength = int64(r.Body.Len())
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(r.Body.Reader()), nil }
+		req.GetBody = func() (io.ReadCloser, error) { return r.Body.ReadCloser(), nil }
 		req.Header.Set("Content-Type", "application/json")
 	}
 	key := r.APIKey

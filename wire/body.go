@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"strings"
+	"sync"
 )
 
 // Body is a request body held as pieces, so that large strings (an image's
@@ -13,6 +14,36 @@ import (
 type Body struct {
 	pieces []piece
 	n      int
+	open   *sync.WaitGroup // counts readers not closed yet, when tracked
+}
+
+// Tracked returns the body with its readers counted on wg: each
+// ReadCloser adds one and its Close marks it done, so a caller whose buffer
+// the pieces point into can reuse it once wg.Wait returns — the HTTP
+// transport may still be reading a request body after the response came.
+func (b Body) Tracked(wg *sync.WaitGroup) Body {
+	b.open = wg
+	return b
+}
+
+// ReadCloser is Reader with a Close that marks a tracked reader done.
+func (b Body) ReadCloser() io.ReadCloser {
+	if b.open == nil {
+		return io.NopCloser(b.Reader())
+	}
+	b.open.Add(1)
+	return &trackedReader{Reader: b.Reader(), done: b.open.Done}
+}
+
+type trackedReader struct {
+	io.Reader
+	once sync.Once
+	done func()
+}
+
+func (r *trackedReader) Close() error {
+	r.once.Do(r.done)
+	return nil
 }
 
 // piece is a string or a byte slice, held without copying.
