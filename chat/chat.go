@@ -122,6 +122,7 @@ type Document struct {
 	URL       string // a data URL or remote URL not ingested yet, instead of Ref
 	MediaType string
 	Name      string
+	Pages     int    // a PDF's pages, when known
 	Text      string // extracted text, if any
 	Caption   string
 	// Extra is a raw JSON object of the part's wire fields imgctx does not

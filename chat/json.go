@@ -41,6 +41,7 @@ type partJSON struct {
 	Extra     string     `json:"extra,omitempty"`
 	Wire      string     `json:"wire,omitempty"`
 	Raw       string     `json:"raw,omitempty"`
+	Pages     int        `json:"pages,omitempty"`
 }
 
 type messageJSON struct {
@@ -75,6 +76,7 @@ func encodeParts(ps []Part) []partJSON {
 			j.Caption, j.Keep, j.Cost, j.Extra = p.Caption, p.Keep, p.Cost, p.Extra
 		case Document:
 			j.Ref, j.URL, j.MediaType, j.Name, j.Text, j.Caption, j.Extra = p.Ref, p.URL, p.MediaType, p.Name, p.Text, p.Caption, p.Extra
+			j.Pages = p.Pages
 		case ToolCall:
 			j.ID, j.Name, j.Arguments, j.Extra = p.ID, p.Name, p.Arguments, p.Extra
 		case ToolResult:
@@ -107,7 +109,7 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 				Width: j.Width, Height: j.Height, Detail: j.Detail, Origin: j.Origin,
 				Caption: j.Caption, Keep: j.Keep, Cost: j.Cost, Extra: j.Extra}
 		case "document":
-			p = Document{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Name: j.Name, Text: j.Text, Caption: j.Caption, Extra: j.Extra}
+			p = Document{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Name: j.Name, Pages: j.Pages, Text: j.Text, Caption: j.Caption, Extra: j.Extra}
 		case "tool_call":
 			p = ToolCall{ID: j.ID, Name: j.Name, Arguments: j.Arguments, Extra: j.Extra}
 		case "tool_result":

@@ -162,11 +162,16 @@ func (c *call) estimate() int {
 	for _, m := range c.st.Live[from:] {
 		n += policy.TextTokens(m.Parts, counter) + 4 // per-message framing
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
-			if img, ok := p.(chat.Image); ok {
-				if img.Cost > 0 {
-					n += img.Cost
-				} else if t, err := tokens.ImageTokens(c.profile, img.Width, img.Height, img.Detail); err == nil {
+			switch p := p.(type) {
+			case chat.Image:
+				if p.Cost > 0 {
+					n += p.Cost
+				} else if t, err := tokens.ImageTokens(c.profile, p.Width, p.Height, p.Detail); err == nil {
 					n += t
+				}
+			case chat.Document:
+				if p.Ref.Valid() { // sent natively: its pages count, not only its text
+					n += tokens.DocumentTokens(c.profile, p.Pages)
 				}
 			}
 			return true

@@ -65,7 +65,7 @@ func (e *Engine) ingestParts(ctx context.Context, tenant string, parts []chat.Pa
 			if err := e.store(ctx, tenant, in, data); err != nil {
 				return err
 			}
-			p.URL, p.Ref, p.MediaType = "", in.Ref, in.MediaType
+			p.URL, p.Ref, p.MediaType, p.Pages = "", in.Ref, in.MediaType, in.Pages
 			parts[i] = p
 		case chat.ToolResult:
 			if err := e.ingestParts(ctx, tenant, p.Parts); err != nil {

@@ -223,7 +223,7 @@ func (s *Server) ingestSlot(ctx context.Context, tenant string, slot wire.Slot) 
 		return nil, false, err
 	}
 	if slot.Kind == "document" {
-		return chat.Document{Ref: in.Ref, MediaType: in.MediaType}, asIs, nil
+		return chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages}, asIs, nil
 	}
 	if in.Kind != media.KindImage {
 		return nil, false, reason.New(reason.Invalid, in.MediaType+" sent as an image")

@@ -82,6 +82,7 @@ type Info struct {
 	Bytes     int64
 	Width     int // as displayed (EXIF orientation applied); 0 for documents
 	Height    int
+	Pages     int // a PDF's pages (at least 1); 0 for images
 	// Declared is the caller's declared type when it disagreed with the
 	// bytes ("" when it agreed or none was given). Report it; don't trust it.
 	Declared string
@@ -116,8 +117,40 @@ func Inspect(data []byte, declared string, lim Limits) (Info, error) {
 		}
 		in.Width, in.Height = w, h
 	}
+	if mt == "application/pdf" {
+		in.Pages = PDFPages(data)
+	}
 	return in, nil
 }
+
+// PDFPages counts a PDF's page objects ("/Type /Page", not "/Pages")
+// without parsing it. Page objects inside compressed object streams are not
+// seen: then the count falls back to one page per 50 KB, at least one.
+func PDFPages(data []byte) int {
+	n := 0
+	for i := 0; ; {
+		k := bytes.Index(data[i:], []byte("/Type"))
+		if k < 0 {
+			break
+		}
+		j := i + k + len("/Type")
+		for j < len(data) && (data[j] == ' ' || data[j] == '\n' || data[j] == '\r' || data[j] == '\t') {
+			j++
+		}
+		if bytes.HasPrefix(data[j:], []byte("/Page")) {
+			if e := j + len("/Page"); e == len(data) || !isLetter(data[e]) {
+				n++
+			}
+		}
+		i = j
+	}
+	if n == 0 {
+		n = max(1, len(data)/(50<<10))
+	}
+	return n
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 // complete checks, without decoding, that an image is not cut short: PNG
 // has its IEND chunk, JPEG its end-of-image marker, GIF its trailer, WebP

@@ -310,3 +310,19 @@ func TestHeaderFromBase64(t *testing.T) {
 	_, _, _, err = HeaderFromBase64(base64.StdEncoding.EncodeToString([]byte("%PDF-1.4 .................")), Limits{})
 	wantReason(t, err, reason.Invalid)
 }
+
+func TestPDFPages(t *testing.T) {
+	three := []byte("%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type /Pages/Kids[3 0 R 4 0 R 5 0 R]/Count 3>>endobj\n" +
+		"3 0 obj<</Type/Page>>endobj 4 0 obj<</Type /Page/Parent 2 0 R>>endobj 5 0 obj<</Type\n/Page >>endobj\n%%EOF\n")
+	if n := PDFPages(three); n != 3 {
+		t.Fatalf("pages %d; want 3", n)
+	}
+	// Page objects hidden in compressed streams: one page per 50 KB.
+	if n := PDFPages(append([]byte("%PDF-1.7\n"), make([]byte, 160<<10)...)); n != 3 {
+		t.Fatalf("fallback pages %d; want 3", n)
+	}
+	in, err := Inspect(three, "application/pdf", Limits{})
+	if err != nil || in.Pages != 3 || in.Kind != KindDocument {
+		t.Fatalf("Inspect: %+v %v", in, err)
+	}
+}

@@ -239,3 +239,23 @@ func smartResize(h, w, factor int, minPixels, maxPixels int64) (int, int, error)
 	}
 	return hb, wb, nil
 }
+
+// Per-page costs of a PDF where the profile gives none: Anthropic bills a
+// page's text and an image of it (measured at 2,100–2,500 tokens for a
+// page of text); elsewhere the flat image estimate.
+const anthropicPageTokens = 2400
+
+// DocumentTokens estimates what a PDF of pages pages costs on p: the
+// profile's page_tokens (Gemini documents 258 a page on 2.x and 560 by
+// default on 3), else the family's measured figure, else
+// DefaultImageTokenEstimate a page. Measurements correct it as for images.
+func DocumentTokens(p Profile, pages int) int {
+	pages = max(pages, 1)
+	if t, ok := p.Image.PageTokens["default"]; ok && t > 0 {
+		return pages * t
+	}
+	if p.Family == "anthropic" {
+		return pages * anthropicPageTokens
+	}
+	return pages * DefaultImageTokenEstimate
+}

@@ -252,3 +252,18 @@ func TestCharsAccounting(t *testing.T) {
 		t.Fatalf("CharCounts = %v (reused buffer: %v)", got, &got[0] == &buf[:1][0])
 	}
 }
+
+// A PDF costs its pages: Gemini's documented 258 (2.x) and 560 (3)
+// through the profile, Anthropic's measured figure, else the flat estimate.
+func TestDocumentTokens(t *testing.T) {
+	tbl := Default()
+	for model, want := range map[string]int{"gemini-2.5-pro": 3 * 258, "gemini-3-pro-preview": 3 * 560, "claude-sonnet-4-6": 3 * anthropicPageTokens, "gpt-4o": 3 * DefaultImageTokenEstimate} {
+		p, ok := tbl.Lookup(model)
+		if !ok {
+			t.Fatalf("no profile for %s", model)
+		}
+		if got := DocumentTokens(p, 3); got != want {
+			t.Errorf("%s: %d; want %d", model, got, want)
+		}
+	}
+}
