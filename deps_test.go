@@ -41,6 +41,7 @@ var allowed = map[string][]string{
 	"gateway":              {"blob", "chat", "engine", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
 	"internal/config":      {"imagestore", "media", "tokens"},
 	"scripts/abmeter":      {"internal/bodies"},
+	"scripts/agentcheck":   {},
 	"internal/bodies":      {},
 	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "session/sqlite", "tokens", "upstream"},
 }

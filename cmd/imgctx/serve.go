@@ -155,6 +155,9 @@ func (a *app) serve(ctx context.Context) error {
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	upstreamURL := a.cfg.Upstream.BaseURL
+	for _, r := range a.cfg.Upstreams {
+		upstreamURL += " " + r.Name + "=" + r.BaseURL + " (" + r.Format + ")"
+	}
 	if upstreamURL == "" {
 		upstreamURL = "(none: set --upstream or IMGCTX_UPSTREAM_BASE_URL; proxied requests answer 502)"
 	}

@@ -1,0 +1,221 @@
+// Command agentcheck runs real coding-agent CLIs through imgctx serve on
+// loopback, each against a scripted upstream, and checks that what the
+// agent sent reaches the upstream byte for byte (images stored once by the
+// way). It installs the agents from the npm registry into a cache folder
+// the first time (npm must be on the PATH):
+//
+//	go run ./scripts/agentcheck
+//
+// claude-code asks to read testdata/screenshot.png (the scripted upstream
+// answers with a Read tool call), so its second request carries the image
+// in a tool_result; qwen-code (OpenAI format) says hello. Between the agent
+// and imgctx sits a recording proxy; the upstream records what it gets.
+// One imgctx process serves both, routed by its upstreams list.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+var agents = []struct{ pkg, bin string }{
+	{"@anthropic-ai/claude-code@2.1.328", "claude"},
+	{"@qwen-code/qwen-code@0.24.4", "qwen"},
+}
+
+// recorded holds request bodies in arrival order, by who saw them.
+type recorded struct {
+	mu     sync.Mutex
+	bodies [][]byte
+	paths  []string
+}
+
+func (r *recorded) add(path string, b []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.bodies, r.paths = append(r.bodies, b), append(r.paths, path)
+}
+
+func listen(h http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go http.Serve(ln, h)
+	return "http://" + ln.Addr().String()
+}
+
+func main() {
+	cache := filepath.Join(os.TempDir(), "imgctx-agentcheck")
+	os.MkdirAll(cache, 0o755)
+	for _, a := range agents {
+		if _, err := os.Stat(filepath.Join(cache, "node_modules", ".bin", a.bin)); err == nil {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "installing %s…\n", a.pkg)
+		cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--prefix", cache, a.pkg)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			log.Fatalf("npm install %s: %v", a.pkg, err)
+		}
+	}
+	// claude-code's package ships its native binary through an optional
+	// dependency that its install script links into place.
+	exec.Command("node", filepath.Join(cache, "node_modules/@anthropic-ai/claude-code/install.cjs")).Run()
+
+	var atUpstream, atClient recorded
+	up := listen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		atUpstream.add(r.URL.Path, b)
+		scripted(w, r, b)
+	}))
+	work, _ := os.MkdirTemp("", "agentcheck")
+	defer os.RemoveAll(work)
+	shot, err := os.ReadFile("testdata/screenshot.png")
+	if err != nil {
+		log.Fatal("run from the repository root: ", err)
+	}
+	shotPath = filepath.Join(work, "screenshot.png")
+	os.WriteFile(shotPath, shot, 0o644)
+	cfg := filepath.Join(work, "imgctx.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: claude, format: anthropic, base_url: %q, models: [\"claude-*\"]}\n  - {name: local, format: openai, base_url: %q}\n", up, up)), 0o644)
+
+	bin := filepath.Join(work, "imgctx")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imgctx").CombinedOutput(); err != nil {
+		log.Fatalf("build: %v\n%s", err, out)
+	}
+	serve := exec.Command(bin, "serve", "--config", cfg, "--addr", "127.0.0.1:0")
+	serve.Env = append(os.Environ(), "IMGCTX_DATA_DIR="+filepath.Join(work, "data"), "IMGCTX_LOG_LEVEL=warn")
+	out, _ := serve.StdoutPipe()
+	serve.Stderr = os.Stderr
+	if err := serve.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer serve.Process.Kill()
+	line := make([]byte, 256)
+	n, _ := out.Read(line)
+	m := regexp.MustCompile(`listening on (http://\S+)`).FindSubmatch(line[:n])
+	if m == nil {
+		log.Fatalf("imgctx did not start: %s", line[:n])
+	}
+	gw, _ := url.Parse(string(m[1]))
+	rp := httputil.NewSingleHostReverseProxy(gw)
+	front := listen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		atClient.add(r.URL.Path, b)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		rp.ServeHTTP(w, r)
+	}))
+
+	env := append(os.Environ(), "HOME="+filepath.Join(work, "home"), "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "ANTHROPIC_BASE_URL="+front, "ANTHROPIC_API_KEY=sk-ant-agentcheck",
+		"OPENAI_BASE_URL="+front+"/v1", "OPENAI_API_KEY=sk-agentcheck", "OPENAI_MODEL=qwen3-coder-plus")
+	runs := []struct {
+		name string
+		args []string
+	}{
+		{"claude-code 2.1.328 (Anthropic Messages)", []string{"claude", "-p", "Describe screenshot.png", "--output-format", "text"}},
+		{"qwen-code 0.24.4 (OpenAI Chat Completions)", []string{"qwen", "-p", "Say hello"}},
+	}
+	fmt.Println("| agent | answer | requests | byte-identical at the upstream |")
+	fmt.Println("|---|---|---|---|")
+	failed := false
+	for _, run := range runs {
+		before := len(atClient.bodies)
+		cmd := exec.Command(filepath.Join(cache, "node_modules", ".bin", run.args[0]), run.args[1:]...)
+		cmd.Dir, cmd.Env = work, env
+		done := make(chan struct{})
+		var answer []byte
+		go func() { answer, _ = cmd.CombinedOutput(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Minute):
+			cmd.Process.Kill()
+			<-done
+		}
+		same, total := 0, len(atClient.bodies)-before
+		for i := before; i < len(atClient.bodies); i++ {
+			if i < len(atUpstream.bodies) && bytes.Equal(atClient.bodies[i], atUpstream.bodies[i]) {
+				same++
+			}
+		}
+		ok := total > 0 && same == total && strings.Contains(string(answer), "scripted upstream")
+		failed = failed || !ok
+		fmt.Printf("| %s | %q | %d | %d of %d |\n", run.name, strings.TrimSpace(lastLine(string(answer))), total, same, total)
+	}
+	resp, err := http.Get(gw.String() + "/metrics")
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "imgctx_images_total") {
+				fmt.Println("\n" + l)
+			}
+		}
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// shotPath is the screenshot the scripted upstream asks claude-code to read.
+var shotPath string
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// scripted answers like the provider would: a Read tool call for the
+// screenshot the first time claude-code asks about it, then text; for
+// OpenAI-format agents a streamed text reply.
+func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
+	if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range []string{
+			`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello from the scripted upstream."},"finish_reason":null}]}`,
+			`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+			`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":7,"total_tokens":107}}`,
+		} {
+			fmt.Fprintf(w, "data: %s\n\n", ev)
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+		return
+	}
+	if strings.HasSuffix(r.URL.Path, "/count_tokens") {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"input_tokens":42}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	start := `event: message_start` + "\n" + `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-6","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":100,"output_tokens":1}}}`
+	events := []string{start,
+		`event: content_block_start` + "\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello from the scripted upstream."}}`,
+		`event: content_block_stop` + "\n" + `data: {"type":"content_block_stop","index":0}`,
+		`event: message_delta` + "\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}`,
+		`event: message_stop` + "\n" + `data: {"type":"message_stop"}`}
+	if bytes.Contains(body, []byte("screenshot.png")) && !bytes.Contains(body, []byte(`"tool_result"`)) {
+		events = []string{start,
+			`event: content_block_start` + "\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_01","name":"Read","input":{}}}`,
+			`event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"file_path\": \"` + shotPath + `\"}"}}`,
+			`event: content_block_stop` + "\n" + `data: {"type":"content_block_stop","index":0}`,
+			`event: message_delta` + "\n" + `data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":20}}`,
+			`event: message_stop` + "\n" + `data: {"type":"message_stop"}`}
+	}
+	for _, ev := range events {
+		io.WriteString(w, ev+"\n\n")
+	}
+}
