@@ -60,12 +60,35 @@ func (e *Engine) Profile(model string) tokens.Profile {
 // ProfileWith is the model profile with another upstream's hints applied
 // (the gateway routes to several upstreams).
 func (e *Engine) ProfileWith(model string, h Hints) tokens.Profile {
-	p := e.Profiles.Resolve(model, e.log())
+	p := e.resolveProfile(model)
 	if h.Vision != nil {
 		p.Vision = *h.Vision
 	}
 	if h.ContextWindow > 0 {
 		p.ContextWindow = h.ContextWindow
+	}
+	return p
+}
+
+// resolveProfile is Profiles.Resolve behind a small cache: every proxied
+// request names its model, and an unknown one is warned about once while
+// it stays cached, not on every request.
+func (e *Engine) resolveProfile(model string) tokens.Profile {
+	e.once.Do(e.init)
+	e.profMu.Lock()
+	p, ok := e.profiles[model]
+	e.profMu.Unlock()
+	if ok {
+		return p
+	}
+	p = e.Profiles.Resolve(model, e.log())
+	if len(model) <= 256 {
+		e.profMu.Lock()
+		if len(e.profiles) >= 1024 {
+			clear(e.profiles) // bounded: client input names the models
+		}
+		e.profiles[model] = p
+		e.profMu.Unlock()
 	}
 	return p
 }
@@ -84,10 +107,12 @@ type Engine struct {
 	Log      *slog.Logger     // nil: slog.Default()
 	Now      func() time.Time // nil: time.Now
 
-	once  sync.Once
-	locks sessionLocks
-	b64   *base64Cache
-	meta  *metaCache
+	once     sync.Once
+	locks    sessionLocks
+	b64      *base64Cache
+	meta     *metaCache
+	profMu   sync.Mutex
+	profiles map[string]tokens.Profile
 }
 
 // Event is one decision the engine made, for logs, metrics and the caller.
@@ -123,6 +148,7 @@ var (
 func (e *Engine) init() {
 	e.b64 = newBase64Cache(e.Base64CacheBytes)
 	e.meta = &metaCache{max: 100_000, m: map[blob.Ref]media.Info{}}
+	e.profiles = map[string]tokens.Profile{}
 }
 
 func (e *Engine) now() time.Time {

@@ -303,14 +303,10 @@ func writeText(w *wire.BodyWriter, format upstream.Format, text string, cache []
 
 func (s *Server) recordUsage(format upstream.Format, b []byte) {
 	if format == upstream.Anthropic {
-		if r, err := anthropic.DecodeResponse(b); err == nil {
-			s.metrics.usage(r.Usage)
-		}
+		s.metrics.usage(anthropic.ResponseUsage(b))
 		return
 	}
-	if r, err := openai.DecodeResponse(b); err == nil {
-		s.metrics.usage(r.Usage)
-	}
+	s.metrics.usage(openai.ResponseUsage(b))
 }
 
 // streamThrough forwards server-sent events as they come, one flush per

@@ -190,8 +190,12 @@ func (t *Table) Resolve(model string, log *slog.Logger) Profile {
 		return p
 	}
 	if log != nil {
+		shown := model
+		if len(shown) > 128 { // the name is the client's: never log megabytes of it
+			shown = fmt.Sprintf("%.128s… (%d bytes)", model, len(model))
+		}
 		log.Warn("unknown model: using the conservative default profile",
-			"model", model, "context_window", t.Default.ContextWindow, "hint", "add a profile in the config file")
+			"model", shown, "context_window", t.Default.ContextWindow, "hint", "add a profile in the config file")
 	}
 	return t.Default
 }

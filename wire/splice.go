@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/wire/jsonspan"
 )
 
 // Spliced is a client request read in place: its bytes as they came, a
@@ -145,4 +146,23 @@ func Marshal(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// Member returns the raw value of the top-level member key of the JSON
+// object b, found with one pass and nothing decoded (a response's usage,
+// say, without decoding the completion around it).
+func Member(b []byte, key string) ([]byte, bool) {
+	var out []byte
+	start := jsonspan.Skip(b, 0)
+	if start >= len(b) || b[start] != '{' {
+		return nil, false
+	}
+	_, err := jsonspan.Object(b, start, func(k []byte, vs int) (int, error) {
+		ve, err := jsonspan.End(b, vs)
+		if err == nil && out == nil && string(k) == key {
+			out = b[vs:ve]
+		}
+		return ve, err
+	})
+	return out, err == nil && out != nil
 }

@@ -669,6 +669,20 @@ func stopped(reason string) (cut, full bool) {
 	return reason == "max_tokens" || reason == "model_context_window_exceeded", reason == "model_context_window_exceeded"
 }
 
+// ResponseUsage reads only the usage of a non-streaming response: what
+// the proxy records, without decoding the completion (nil when absent).
+func ResponseUsage(b []byte) *chat.Usage {
+	raw, ok := wire.Member(b, "usage")
+	if !ok {
+		return nil
+	}
+	var u usageJSON
+	if json.Unmarshal(raw, &u) != nil {
+		return nil
+	}
+	return u.usage()
+}
+
 // DecodeResponse reads a non-streaming response.
 func DecodeResponse(b []byte) (*Response, error) {
 	var r struct {

@@ -300,3 +300,15 @@ func TestBlockExtrasSurviveARewrite(t *testing.T) {
 		t.Fatalf("%d breakpoints in %s", n, out)
 	}
 }
+
+// The proxy reads only a response's usage: the same figures as a full decode.
+func TestResponseUsageMatchesDecode(t *testing.T) {
+	b := read(t, "response.json")
+	r, err := DecodeResponse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := ResponseUsage(b); u == nil || *u != *r.Usage {
+		t.Fatalf("ResponseUsage %+v; DecodeResponse %+v", u, r.Usage)
+	}
+}

@@ -472,6 +472,20 @@ func (u *usageJSON) usage() *chat.Usage {
 	return out
 }
 
+// ResponseUsage reads only the usage of a non-streaming response: what
+// the proxy records, without decoding the completion (nil when absent).
+func ResponseUsage(b []byte) *chat.Usage {
+	raw, ok := wire.Member(b, "usage")
+	if !ok {
+		return nil
+	}
+	var u usageJSON
+	if json.Unmarshal(raw, &u) != nil {
+		return nil
+	}
+	return u.usage()
+}
+
 // DecodeResponse reads a non-streaming response (the first choice).
 func DecodeResponse(b []byte) (*Response, error) {
 	var r struct {

@@ -253,3 +253,18 @@ func TestPartExtrasSurviveARewrite(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", out, want)
 	}
 }
+
+// The proxy reads only a response's usage: the same figures as a full decode.
+func TestResponseUsageMatchesDecode(t *testing.T) {
+	b := read(t, "response.json")
+	r, err := DecodeResponse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := ResponseUsage(b); u == nil || *u != *r.Usage {
+		t.Fatalf("ResponseUsage %+v; DecodeResponse %+v", u, r.Usage)
+	}
+	if ResponseUsage([]byte(`{"choices":[]}`)) != nil || ResponseUsage([]byte(`not json`)) != nil {
+		t.Fatal("usage from a response without one")
+	}
+}
