@@ -29,7 +29,7 @@ func (b Body) Tracked(wg *sync.WaitGroup) Body {
 // ReadCloser is Reader with a Close that marks a tracked reader done.
 func (b Body) ReadCloser() io.ReadCloser {
 	if b.open == nil {
-		return io.NopCloser(b.Reader())
+		return io.NopCloser(b.Reader()) // NopCloser keeps the reader's WriteTo
 	}
 	b.open.Add(1)
 	return &trackedReader{Reader: b.Reader(), done: b.open.Done}
@@ -39,6 +39,16 @@ type trackedReader struct {
 	io.Reader
 	once sync.Once
 	done func()
+}
+
+// WriteTo hands the pieces to w whole when the reader can (bytes.Reader,
+// io.MultiReader): the transport then writes megabytes in a few large
+// writes rather than through a 32 KB copy buffer.
+func (r *trackedReader) WriteTo(w io.Writer) (int64, error) {
+	if wt, ok := r.Reader.(io.WriterTo); ok {
+		return wt.WriteTo(w)
+	}
+	return io.Copy(w, struct{ io.Reader }{r.Reader})
 }
 
 func (r *trackedReader) Close() error {

@@ -104,9 +104,21 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	return srv, func() { sessions.Close() }, nil
 }
 
+// upstreamTransport keeps connections to the upstreams open for as many
+// requests as the gateway serves at once (the default keeps two per host,
+// so concurrent clients would open and close connections all the time),
+// and writes request bodies in large pieces.
+func upstreamTransport(cfg config.Config) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 4 * cfg.Server.MaxConcurrent
+	t.MaxIdleConnsPerHost = cfg.Server.MaxConcurrent
+	t.WriteBufferSize, t.ReadBufferSize = 64<<10, 64<<10
+	return t
+}
+
 func newClient(cfg config.Config, format, baseURL, key string) *upstream.Client {
 	c := &upstream.Client{Format: upstream.Format(format), BaseURL: baseURL, APIKey: key,
-		HTTP: &http.Client{Timeout: cfg.Upstream.Timeout}, MaxRetries: cfg.Upstream.MaxRetries}
+		HTTP: &http.Client{Timeout: cfg.Upstream.Timeout, Transport: upstreamTransport(cfg)}, MaxRetries: cfg.Upstream.MaxRetries}
 	if cfg.Upstream.MaxRetries == 0 {
 		c.MaxRetries = -1
 	}
