@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"hash/maphash"
 	"time"
 
@@ -18,11 +20,27 @@ import (
 // canonical says whether b64 is the standard encoding of the bytes, which
 // can go upstream as it came; other forms (URL-safe, unpadded, wrapped)
 // are sent in the standard encoding.
-func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, declared string) (in media.Info, canonical bool, err error) {
-	if seen, ok := s.seenSpan(ctx, tenant, b64); ok {
+//
+// b64 is a JSON string's contents as they stand in the body: JSON escapes
+// ("\/") are undone only if decoding needs it. key, when not nil, is its
+// span key computed already.
+func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, declared string, key *spanKey) (in media.Info, canonical bool, err error) {
+	k := s.spanKeyOf(tenant, b64)
+	if key != nil {
+		k = *key
+	}
+	if seen, ok := s.seenSpan(ctx, k); ok {
 		return seen.info, seen.canonical, nil
 	}
-	data, canonical, err := media.DecodeBase64Bytes(b64)
+	text := b64
+	data, canonical, err := media.DecodeBase64Bytes(text)
+	if err != nil && bytes.IndexByte(b64, '\\') >= 0 {
+		var unescaped string
+		if json.Unmarshal(append(append([]byte{'"'}, b64...), '"'), &unescaped) == nil {
+			text = []byte(unescaped)
+			data, canonical, err = media.DecodeBase64Bytes(text)
+		}
+	}
 	if err != nil {
 		return media.Info{}, false, err
 	}
@@ -31,9 +49,9 @@ func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, decl
 		return media.Info{}, false, err
 	}
 	if canonical {
-		s.engine.PrimeBase64(in.Ref, string(b64))
+		s.engine.PrimeBase64(in.Ref, string(text))
 	}
-	s.rememberSpan(tenant, b64, seenSpan{ref: in.Ref, canonical: canonical, info: in, touched: time.Now()})
+	s.rememberSpan(k, seenSpan{ref: in.Ref, canonical: canonical, info: in, touched: time.Now()})
 	s.metrics.images.WithLabelValues("stored", "").Inc()
 	s.metrics.imageBytes.WithLabelValues("stored").Add(float64(in.Bytes))
 	return in, canonical, nil
@@ -68,8 +86,7 @@ func (s *Server) spanKeyOf(tenant string, b64 []byte) spanKey {
 	return spanKey{tenant, len(b64), maphash.Bytes(s.spanSeed, b64)}
 }
 
-func (s *Server) seenSpan(ctx context.Context, tenant string, url []byte) (seenSpan, bool) {
-	key := s.spanKeyOf(tenant, url)
+func (s *Server) seenSpan(ctx context.Context, key spanKey) (seenSpan, bool) {
 	s.mu.Lock()
 	seen, ok := s.spans[key]
 	s.mu.Unlock()
@@ -79,7 +96,7 @@ func (s *Server) seenSpan(ctx context.Context, tenant string, url []byte) (seenS
 	if time.Since(seen.touched) < touchEvery {
 		return seen, true
 	}
-	if s.engine.Images.Touch(ctx, tenant, seen.ref) != nil {
+	if s.engine.Images.Touch(ctx, key.tenant, seen.ref) != nil {
 		return seenSpan{}, false // gone from the store: store it anew
 	}
 	seen.touched = time.Now()
@@ -89,11 +106,11 @@ func (s *Server) seenSpan(ctx context.Context, tenant string, url []byte) (seenS
 	return seen, true
 }
 
-func (s *Server) rememberSpan(tenant string, url []byte, seen seenSpan) {
+func (s *Server) rememberSpan(key spanKey, seen seenSpan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.spans) >= 50_000 {
 		clear(s.spans) // bounded: start over rather than grow
 	}
-	s.spans[s.spanKeyOf(tenant, url)] = seen
+	s.spans[key] = seen
 }

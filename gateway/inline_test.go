@@ -24,6 +24,7 @@ func TestInlineImagesAreStoredAndSentAsTheyCame(t *testing.T) {
 		{"escaped slashes in the URL", "openai", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image\/png;base64,` + strings.ReplaceAll(b64, "/", `\/`) + `"}}]}]}`, 1},
 		{"anthropic source, type first", "anthropic", `{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}`, 1},
 		{"anthropic source, data first", "anthropic", `{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"data":"` + b64 + `","media_type":"image/png","type":"base64"}}]}]}`, 1},
+		{"anthropic data with escaped slashes", "anthropic", `{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image\/png","data":"` + strings.ReplaceAll(b64, "/", `\/`) + `"}}]}]}`, 1},
 		{"anthropic text block named data", "anthropic", `{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"x","data":"` + b64 + `"}]}]}`, 0},
 	}
 	for _, c := range cases {
@@ -61,14 +62,14 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	_, b64 := samplePNG(t)
 	lift := func(tenant string) blob.Ref {
-		in, _, err := g.server.liftBase64(t.Context(), tenant, []byte(b64), "image/png")
+		in, _, err := g.server.liftBase64(t.Context(), tenant, []byte(b64), "image/png", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return in.Ref
 	}
 	first := lift("default")
-	if _, ok := g.server.seenSpan(t.Context(), "default", []byte(b64)); !ok {
+	if _, ok := g.server.seenSpan(t.Context(), g.server.spanKeyOf("default", []byte(b64))); !ok {
 		t.Fatal("the span was not remembered")
 	}
 	if lift("default") != first {
@@ -98,7 +99,7 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	_, b64 := samplePNG(t)
-	in, canonical, err := g.server.liftBase64(t.Context(), "default", []byte(b64), "image/png")
+	in, canonical, err := g.server.liftBase64(t.Context(), "default", []byte(b64), "image/png", nil)
 	if err != nil || !canonical {
 		t.Fatalf("canonical %v, err %v", canonical, err)
 	}

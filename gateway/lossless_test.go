@@ -57,7 +57,7 @@ func scanAs(t *testing.T, format upstream.Format, body []byte) *wire.Spliced {
 	if format == upstream.Anthropic {
 		scan = anthropic.Scan
 	}
-	sp, err := scan(body)
+	sp, err := scan(body, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

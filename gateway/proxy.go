@@ -29,11 +29,35 @@ func shapeOf(format upstream.Format) shape {
 	return openaiShape
 }
 
-func scan(format upstream.Format, body []byte) (*wire.Spliced, error) {
+func scan(format upstream.Format, body []byte, found func(wire.Slot)) (*wire.Spliced, error) {
 	if format == upstream.Anthropic {
-		return anthropic.Scan(body)
+		return anthropic.Scan(body, found)
 	}
-	return openai.Scan(body)
+	return openai.Scan(body, found)
+}
+
+// hashAhead names each inline base64 span by its hash while the scan goes
+// on (a re-sent image is then recognised at once): it returns the hook for
+// the scan and a wait that gives the keys, in slot order (nil where a slot
+// is not inline). Nothing is decoded or stored before the scan succeeds.
+func (s *Server) hashAhead(tenant string) (func(wire.Slot), func() []*spanKey) {
+	var keys []*spanKey
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	found := func(sl wire.Slot) {
+		if sl.Via != "base64" || len(sl.B64) < 4096 {
+			keys = append(keys, nil)
+			return
+		}
+		k := new(spanKey)
+		keys = append(keys, k)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			*k = s.spanKeyOf(tenant, sl.B64)
+		})
+	}
+	return found, func() []*spanKey { wg.Wait(); return keys }
 }
 
 // proxy serves a drop-in route: the body is read in place (wire.Spliced),
@@ -61,7 +85,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 			}()
 		}()
 	}
-	sp, err := scan(format, body)
+	found, hashed := s.hashAhead(tenant)
+	sp, err := scan(format, body, found)
+	keys := hashed()
 	if err != nil {
 		fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
 		return
@@ -72,7 +98,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		return
 	}
 	ctx := r.Context()
-	msgs, asIs, err := s.ingestSlots(ctx, tenant, sp)
+	msgs, asIs, err := s.ingestSlots(ctx, tenant, sp, keys)
 	if err != nil {
 		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
 		fail(w, sh, err)
@@ -185,7 +211,7 @@ func includeUsage(sp *wire.Spliced) (*wire.Edit, bool) {
 // filled in, and for each slot whether its bytes can go upstream as they
 // came (inline standard base64). New inline images are decoded and hashed
 // in parallel: that work is CPU-bound and independent per image.
-func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced) ([]chat.Message, []bool, error) {
+func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey) ([]chat.Message, []bool, error) {
 	msgs := chat.CloneMessages(sp.Messages)
 	parts := make([]chat.Part, len(sp.Slots))
 	asIs := make([]bool, len(sp.Slots))
@@ -196,7 +222,11 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			parts[i], asIs[i], errs[i] = s.ingestSlot(ctx, tenant, slot)
+			var key *spanKey
+			if i < len(keys) {
+				key = keys[i]
+			}
+			parts[i], asIs[i], errs[i] = s.ingestSlot(ctx, tenant, slot, key)
 		})
 	}
 	wg.Wait()
@@ -209,13 +239,13 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	return msgs, asIs, nil
 }
 
-func (s *Server) ingestSlot(ctx context.Context, tenant string, slot wire.Slot) (chat.Part, bool, error) {
+func (s *Server) ingestSlot(ctx context.Context, tenant string, slot wire.Slot, key *spanKey) (chat.Part, bool, error) {
 	var in media.Info
 	var err error
 	asIs := false
 	switch slot.Via {
 	case "base64":
-		in, asIs, err = s.liftBase64(ctx, tenant, slot.B64, slot.MediaType)
+		in, asIs, err = s.liftBase64(ctx, tenant, slot.B64, slot.MediaType, key)
 	default: // "ref", "url": the engine resolves both (refs tenant-checked, URLs through the SSRF guard)
 		in, err = s.engine.StoreDataURL(ctx, tenant, slot.URL)
 	}

@@ -32,6 +32,19 @@ type Spliced struct {
 	End int
 	// Top holds the spans of the top-level members, by name.
 	Top map[string]Span
+	// Found, when set, is called with each slot as the scan reads it, so
+	// the caller can start work on it (hashing its base64) while the scan
+	// goes on. Its Pos may still change (an OpenAI tool message's slots move
+	// into the tool result once the message is read).
+	Found func(Slot)
+}
+
+// Add appends a slot and reports it to Found.
+func (s *Spliced) Add(slot Slot) {
+	s.Slots = append(s.Slots, slot)
+	if s.Found != nil {
+		s.Found(slot)
+	}
 }
 
 // Span is a value's bytes in the body: Body[Start:End].
@@ -54,7 +67,10 @@ type Slot struct {
 	// "url" (http or https).
 	Via       string
 	MediaType string
-	B64       []byte // the inline base64, straight from the body when unescaped
+	// B64 is the inline base64, straight from the body: the bytes between
+	// the JSON string's quotes, so it may hold JSON escapes ("\/"), which
+	// whoever decodes it undoes.
+	B64       []byte
 	URL       string // for "ref" and "url"
 	Detail    string // OpenAI's detail hint
 	// Cache is the raw cache_control of an Anthropic block ("" if none),

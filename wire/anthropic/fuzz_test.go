@@ -86,7 +86,7 @@ func FuzzScan(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		sp, err := Scan(b)
+		sp, err := Scan(b, nil)
 		if err != nil {
 			return
 		}

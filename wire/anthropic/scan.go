@@ -17,8 +17,10 @@ const Wire = "anthropic"
 // with a base64 or url source and base64 PDF document blocks are slots, at
 // the top level of a message or inside a tool_result's content; every other
 // block, the system prompt and every field stay as they came.
-func Scan(body []byte) (*wire.Spliced, error) {
-	s := &wire.Spliced{Body: body, Top: map[string]wire.Span{}}
+//
+// found, when not nil, gets each slot as it is read (see wire.Spliced.Found).
+func Scan(body []byte, found func(wire.Slot)) (*wire.Spliced, error) {
+	s := &wire.Spliced{Body: body, Top: map[string]wire.Span{}, Found: found}
 	start := jsonspan.Skip(body, 0)
 	if start >= len(body) || body[start] != '{' {
 		return nil, fmt.Errorf("request body: not a JSON object")
@@ -178,7 +180,7 @@ func scanBlock(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		if cache.End > 0 {
 			slot.Cache = b[cache.Start:cache.End]
 		}
-		s.Slots = append(s.Slots, slot)
+		s.Add(slot)
 		if t == "document" {
 			return chat.Document{}, end, nil
 		}
@@ -234,19 +236,19 @@ func scanSource(b []byte, at int) (slot wire.Slot, ok bool, end int, err error) 
 	slot.MediaType, _ = jsonspan.String(b, mt.Start, mt.End)
 	switch t {
 	case "base64":
-		raw, plain := jsonspan.RawString(b, data.Start, data.End)
-		if !plain {
-			s, ok := jsonspan.String(b, data.Start, data.End)
+		if data.End-data.Start < 2 || b[data.Start] != '"' {
+			return wire.Slot{}, false, end, nil
+		}
+		if bytes.HasPrefix(b[data.Start:min(data.End, data.Start+8)], []byte(`"imgctx:`)) {
+			ref, ok := jsonspan.String(b, data.Start, data.End)
 			if !ok {
 				return wire.Slot{}, false, end, fmt.Errorf("invalid JSON string at byte %d", data.Start)
 			}
-			raw = []byte(s)
-		}
-		if strings.HasPrefix(string(raw[:min(len(raw), 7)]), "imgctx:") {
-			slot.Via, slot.URL = "ref", string(raw)
+			slot.Via, slot.URL = "ref", ref
 			return slot, true, end, nil
 		}
-		slot.Via, slot.B64 = "base64", raw
+		// Megabytes, used as they stand: the decoder undoes any escape.
+		slot.Via, slot.B64 = "base64", b[data.Start+1:data.End-1]
 		return slot, true, end, nil
 	case "url":
 		u, ok := jsonspan.String(b, url.Start, url.End)

@@ -17,8 +17,10 @@ const Wire = "openai"
 // image_url parts and file parts carrying file_data are slots, in any
 // message (a tool message's content included); every other part, role and
 // field stays as it came.
-func Scan(body []byte) (*wire.Spliced, error) {
-	s := &wire.Spliced{Body: body, Top: map[string]wire.Span{}}
+//
+// found, when not nil, gets each slot as it is read (see wire.Spliced.Found).
+func Scan(body []byte, found func(wire.Slot)) (*wire.Spliced, error) {
+	s := &wire.Spliced{Body: body, Top: map[string]wire.Span{}, Found: found}
 	start := jsonspan.Skip(body, 0)
 	if start >= len(body) || body[start] != '{' {
 		return nil, fmt.Errorf("request body: not a JSON object")
@@ -172,7 +174,7 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		return chat.Opaque{Wire: Wire, Raw: s.Text(sp)}, end, nil
 	}
 	slot.Pos, slot.Part = pos, sp
-	s.Slots = append(s.Slots, slot)
+	s.Add(slot)
 	if slot.Kind == "document" {
 		return chat.Document{}, end, nil
 	}
@@ -204,17 +206,13 @@ func urlSlot(b []byte, at int, key string) (slot wire.Slot, ok bool, end int, er
 	}
 	slot = wire.Slot{Source: u}
 	slot.Detail, _ = jsonspan.String(b, detail.Start, detail.End)
-	raw, plain := jsonspan.RawString(b, u.Start, u.End)
-	if !plain {
-		s, ok := jsonspan.String(b, u.Start, u.End)
-		if !ok {
-			return wire.Slot{}, false, end, fmt.Errorf("invalid JSON string at byte %d", u.Start)
-		}
-		raw = []byte(s)
+	if u.End-u.Start < 2 || b[u.Start] != '"' {
+		return wire.Slot{}, false, end, nil
 	}
+	raw := b[u.Start+1 : u.End-1] // megabytes of a data URL, used as they stand
 	head := raw[:min(len(raw), 256)]
 	if k := bytes.Index(head, []byte(";base64,")); k > 5 && bytes.HasPrefix(bytes.ToLower(head[:5]), []byte("data:")) {
-		mt := string(head[5:k])
+		mt := strings.ReplaceAll(string(head[5:k]), `\/`, "/")
 		if semi := strings.IndexByte(mt, ';'); semi >= 0 {
 			mt = mt[:semi]
 		}
@@ -224,7 +222,11 @@ func urlSlot(b []byte, at int, key string) (slot wire.Slot, ok bool, end int, er
 	if err := jsonspan.Check(b, u.Start, u.End); err != nil {
 		return wire.Slot{}, false, end, err
 	}
-	slot.URL = string(raw)
+	s, ok := jsonspan.String(b, u.Start, u.End)
+	if !ok {
+		return wire.Slot{}, false, end, fmt.Errorf("invalid JSON string at byte %d", u.Start)
+	}
+	slot.URL = s
 	slot.Via = "url"
 	if strings.HasPrefix(slot.URL, "imgctx:") {
 		slot.Via = "ref"
