@@ -70,9 +70,9 @@ type Slot struct {
 	// B64 is the inline base64, straight from the body: the bytes between
 	// the JSON string's quotes, so it may hold JSON escapes ("\/"), which
 	// whoever decodes it undoes.
-	B64       []byte
-	URL       string // for "ref" and "url"
-	Detail    string // OpenAI's detail hint
+	B64    []byte
+	URL    string // for "ref" and "url"
+	Detail string // OpenAI's detail hint
 	// Cache is the raw cache_control of an Anthropic block ("" if none),
 	// kept on the marker that replaces it so a client breakpoint survives.
 	Cache []byte
