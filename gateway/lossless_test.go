@@ -193,3 +193,39 @@ func TestShrunkImageCarriesAResizeNote(t *testing.T) {
 		})
 	}
 }
+
+// Regression (issue "Hardening", item 7): a second copy of a member imgctx
+// reads — in another case, or repeated — would reach an upstream whose
+// decoder matches keys without case or keeps the last, unchecked. Such a
+// body is refused before anything is stored or sent.
+func TestSmuggledMembersAreRefused(t *testing.T) {
+	ok := `{"role":"user","content":"hi"}`
+	metadata := `{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://169.254.169.254/latest/meta-data"}}]}`
+	for name, c := range map[string]struct {
+		format upstream.Format
+		body   string
+	}{
+		"openai Messages":       {upstream.OpenAI, `{"model":"gpt-4o","messages":[` + ok + `],"Messages":[` + metadata + `]}`},
+		"openai messages twice": {upstream.OpenAI, `{"model":"gpt-4o","messages":[` + ok + `],"messages":[` + metadata + `]}`},
+		"openai Content":        {upstream.OpenAI, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi","Content":[{"type":"image_url","image_url":{"url":"http://169.254.169.254/"}}]}]}`},
+		"openai image_url URL":  {upstream.OpenAI, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png","URL":"http://169.254.169.254/"}}]}]}`},
+		"anthropic Source":      {upstream.Anthropic, `{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"x","Source":{"type":"url","url":"http://169.254.169.254/"}}]}]}`},
+		"anthropic data twice":  {upstream.Anthropic, `{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo=","data":"iVBORw0KGgoAAAANSUhEUgABhqAAAYagCAIAAAA="}}]}]}`},
+		"anthropic Messages":    {upstream.Anthropic, `{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[` + ok + `],"MESSAGES":[` + metadata + `]}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := newGW(t, c.format, nil)
+			path := "/v1/chat/completions"
+			if c.format == upstream.Anthropic {
+				path = "/v1/messages"
+			}
+			resp, body := g.do(t, "POST", path, "", []byte(c.body))
+			if resp.StatusCode != 400 || !bytes.Contains(body, []byte("refused")) {
+				t.Fatalf("status %d: %s; want 400 naming the member", resp.StatusCode, body)
+			}
+			if len(g.up.received()) != 0 || g.stored(t, "default") != 0 {
+				t.Fatal("a smuggling body reached the upstream or the store")
+			}
+		})
+	}
+}

@@ -182,3 +182,33 @@ func Member(b []byte, key string) ([]byte, bool) {
 	})
 	return out, err == nil && out != nil
 }
+
+// Keys guards the members of one object against smuggling: a key imgctx
+// reads given twice, or given again in another case, is refused — an
+// upstream decoder that matches keys without case, or keeps the last of
+// two, would act on a copy imgctx never looked at (an image URL past the
+// SSRF guard, an image past the budget). Use a fresh Keys per object.
+type Keys struct {
+	managed []string
+	seen    uint64
+}
+
+// NewKeys guards the given keys (at most 64).
+func NewKeys(managed ...string) Keys { return Keys{managed: managed} }
+
+// Check returns an error if key repeats or case-folds onto a managed key.
+func (k *Keys) Check(key []byte) error {
+	for i, m := range k.managed {
+		if len(key) != len(m) || !bytes.EqualFold(key, []byte(m)) {
+			continue
+		}
+		if string(key) != m {
+			return fmt.Errorf("member %q differs from %q only in case: refused, an upstream may read it as %q", key, m, m)
+		}
+		if k.seen&(1<<i) != 0 {
+			return fmt.Errorf("member %q appears twice: refused, an upstream may read either", key)
+		}
+		k.seen |= 1 << i
+	}
+	return nil
+}

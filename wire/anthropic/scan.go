@@ -25,7 +25,11 @@ func Scan(body []byte, found func(wire.Slot)) (*wire.Spliced, error) {
 	if start >= len(body) || body[start] != '{' {
 		return nil, fmt.Errorf("request body: not a JSON object")
 	}
+	top := wire.NewKeys("model", "stream", "system", "messages")
 	end, err := jsonspan.Object(body, start, func(key []byte, vs int) (int, error) {
+		if err := top.Check(key); err != nil {
+			return vs, err
+		}
 		var ve int
 		var err error
 		if string(key) == "messages" {
@@ -69,7 +73,11 @@ func scanMessages(s *wire.Spliced, at int) (int, error) {
 			return vs, fmt.Errorf("messages[%d]: not an object", i)
 		}
 		s.Messages = append(s.Messages, chat.Message{Wire: Wire})
+		keys := wire.NewKeys("role", "content")
 		return jsonspan.Object(b, vs, func(key []byte, ks int) (int, error) {
+			if err := keys.Check(key); err != nil {
+				return ks, err
+			}
 			switch string(key) {
 			case "role":
 				ke, err := jsonspan.End(b, ks)
@@ -130,7 +138,11 @@ func scanBlock(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	var sourced bool
 	var nested []chat.Part
 	slots := len(s.Slots)
+	keys := wire.NewKeys("type", "source", "content", "tool_use_id", "cache_control")
 	end, err := jsonspan.Object(b, at, func(key []byte, vs int) (int, error) {
+		if err := keys.Check(key); err != nil {
+			return vs, err
+		}
 		switch string(key) {
 		case "source":
 			var ve int
@@ -204,7 +216,11 @@ func scanSource(b []byte, at int) (slot wire.Slot, ok bool, end int, err error) 
 		return wire.Slot{}, false, end, err
 	}
 	var typ, mt, data, url wire.Span
+	keys := wire.NewKeys("type", "media_type", "data", "url")
 	end, err = jsonspan.Object(b, at, func(key []byte, vs int) (int, error) {
+		if err := keys.Check(key); err != nil {
+			return vs, err
+		}
 		if string(key) == "data" {
 			ve, err := jsonspan.EndBase64(b, vs)
 			data = wire.Span{Start: vs, End: ve}

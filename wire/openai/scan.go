@@ -25,7 +25,11 @@ func Scan(body []byte, found func(wire.Slot)) (*wire.Spliced, error) {
 	if start >= len(body) || body[start] != '{' {
 		return nil, fmt.Errorf("request body: not a JSON object")
 	}
+	top := wire.NewKeys("model", "stream", "stream_options", "messages")
 	end, err := jsonspan.Object(body, start, func(key []byte, vs int) (int, error) {
+		if err := top.Check(key); err != nil {
+			return vs, err
+		}
 		var ve int
 		var err error
 		if string(key) == "messages" {
@@ -71,7 +75,11 @@ func scanMessages(s *wire.Spliced, at int) (int, error) {
 		m := chat.Message{Wire: Wire}
 		firstSlot := len(s.Slots)
 		var callID string
+		keys := wire.NewKeys("role", "content", "tool_call_id")
 		end, err := jsonspan.Object(b, vs, func(key []byte, ks int) (int, error) {
+			if err := keys.Check(key); err != nil {
+				return ks, err
+			}
 			switch string(key) {
 			case "content":
 				parts, ke, err := scanContent(s, ks, wire.Pos{Msg: i, Nested: -1})
@@ -132,7 +140,11 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	var typ wire.Span
 	var img, file wire.Slot
 	var isImg, isFile bool
+	keys := wire.NewKeys("type", "image_url", "file")
 	end, err := jsonspan.Object(b, at, func(key []byte, vs int) (int, error) {
+		if err := keys.Check(key); err != nil {
+			return vs, err
+		}
 		var ve int
 		var err error
 		switch string(key) {
@@ -189,7 +201,11 @@ func urlSlot(b []byte, at int, key string) (slot wire.Slot, ok bool, end int, er
 		return wire.Slot{}, false, end, err
 	}
 	var u, detail wire.Span
+	keys := wire.NewKeys(key, "detail")
 	end, err = jsonspan.Object(b, at, func(k []byte, vs int) (int, error) {
+		if err := keys.Check(k); err != nil {
+			return vs, err
+		}
 		if string(k) == key {
 			ve, err := jsonspan.EndBase64(b, vs)
 			u = wire.Span{Start: vs, End: ve}
