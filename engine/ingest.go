@@ -88,27 +88,27 @@ func (e *Engine) store(ctx context.Context, tenant string, in media.Info, data [
 	return nil
 }
 
-// StoreBytes ingests image bytes that arrived outside a message (a span the
-// gateway lifted from a body): checked, stored once by ref.
-func (e *Engine) StoreBytes(ctx context.Context, tenant string, data []byte, declared string) (media.Info, error) {
-	e.once.Do(e.init)
-	in, err := media.Inspect(data, declared, e.Limits)
-	if err != nil {
-		return media.Info{}, err
-	}
-	return in, e.store(ctx, tenant, in, data)
+// Check inspects image or document bytes that arrived outside a message
+// (a span the gateway read from a body) against the engine's limits,
+// storing nothing: a caller taking several stores them with Put only once
+// all are accepted.
+func (e *Engine) Check(data []byte, declared string) (media.Info, error) {
+	return media.Inspect(data, declared, e.Limits)
 }
 
-// StoreDataURL ingests one data URL (checked, stored once by ref) and
-// returns what it holds; the gateway's fast path uses it on base64 spans it
-// finds in a body before parsing the rest.
-func (e *Engine) StoreDataURL(ctx context.Context, tenant, url string) (media.Info, error) {
+// Resolve returns the bytes behind an image URL — a data URL, a remote URL
+// through the SSRF guard, an imgctx: ref of the tenant's (then the bytes
+// are nil: stored already) — and what they are, checked, storing nothing.
+func (e *Engine) Resolve(ctx context.Context, tenant, url string) ([]byte, media.Info, error) {
 	e.once.Do(e.init)
-	data, in, err := e.resolve(ctx, tenant, url)
-	if err != nil {
-		return media.Info{}, err
-	}
-	return in, e.store(ctx, tenant, in, data)
+	return e.resolve(ctx, tenant, url)
+}
+
+// Put stores bytes Check or Resolve accepted, once by ref; nil data is an
+// image stored already.
+func (e *Engine) Put(ctx context.Context, tenant string, in media.Info, data []byte) error {
+	e.once.Do(e.init)
+	return e.store(ctx, tenant, in, data)
 }
 
 // Lookup returns what a stored image or document of the tenant is, from

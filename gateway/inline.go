@@ -11,26 +11,32 @@ import (
 	"github.com/imgctx/imgctx/media"
 )
 
-// liftBase64 stores one inline base64 image or document (or recognises
-// it: agents re-send the same image on every request) and returns what it
-// is. It is decoded straight from the body, with no copy of megabytes of
-// text; when that text is the canonical encoding, it is also what the
-// upstream gets for the ref, without encoding it again.
-//
-// canonical says whether b64 is the standard encoding of the bytes, which
-// can go upstream as it came; other forms (URL-safe, unpadded, wrapped)
-// are sent in the standard encoding.
+// lifted is an image or document read from a request, checked, and not
+// stored yet: a request's media are stored only once all are accepted.
+type lifted struct {
+	in        media.Info
+	canonical bool   // the text is the standard encoding: it can go upstream as it came
+	data      []byte // the decoded bytes to store; nil when stored already
+	text      []byte // the base64 text, escapes undone (primes the encoding cache)
+	key       *spanKey
+}
+
+// liftBase64 reads one inline base64 image or document: recognised by its
+// span key when seen before (agents re-send the same image on every
+// request), else decoded straight from the body — no copy of megabytes of
+// text — and checked. Other forms than the standard encoding (URL-safe,
+// unpadded, wrapped) are not canonical and go upstream re-encoded.
 //
 // b64 is a JSON string's contents as they stand in the body: JSON escapes
 // ("\/") are undone only if decoding needs it. key, when not nil, is its
 // span key computed already.
-func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, declared string, key *spanKey) (in media.Info, canonical bool, err error) {
-	k := s.spanKeyOf(tenant, b64)
-	if key != nil {
-		k = *key
+func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, declared string, key *spanKey) (lifted, error) {
+	if key == nil {
+		k := s.spanKeyOf(tenant, b64)
+		key = &k
 	}
-	if seen, ok := s.seenSpan(ctx, k); ok {
-		return seen.info, seen.canonical, nil
+	if seen, ok := s.seenSpan(ctx, *key); ok {
+		return lifted{in: seen.info, canonical: seen.canonical}, nil
 	}
 	text := b64
 	data, canonical, err := media.DecodeBase64Bytes(text)
@@ -42,19 +48,34 @@ func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, decl
 		}
 	}
 	if err != nil {
-		return media.Info{}, false, err
+		return lifted{}, err
 	}
-	in, err = s.engine.StoreBytes(ctx, tenant, data, declared)
+	in, err := s.engine.Check(data, declared)
 	if err != nil {
-		return media.Info{}, false, err
+		return lifted{}, err
 	}
-	if canonical {
-		s.engine.PrimeBase64(in.Ref, string(text))
+	return lifted{in: in, canonical: canonical, data: data, text: text, key: key}, nil
+}
+
+// commit stores what a request lifted, once all of it was accepted, and
+// remembers the spans for the next request.
+func (s *Server) commit(ctx context.Context, tenant string, l lifted) error {
+	if l.data == nil {
+		return nil
 	}
-	s.rememberSpan(k, seenSpan{ref: in.Ref, canonical: canonical, info: in, touched: time.Now()})
+	if err := s.engine.Put(ctx, tenant, l.in, l.data); err != nil {
+		return err
+	}
 	s.metrics.images.WithLabelValues("stored", "").Inc()
-	s.metrics.imageBytes.WithLabelValues("stored").Add(float64(in.Bytes))
-	return in, canonical, nil
+	s.metrics.imageBytes.WithLabelValues("stored").Add(float64(l.in.Bytes))
+	if l.key == nil {
+		return nil // a URL's image: no span to remember
+	}
+	if l.canonical {
+		s.engine.PrimeBase64(l.in.Ref, string(l.text))
+	}
+	s.rememberSpan(*l.key, seenSpan{ref: l.in.Ref, canonical: l.canonical, info: l.in, touched: time.Now()})
+	return nil
 }
 
 // seenSpan is what a base64 text seen before turned out to be, and when

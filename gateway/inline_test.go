@@ -62,11 +62,14 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	_, b64 := samplePNG(t)
 	lift := func(tenant string) blob.Ref {
-		in, _, err := g.server.liftBase64(t.Context(), tenant, []byte(b64), "image/png", nil)
+		l, err := g.server.liftBase64(t.Context(), tenant, []byte(b64), "image/png", nil)
+		if err == nil {
+			err = g.server.commit(t.Context(), tenant, l)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		return in.Ref
+		return l.in.Ref
 	}
 	first := lift("default")
 	if _, ok := g.server.seenSpan(t.Context(), g.server.spanKeyOf("default", []byte(b64))); !ok {
@@ -99,12 +102,15 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	_, b64 := samplePNG(t)
-	in, canonical, err := g.server.liftBase64(t.Context(), "default", []byte(b64), "image/png", nil)
-	if err != nil || !canonical {
-		t.Fatalf("canonical %v, err %v", canonical, err)
+	l, err := g.server.liftBase64(t.Context(), "default", []byte(b64), "image/png", nil)
+	if err == nil {
+		err = g.server.commit(t.Context(), "default", l)
 	}
-	g.images.Delete(t.Context(), "default", in.Ref) // only the primed encoding can answer now
-	got, err := g.engine.Base64(t.Context(), "default", in.Ref)
+	if err != nil || !l.canonical {
+		t.Fatalf("canonical %v, err %v", l.canonical, err)
+	}
+	g.images.Delete(t.Context(), "default", l.in.Ref) // only the primed encoding can answer now
+	got, err := g.engine.Base64(t.Context(), "default", l.in.Ref)
 	if err != nil || got != b64 {
 		t.Fatalf("the lifted span did not prime the encoding: %v", err)
 	}
@@ -142,5 +148,18 @@ func TestBodyPoolSizes(t *testing.T) {
 		if again := p.get(n); p.pooled(b) && cap(again) != cap(b) {
 			t.Fatalf("get(%d) after put: cap %d; want %d", n, cap(again), cap(b))
 		}
+	}
+}
+
+// Regression (issue "Hardening", item 10): a request whose second image is
+// refused stores none of its images, not even the good first one.
+func TestRefusedRequestStoresNothing(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, b64 := samplePNG(t)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}},` +
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,` + base64.StdEncoding.EncodeToString([]byte("not a png at all")) + `"}}]}]}`
+	resp, answer := g.do(t, "POST", "/v1/chat/completions", "", []byte(body))
+	if resp.StatusCode/100 != 4 || g.stored(t, "default") != 0 || len(g.up.received()) != 0 {
+		t.Fatalf("status %d (%s), %d stored, %d sent; want a 4xx and nothing stored or sent", resp.StatusCode, answer, g.stored(t, "default"), len(g.up.received()))
 	}
 }

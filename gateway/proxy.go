@@ -206,15 +206,14 @@ func includeUsage(sp *wire.Spliced) (*wire.Edit, bool) {
 	return &wire.Edit{Start: opts.Start, End: opts.End, Write: func(w *wire.BodyWriter) { w.Write(b) }}, true
 }
 
-// ingestSlots stores every image and document of the request once by ref
-// (a re-sent one is only recognised) and returns the view with each slot
-// filled in, and for each slot whether its bytes can go upstream as they
-// came (inline standard base64). New inline images are decoded and hashed
-// in parallel: that work is CPU-bound and independent per image.
+// ingestSlots reads every image and document of the request — a re-sent
+// one only recognised, a new one decoded and checked, in parallel (that
+// work is CPU-bound and independent per image) — and, once every one is
+// accepted, stores the new ones by ref: a refused request stores nothing.
+// It returns the view with each slot filled in, and for each slot whether
+// its bytes can go upstream as they came (inline standard base64).
 func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey) ([]chat.Message, []bool, error) {
-	msgs := chat.CloneMessages(sp.Messages)
-	parts := make([]chat.Part, len(sp.Slots))
-	asIs := make([]bool, len(sp.Slots))
+	read := make([]lifted, len(sp.Slots))
 	errs := make([]error, len(sp.Slots))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
@@ -226,44 +225,52 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 			if i < len(keys) {
 				key = keys[i]
 			}
-			parts[i], asIs[i], errs[i] = s.ingestSlot(ctx, tenant, slot, key)
+			read[i], errs[i] = s.readSlot(ctx, tenant, slot, key)
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
 	}
+	msgs := chat.CloneMessages(sp.Messages)
+	asIs := make([]bool, len(sp.Slots))
 	for i, slot := range sp.Slots {
-		wire.Put(msgs, slot.Pos, parts[i])
+		if err := s.commit(ctx, tenant, read[i]); err != nil {
+			return nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
+		}
+		in := read[i].in
+		asIs[i] = read[i].canonical
+		if slot.Kind == "document" {
+			wire.Put(msgs, slot.Pos, chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages})
+			continue
+		}
+		origin := chat.FromUser
+		if slot.Pos.Nested >= 0 {
+			origin = chat.FromTool
+		}
+		wire.Put(msgs, slot.Pos, chat.Image{Ref: in.Ref, MediaType: in.MediaType, Bytes: in.Bytes, Width: in.Width, Height: in.Height,
+			Detail: slot.Detail, Origin: origin})
 	}
 	return msgs, asIs, nil
 }
 
-func (s *Server) ingestSlot(ctx context.Context, tenant string, slot wire.Slot, key *spanKey) (chat.Part, bool, error) {
-	var in media.Info
+// readSlot reads one slot: inline base64, or a ref or URL the engine
+// resolves (refs tenant-checked, URLs through the SSRF guard).
+func (s *Server) readSlot(ctx context.Context, tenant string, slot wire.Slot, key *spanKey) (lifted, error) {
+	var l lifted
 	var err error
-	asIs := false
-	switch slot.Via {
-	case "base64":
-		in, asIs, err = s.liftBase64(ctx, tenant, slot.B64, slot.MediaType, key)
-	default: // "ref", "url": the engine resolves both (refs tenant-checked, URLs through the SSRF guard)
-		in, err = s.engine.StoreDataURL(ctx, tenant, slot.URL)
+	if slot.Via == "base64" {
+		l, err = s.liftBase64(ctx, tenant, slot.B64, slot.MediaType, key)
+	} else {
+		l.data, l.in, err = s.engine.Resolve(ctx, tenant, slot.URL)
 	}
 	if err != nil {
-		return nil, false, err
+		return lifted{}, err
 	}
-	if slot.Kind == "document" {
-		return chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages}, asIs, nil
+	if slot.Kind == "image" && l.in.Kind != media.KindImage {
+		return lifted{}, reason.New(reason.Invalid, l.in.MediaType+" sent as an image")
 	}
-	if in.Kind != media.KindImage {
-		return nil, false, reason.New(reason.Invalid, in.MediaType+" sent as an image")
-	}
-	origin := chat.FromUser
-	if slot.Pos.Nested >= 0 {
-		origin = chat.FromTool
-	}
-	return chat.Image{Ref: in.Ref, MediaType: in.MediaType, Bytes: in.Bytes, Width: in.Width, Height: in.Height,
-		Detail: slot.Detail, Origin: origin}, asIs, nil
+	return l, nil
 }
 
 // splice writes the request for the upstream: each slot as the policies
