@@ -80,6 +80,7 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request, tenant string)
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	w.Header().Set("ETag", `"`+ref.String()+`"`)
 	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
+	w.Header().Set("X-Content-Type-Options", "nosniff") // the type is the sniffed one; a browser must not guess another
 	if r.Method == http.MethodHead {
 		return
 	}

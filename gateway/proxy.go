@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -21,6 +22,10 @@ import (
 	"github.com/imgctx/imgctx/wire/anthropic"
 	"github.com/imgctx/imgctx/wire/openai"
 )
+
+// maxModelName bounds a model name: no provider has a longer one, and the
+// name reaches logs and routing.
+const maxModelName = 256
 
 func shapeOf(format upstream.Format) shape {
 	if format == upstream.Anthropic {
@@ -92,6 +97,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
 		return
 	}
+	if len(sp.Model) > maxModelName {
+		fail(w, sh, reason.New(reason.Invalid, fmt.Sprintf("model name of %d bytes: the limit is %d", len(sp.Model), maxModelName)))
+		return
+	}
 	up, err := s.pick(format, sp.Model)
 	if err != nil {
 		fail(w, sh, err)
@@ -161,9 +170,16 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		return
 	}
 	// Not a stream (asked for or not): the answer as it came.
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes+1))
 	if err != nil {
 		fail(w, sh, reason.Wrap(reason.Invalid, "upstream: reading the response", err))
+		return
+	}
+	if int64(len(b)) > s.cfg.MaxResponseBytes {
+		for k := range w.Header() {
+			delete(w.Header(), k)
+		}
+		writeError(w, sh, http.StatusBadGateway, "api_error", fmt.Sprintf("the upstream's answer is over the limit of %d bytes (upstream.max_response_bytes)", s.cfg.MaxResponseBytes))
 		return
 	}
 	post := time.Now()

@@ -55,6 +55,9 @@ type Config struct {
 	// ImageBudgetFraction is the share of the context window that the
 	// history images of a proxied request may use; default 0.10.
 	ImageBudgetFraction float64
+	// MaxResponseBytes bounds a non-streamed upstream answer; past it the
+	// client gets a 502 naming the limit, never a cut body. Default 64 MB.
+	MaxResponseBytes int64
 }
 
 // Server serves the gateway's routes. Build it with New.
@@ -87,6 +90,9 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	}
 	if cfg.ImageBudgetFraction <= 0 {
 		cfg.ImageBudgetFraction = 0.10
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = 64 << 20
 	}
 	if log == nil {
 		log = slog.Default()
@@ -155,7 +161,7 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.engine.Sessions.List(r.Context(), imagestore.DefaultTenant); err != nil {
+	if err := s.engine.Sessions.Ping(r.Context()); err != nil {
 		http.Error(w, "session store unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
@@ -205,7 +211,7 @@ func (s *Server) wrap(name string, sh shape, auth bool, h func(http.ResponseWrit
 				sw.status = http.StatusOK
 			}
 			s.metrics.requests.WithLabelValues(name, fmt.Sprint(sw.status)).Inc()
-			s.log.Info("request", "route", name, "method", r.Method, "path", r.URL.Path, "status", sw.status,
+			s.log.Info("request", "route", name, "method", r.Method, "path", clip(r.URL.Path), "status", sw.status,
 				"tenant", tenant, "bytes_in", r.ContentLength, "bytes_out", sw.bytes, "duration_ms", time.Since(start).Milliseconds())
 		}()
 		select {
@@ -247,6 +253,14 @@ func (s *Server) authenticate(r *http.Request) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// clip bounds a client-supplied value for a log line.
+func clip(s string) string {
+	if len(s) <= 256 {
+		return s
+	}
+	return fmt.Sprintf("%.256s… (%d bytes)", s, len(s))
 }
 
 // readBody reads a request body within the limit, after decompression.

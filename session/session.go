@@ -84,6 +84,9 @@ type Store interface {
 	List(ctx context.Context, tenant string) ([]Meta, error)
 	// Delete removes a session and its log; a missing one is ErrNotFound.
 	Delete(ctx context.Context, tenant string, id ID) error
+	// Ping reports whether the store can serve, in constant time (a
+	// readiness probe calls it).
+	Ping(ctx context.Context) error
 	// Close releases the store.
 	Close() error
 }

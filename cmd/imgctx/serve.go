@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -100,7 +101,7 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := gateway.New(gateway.Config{Keys: keys, PassClientKey: cfg.Auth.PassClientKey, MaxBodyBytes: cfg.Server.MaxBodyBytes,
 		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout, ImageBudgetFraction: cfg.Keep.BudgetFraction,
-		UpstreamKeys: tenantKeys, Upstreams: routes}, e, reg, a.log)
+		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse}, e, reg, a.log)
 	return srv, func() { sessions.Close() }, nil
 }
 
@@ -153,6 +154,15 @@ func routingTable(cfg config.Config) []*gateway.Upstream {
 	return out
 }
 
+// redact hides a password in a URL before it is logged.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
 // serve listens until ctx ends, then shuts down gracefully: requests in
 // flight finish (within server.shutdown_timeout), nothing is half written.
 func (a *app) serve(ctx context.Context) error {
@@ -167,8 +177,9 @@ func (a *app) serve(ctx context.Context) error {
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	upstreamURL := a.cfg.Upstream.BaseURL
+	upstreamURL = redact(upstreamURL)
 	for _, r := range a.cfg.Upstreams {
-		upstreamURL += " " + r.Name + "=" + r.BaseURL + " (" + r.Format + ")"
+		upstreamURL += " " + r.Name + "=" + redact(r.BaseURL) + " (" + r.Format + ")"
 	}
 	if upstreamURL == "" {
 		upstreamURL = "(none: set --upstream or IMGCTX_UPSTREAM_BASE_URL; proxied requests answer 502)"

@@ -36,8 +36,10 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // A stop signal while a request is in flight: the request finishes, then
 // serve returns cleanly.
 func TestServeShutsDownGracefully(t *testing.T) {
+	arrived := make(chan struct{}, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		arrived <- struct{}{}
 		time.Sleep(400 * time.Millisecond) // in flight when the stop comes
 		io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`)
 	}))
@@ -47,14 +49,16 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &lineWriter{re: regexp.MustCompile(`listening on (http://\S+)`), found: make(chan string, 1)}
+	// The channel is kept here: the writer clears its own field under its lock.
+	found := make(chan string, 1)
+	out := &lineWriter{re: regexp.MustCompile(`listening on (http://\S+)`), found: found}
 	a := &app{stdout: out, stderr: io.Discard, cfg: cfg, log: newLogger(io.Discard, cfg.Log)}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- a.serve(ctx) }()
 	var base string
 	select {
-	case base = <-out.found:
+	case base = <-found:
 	case err := <-served:
 		t.Fatalf("serve ended: %v", err)
 	case <-time.After(10 * time.Second):
@@ -72,7 +76,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		resp.Body.Close()
 		result <- string(b)
 	}()
-	time.Sleep(100 * time.Millisecond)
+	<-arrived // the request is in flight at the upstream: now stop
 	stop()
 	if got := <-result; !strings.Contains(got, `"content":"done"`) {
 		t.Fatalf("the in-flight request did not finish: %s", got)
@@ -82,5 +86,16 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Fatal("still serving after shutdown")
+	}
+}
+
+// Regression (issue "Hardening", item 9): a password in an upstream URL
+// never reaches the start-up log.
+func TestUpstreamPasswordIsRedacted(t *testing.T) {
+	if got := redact("https://user:s3cret@proxy.example:8443/base"); strings.Contains(got, "s3cret") || !strings.Contains(got, "proxy.example:8443") {
+		t.Fatalf("redact: %s", got)
+	}
+	if got := redact("http://127.0.0.1:11434"); got != "http://127.0.0.1:11434" {
+		t.Fatalf("redact changed a URL without a password: %s", got)
 	}
 }

@@ -105,6 +105,7 @@ type Upstream struct {
 	MaxRetries    int           `yaml:"max_retries" doc:"retries after a 429, 5xx or 529"`
 	Vision        string        `yaml:"vision" doc:"auto (from the model profile), true or false: whether this upstream sees images"`
 	ContextWindow int           `yaml:"context_window" doc:"context window of this upstream in tokens; 0 takes the model profile's"`
+	MaxResponse   int64         `yaml:"max_response_bytes" doc:"largest non-streamed answer taken from an upstream; larger is a 502 naming the limit"`
 }
 
 // Compaction configures compaction's estimates.
@@ -131,7 +132,7 @@ func Defaults() Config {
 			ShrinkTargetBytes: media.DefaultTargetBytes,
 			Fetch:             Fetch{Timeout: media.DefaultFetchTimeout, MaxBytes: media.DefaultMaxBytes, MaxRedirects: media.DefaultMaxRedirects},
 		},
-		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto"},
+		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto", MaxResponse: 64 << 20},
 		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate},
 		Log:        Log{Level: "info", Format: "text"},
 	}
@@ -296,6 +297,7 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	positive("upstream.timeout", int64(c.Upstream.Timeout))
+	positive("upstream.max_response_bytes", c.Upstream.MaxResponse)
 	if c.Upstream.ContextWindow < 0 || c.Upstream.MaxRetries < 0 {
 		errs = append(errs, errors.New("upstream.context_window and upstream.max_retries must not be negative"))
 	}

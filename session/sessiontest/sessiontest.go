@@ -73,6 +73,11 @@ func Run(t *testing.T, h Harness) {
 	ctx := context.Background()
 	meta := session.Meta{Tenant: "alpha", Thread: chat.Main, Settings: chat.Settings{Model: "claude-sonnet-4-6", KeepTurnImages: true}}
 
+	t.Run("ping answers", func(t *testing.T) {
+		if err := h.New(t).Ping(t.Context()); err != nil {
+			t.Fatalf("Ping: %v", err)
+		}
+	})
 	t.Run("create then load", func(t *testing.T) {
 		s := h.New(t)
 		m, err := s.Create(ctx, meta)

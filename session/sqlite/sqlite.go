@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,13 @@ func Open(path string) (*Store, error) {
 	if err := migrate(db); err != nil {
 		db.Close()
 		return nil, err
+	}
+	// Sessions hold conversations: readable by the owner only, like the images.
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(f, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			db.Close()
+			return nil, fmt.Errorf("session database: %w", err)
+		}
 	}
 	return &Store{db: db}, nil
 }
@@ -257,3 +265,9 @@ func (s *Store) Delete(ctx context.Context, tenant string, id session.ID) error 
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
+
+// Ping runs one constant-time query.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	return s.db.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
+}

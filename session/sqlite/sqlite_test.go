@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -44,5 +45,20 @@ func TestMigrationsApplyOnce(t *testing.T) {
 			t.Fatalf("journal mode %q; want wal", mode)
 		}
 		s.Close()
+	}
+}
+
+// Regression (issue "Hardening", item 9): the database was created 0644
+// while images are 0600.
+func TestDatabaseIsOwnerOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "imgctx.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
 }
