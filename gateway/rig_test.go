@@ -3,8 +3,10 @@ package gateway
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -225,4 +227,15 @@ func metric(t *testing.T, g *gw, name string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// distinctPNG returns the PNG with a text chunk naming n before its IEND:
+// another valid image of the same size, with other bytes and another ref.
+func distinctPNG(png []byte, n int) []byte {
+	iend := bytes.LastIndex(png, []byte("IEND")) - 4
+	body := append([]byte("tEXtn\x00"), fmt.Sprint(n)...)
+	chunk := binary.BigEndian.AppendUint32(nil, uint32(len(body)-4))
+	chunk = append(chunk, body...)
+	chunk = binary.BigEndian.AppendUint32(chunk, crc32.ChecksumIEEE(body))
+	return append(append(append([]byte(nil), png[:iend]...), chunk...), png[iend:]...)
 }

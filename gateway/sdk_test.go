@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -148,11 +149,11 @@ func TestOpenAISDKPromptTooLongRetriedOnce(t *testing.T) {
 // with X-Imgctx-Session the same ones stay removed in later requests.
 func TestOpenAISDKBudgetMarkersStable(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
-	_, b64 := samplePNG(t)
+	raw, _ := samplePNG(t)
 	shots := make([]string, 3)
 	for i := range shots {
 		// Three different 1280×800 images (1105 tokens each on the tile rule).
-		shots[i] = "data:image/png;base64," + b64[:len(b64)-8] + []string{"AAAAAA==", "AAAAAQ==", "AAAAAg=="}[i]
+		shots[i] = "data:image/png;base64," + base64.StdEncoding.EncodeToString(distinctPNG(raw, i))
 	}
 	history := []openai.ChatCompletionMessageParamUnion{
 		imageMessage("one", shots[0]), openai.AssistantMessage("ok"),

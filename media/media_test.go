@@ -326,3 +326,22 @@ func TestPDFPages(t *testing.T) {
 		t.Fatalf("Inspect: %+v %v", in, err)
 	}
 }
+
+// Regression (issue "Hardening", item 12): a PNG with a corrupt IDAT or a
+// bad chunk CRC passed (only headers were read); it is refused as invalid.
+func TestCorruptPNGIsRefused(t *testing.T) {
+	good, err := os.ReadFile("../testdata/screenshot.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Inspect(good, "image/png", Limits{}); err != nil {
+		t.Fatalf("the good PNG: %v", err)
+	}
+	idat := bytes.Index(good, []byte("IDAT"))
+	bad := append([]byte(nil), good...)
+	bad[idat+40] ^= 0xFF // inside the image data: its CRC no longer matches
+	_, err = Inspect(bad, "image/png", Limits{})
+	if reason.Of(err) != reason.Invalid || !strings.Contains(err.Error(), `bad CRC in the "IDAT" chunk`) {
+		t.Fatalf("corrupt IDAT: %v", err)
+	}
+}
