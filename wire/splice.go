@@ -78,6 +78,53 @@ type Slot struct {
 	Cache []byte
 }
 
+// ScanRequest reads a request body's top level in place: the spans of its
+// members, the model and stream flag, and its messages array through the
+// wire's own messages reader (which fills in the view and the slots). The
+// managed members (messages among them) are guarded against smuggling.
+func ScanRequest(body []byte, found func(Slot), messages func(s *Spliced, at int) (int, error), managed ...string) (*Spliced, error) {
+	s := &Spliced{Body: body, Top: map[string]Span{}, Found: found}
+	start := jsonspan.Skip(body, 0)
+	if start >= len(body) || body[start] != '{' {
+		return nil, fmt.Errorf("request body: not a JSON object")
+	}
+	top := NewKeys(managed...)
+	end, err := jsonspan.Object(body, start, func(key []byte, vs int) (int, error) {
+		if err := top.Check(key); err != nil {
+			return vs, err
+		}
+		var ve int
+		var err error
+		if string(key) == "messages" {
+			ve, err = messages(s, vs)
+		} else {
+			ve, err = jsonspan.End(body, vs)
+		}
+		if err != nil {
+			return ve, err
+		}
+		s.Top[string(key)] = Span{Start: vs, End: ve}
+		switch string(key) {
+		case "model":
+			s.Model, _ = jsonspan.String(body, vs, ve)
+		case "stream":
+			s.Stream = string(body[vs:ve]) == "true"
+		}
+		return ve, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("request body: %w", err)
+	}
+	if jsonspan.Skip(body, end) != len(body) {
+		return nil, fmt.Errorf("request body: trailing data after the JSON object")
+	}
+	if _, ok := s.Top["messages"]; !ok {
+		return nil, fmt.Errorf("request has no messages")
+	}
+	s.End = end - 1
+	return s, nil
+}
+
 // Text returns the bytes of sp as a string that shares the body's memory:
 // the view's opaque parts cost no copy. The body is never written to after
 // it is read, which is what makes sharing it safe.

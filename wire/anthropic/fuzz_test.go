@@ -79,17 +79,6 @@ func FuzzDecodeError(f *testing.F) {
 //
 //	go test ./wire/anthropic -run XXX -fuzz FuzzScan -fuzztime 60s
 func FuzzScan(f *testing.F) {
-	seed(f, "request.json")
-	for _, name := range []string{"../../testdata/requests/anthropic-agent.json"} {
-		if b, err := os.ReadFile(name); err == nil {
-			f.Add(b)
-		}
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		sp, err := Scan(b, nil)
-		if err != nil {
-			return
-		}
-		wiretest.CheckSpliced(t, sp)
-	})
+	seed(f, "request.json", "../../../testdata/requests/anthropic-agent.json")
+	wiretest.FuzzScan(f, Scan)
 }

@@ -20,46 +20,7 @@ const Wire = "anthropic"
 //
 // found, when not nil, gets each slot as it is read (see wire.Spliced.Found).
 func Scan(body []byte, found func(wire.Slot)) (*wire.Spliced, error) {
-	s := &wire.Spliced{Body: body, Top: map[string]wire.Span{}, Found: found}
-	start := jsonspan.Skip(body, 0)
-	if start >= len(body) || body[start] != '{' {
-		return nil, fmt.Errorf("request body: not a JSON object")
-	}
-	top := wire.NewKeys("model", "stream", "system", "messages")
-	end, err := jsonspan.Object(body, start, func(key []byte, vs int) (int, error) {
-		if err := top.Check(key); err != nil {
-			return vs, err
-		}
-		var ve int
-		var err error
-		if string(key) == "messages" {
-			ve, err = scanMessages(s, vs)
-		} else {
-			ve, err = jsonspan.End(body, vs)
-		}
-		if err != nil {
-			return ve, err
-		}
-		s.Top[string(key)] = wire.Span{Start: vs, End: ve}
-		switch string(key) {
-		case "model":
-			s.Model, _ = jsonspan.String(body, vs, ve)
-		case "stream":
-			s.Stream = string(body[vs:ve]) == "true"
-		}
-		return ve, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("request body: %w", err)
-	}
-	if jsonspan.Skip(body, end) != len(body) {
-		return nil, fmt.Errorf("request body: trailing data after the JSON object")
-	}
-	if _, ok := s.Top["messages"]; !ok {
-		return nil, fmt.Errorf("request has no messages")
-	}
-	s.End = end - 1
-	return s, nil
+	return wire.ScanRequest(body, found, scanMessages, "model", "stream", "system", "messages")
 }
 
 func scanMessages(s *wire.Spliced, at int) (int, error) {

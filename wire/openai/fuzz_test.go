@@ -87,17 +87,6 @@ func FuzzDecodeError(f *testing.F) {
 //
 //	go test ./wire/openai -run XXX -fuzz FuzzScan -fuzztime 60s
 func FuzzScan(f *testing.F) {
-	seed(f, "request.json")
-	for _, name := range []string{"../../testdata/requests/openai-agent.json"} {
-		if b, err := os.ReadFile(name); err == nil {
-			f.Add(b)
-		}
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		sp, err := Scan(b, nil)
-		if err != nil {
-			return
-		}
-		wiretest.CheckSpliced(t, sp)
-	})
+	seed(f, "request.json", "../../../testdata/requests/openai-agent.json")
+	wiretest.FuzzScan(f, Scan)
 }

@@ -80,3 +80,13 @@ func CheckSpliced(t testing.TB, sp *wire.Spliced) {
 		t.Fatalf("a splice without edits changed the body: %v", err)
 	}
 }
+
+// FuzzScan fuzzes a wire's Scan: any body either is refused or scans to
+// spans that hold together (CheckSpliced); the scan never panics.
+func FuzzScan(f *testing.F, scan func([]byte, func(wire.Slot)) (*wire.Spliced, error)) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if sp, err := scan(b, nil); err == nil {
+			CheckSpliced(t, sp)
+		}
+	})
+}
