@@ -101,7 +101,8 @@ func TestCorpusByRefExpandsOnlyManagedParts(t *testing.T) {
 			sp := scanAs(t, format, body)
 			for i := len(sp.Slots) - 1; i >= 0; i-- {
 				slot := sp.Slots[i]
-				data, _, err := media.DecodeBase64Bytes(slot.B64)
+				b64 := slot.Data.Of(body)
+				data, _, err := media.DecodeBase64Bytes(b64)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -110,8 +111,8 @@ func TestCorpusByRefExpandsOnlyManagedParts(t *testing.T) {
 					t.Fatal(err)
 				}
 				// Replace the base64 text only: the ref rides where the data was.
-				k := bytes.Index(byRef[slot.Source.Start:slot.Source.End], slot.B64) + slot.Source.Start
-				byRef = append(append(append([]byte(nil), byRef[:k]...), "imgctx:"+in.Ref.String()...), byRef[k+len(slot.B64):]...)
+				k := bytes.Index(byRef[slot.Source.Start:slot.Source.End], b64) + slot.Source.Start
+				byRef = append(append(append([]byte(nil), byRef[:k]...), "imgctx:"+in.Ref.String()...), byRef[k+len(b64):]...)
 			}
 			if format == upstream.OpenAI {
 				byRef = bytes.ReplaceAll(byRef, []byte("data:image/png;base64,imgctx:"), []byte("imgctx:"))
@@ -129,8 +130,8 @@ func TestCorpusByRefExpandsOnlyManagedParts(t *testing.T) {
 				t.Fatalf("bytes outside the managed parts changed:\n%s", firstDiff(a, b))
 			}
 			for i, slot := range out.Slots {
-				if !bytes.Equal(slot.B64, sp.Slots[i].B64) {
-					t.Fatalf("slot %d went out as %.60q…, not the stored bytes", i, slot.B64)
+				if got, want := slot.Data.Of(sent), sp.Slots[i].Data.Of(body); !bytes.Equal(got, want) {
+					t.Fatalf("slot %d went out as %.60q…, not the stored bytes", i, got)
 				}
 			}
 		})

@@ -45,12 +45,13 @@ func scan(format upstream.Format, body []byte, found func(wire.Slot)) (*wire.Spl
 // on (a re-sent image is then recognised at once): it returns the hook for
 // the scan and a wait that gives the keys, in slot order (nil where a slot
 // is not inline). Nothing is decoded or stored before the scan succeeds.
-func (s *Server) hashAhead(tenant string) (func(wire.Slot), func() []*spanKey) {
+func (s *Server) hashAhead(tenant string, body []byte) (func(wire.Slot), func() []*spanKey) {
 	var keys []*spanKey
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	found := func(sl wire.Slot) {
-		if sl.Via != "base64" || len(sl.B64) < 4096 {
+		data := sl.Data.Of(body)
+		if sl.Via != "base64" || len(data) < 4096 {
 			keys = append(keys, nil)
 			return
 		}
@@ -59,7 +60,7 @@ func (s *Server) hashAhead(tenant string) (func(wire.Slot), func() []*spanKey) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			*k = s.spanKeyOf(tenant, sl.B64)
+			*k = s.spanKeyOf(tenant, data)
 		})
 	}
 	return found, func() []*spanKey { wg.Wait(); return keys }
@@ -90,7 +91,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 			}()
 		}()
 	}
-	found, hashed := s.hashAhead(tenant)
+	found, hashed := s.hashAhead(tenant, body)
 	sp, err := scan(format, body, found)
 	keys := hashed()
 	if err != nil {
@@ -241,7 +242,7 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 			if i < len(keys) {
 				key = keys[i]
 			}
-			read[i], errs[i] = s.readSlot(ctx, tenant, slot, key)
+			read[i], errs[i] = s.readSlot(ctx, tenant, sp.Body, slot, key)
 		})
 	}
 	wg.Wait()
@@ -272,11 +273,11 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 
 // readSlot reads one slot: inline base64, or a ref or URL the engine
 // resolves (refs tenant-checked, URLs through the SSRF guard).
-func (s *Server) readSlot(ctx context.Context, tenant string, slot wire.Slot, key *spanKey) (lifted, error) {
+func (s *Server) readSlot(ctx context.Context, tenant string, body []byte, slot wire.Slot, key *spanKey) (lifted, error) {
 	var l lifted
 	var err error
 	if slot.Via == "base64" {
-		l, err = s.liftBase64(ctx, tenant, slot.B64, slot.MediaType, key)
+		l, err = s.liftBase64(ctx, tenant, slot.Data.Of(body), slot.MediaType, key)
 	} else {
 		l.data, l.in, err = s.engine.Resolve(ctx, tenant, slot.URL)
 	}
@@ -325,7 +326,7 @@ func (s *Server) splice(ctx context.Context, tenant string, format upstream.Form
 			}
 			edits = append(edits, sourceEdit(format, slot, p.MediaType, b64))
 		case chat.Marker:
-			text, cache := p.String(), slot.Cache
+			text, cache := p.String(), slot.Cache.Of(sp.Body)
 			edits = append(edits, wire.Edit{Start: slot.Part.Start, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
 				writeText(w, format, text, cache)
 			}})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"unsafe"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire/jsonspan"
@@ -23,8 +22,10 @@ type Spliced struct {
 	Stream bool
 	// Messages is the view: one per wire message, in order. A managed part
 	// is a zero chat.Image or chat.Document at its slot's Pos until the
-	// caller fills it in; everything else is a chat.Opaque span (a tool
-	// result a chat.ToolResult holding its own parts the same way).
+	// caller fills it in; everything else is a chat.Opaque of the wire
+	// without its bytes — the body has them — (a tool result a
+	// chat.ToolResult holding its own parts the same way). Nothing in the
+	// view or the slots points into the body, so a scan can outlive it.
 	Messages []chat.Message
 	Slots    []Slot
 	// End is the offset of the top-level object's closing brace, where a
@@ -67,15 +68,23 @@ type Slot struct {
 	// "url" (http or https).
 	Via       string
 	MediaType string
-	// B64 is the inline base64, straight from the body: the bytes between
-	// the JSON string's quotes, so it may hold JSON escapes ("\/"), which
-	// whoever decodes it undoes.
-	B64    []byte
+	// Data is the inline base64 in the body: the bytes between the JSON
+	// string's quotes, so it may hold JSON escapes ("\/"), which whoever
+	// decodes it undoes.
+	Data   Span
 	URL    string // for "ref" and "url"
 	Detail string // OpenAI's detail hint
-	// Cache is the raw cache_control of an Anthropic block ("" if none),
+	// Cache is the raw cache_control of an Anthropic block (empty if none),
 	// kept on the marker that replaces it so a client breakpoint survives.
-	Cache []byte
+	Cache Span
+}
+
+// Of returns the bytes of sp in body (nil for an empty span).
+func (sp Span) Of(body []byte) []byte {
+	if sp.End <= sp.Start {
+		return nil
+	}
+	return body[sp.Start:sp.End]
 }
 
 // ScanRequest reads a request body's top level in place: the spans of its
@@ -123,16 +132,6 @@ func ScanRequest(body []byte, found func(Slot), messages func(s *Spliced, at int
 	}
 	s.End = end - 1
 	return s, nil
-}
-
-// Text returns the bytes of sp as a string that shares the body's memory:
-// the view's opaque parts cost no copy. The body is never written to after
-// it is read, which is what makes sharing it safe.
-func (s *Spliced) Text(sp Span) string {
-	if sp.End <= sp.Start {
-		return ""
-	}
-	return unsafe.String(&s.Body[sp.Start], sp.End-sp.Start)
 }
 
 // At returns the part at pos in msgs.

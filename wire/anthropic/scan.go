@@ -65,7 +65,7 @@ func scanContent(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error
 	b := s.Body
 	if b[at] != '[' {
 		end, err := jsonspan.End(b, at)
-		return []chat.Part{chat.Opaque{Wire: Wire, Raw: s.Text(wire.Span{Start: at, End: end})}}, end, err
+		return []chat.Part{chat.Opaque{Wire: Wire}}, end, err
 	}
 	var parts []chat.Part
 	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
@@ -92,7 +92,7 @@ func scanBlock(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	b := s.Body
 	if b[at] != '{' {
 		end, err := jsonspan.End(b, at)
-		return chat.Opaque{Wire: Wire, Raw: s.Text(wire.Span{Start: at, End: end})}, end, err
+		return chat.Opaque{Wire: Wire}, end, err
 	}
 	var typ, toolUseID, cache wire.Span
 	var slot wire.Slot
@@ -133,7 +133,7 @@ func scanBlock(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		return nil, end, err
 	}
 	blk := wire.Span{Start: at, End: end}
-	opaque := chat.Opaque{Wire: Wire, Raw: s.Text(blk)}
+	opaque := chat.Opaque{Wire: Wire}
 	t, _ := jsonspan.String(b, typ.Start, typ.End)
 	if t != "tool_result" {
 		s.Slots = s.Slots[:slots] // a content list of another block type is the provider's
@@ -151,7 +151,7 @@ func scanBlock(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		}
 		slot.Kind, slot.Pos, slot.Part = t, pos, blk
 		if cache.End > 0 {
-			slot.Cache = b[cache.Start:cache.End]
+			slot.Cache = cache
 		}
 		s.Add(slot)
 		if t == "document" {
@@ -225,7 +225,7 @@ func scanSource(b []byte, at int) (slot wire.Slot, ok bool, end int, err error) 
 			return slot, true, end, nil
 		}
 		// Megabytes, used as they stand: the decoder undoes any escape.
-		slot.Via, slot.B64 = "base64", b[data.Start+1:data.End-1]
+		slot.Via, slot.Data = "base64", wire.Span{Start: data.Start + 1, End: data.End - 1}
 		return slot, true, end, nil
 	case "url":
 		u, ok := jsonspan.String(b, url.Start, url.End)

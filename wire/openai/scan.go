@@ -77,7 +77,7 @@ func scanContent(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error
 	b := s.Body
 	if b[at] != '[' {
 		end, err := jsonspan.End(b, at)
-		return []chat.Part{chat.Opaque{Wire: Wire, Raw: s.Text(wire.Span{Start: at, End: end})}}, end, err
+		return []chat.Part{chat.Opaque{Wire: Wire}}, end, err
 	}
 	var parts []chat.Part
 	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
@@ -96,7 +96,7 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	b := s.Body
 	if b[at] != '{' {
 		end, err := jsonspan.End(b, at)
-		return chat.Opaque{Wire: Wire, Raw: s.Text(wire.Span{Start: at, End: end})}, end, err
+		return chat.Opaque{Wire: Wire}, end, err
 	}
 	var typ wire.Span
 	var img, file wire.Slot
@@ -144,7 +144,7 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 				}
 			}
 		}
-		return chat.Opaque{Wire: Wire, Raw: s.Text(sp)}, end, nil
+		return chat.Opaque{Wire: Wire}, end, nil
 	}
 	slot.Pos, slot.Part = pos, sp
 	s.Add(slot)
@@ -193,7 +193,8 @@ func urlSlot(b []byte, at int, key string) (slot wire.Slot, ok bool, end int, er
 		if semi := strings.IndexByte(mt, ';'); semi >= 0 {
 			mt = mt[:semi]
 		}
-		slot.Via, slot.MediaType, slot.B64 = "base64", mt, raw[k+len(";base64,"):]
+		slot.Via, slot.MediaType = "base64", mt
+		slot.Data = wire.Span{Start: u.Start + 1 + k + len(";base64,"), End: u.End - 1}
 		return slot, true, end, nil // base64 decoding checks the rest
 	}
 	if err := jsonspan.Check(b, u.Start, u.End); err != nil {
