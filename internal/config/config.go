@@ -13,6 +13,7 @@ import (
 	"path"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,9 +142,10 @@ func Defaults() Config {
 // Key is one configuration key: its dotted name, its environment variable
 // and what it means.
 type Key struct {
-	Name string // "media.fetch.timeout"
-	Env  string // "IMGCTX_MEDIA_FETCH_TIMEOUT"
-	Doc  string
+	Name     string // "media.fetch.timeout"
+	Env      string // "IMGCTX_MEDIA_FETCH_TIMEOUT"
+	Doc      string
+	Duration bool // a Go duration: "10s", "5m"; a bare number is refused
 }
 
 // Keys lists every scalar key of Config, derived from the struct itself so
@@ -166,7 +168,7 @@ func Keys() []Key {
 			if env == "" {
 				env = "IMGCTX_" + strings.ToUpper(strings.ReplaceAll(name, ".", "_"))
 			}
-			out = append(out, Key{Name: name, Env: env, Doc: f.Tag.Get("doc")})
+			out = append(out, Key{Name: name, Env: env, Doc: f.Tag.Get("doc"), Duration: f.Type == reflect.TypeOf(time.Duration(0))})
 		}
 	}
 	walk(reflect.TypeOf(Config{}), "")
@@ -201,11 +203,33 @@ func Load(path string, lookup func(string) (string, bool), flags map[string]any)
 			return Config{}, fmt.Errorf("flag for %s: %w", name, err)
 		}
 	}
+	if err := checkDurations(k); err != nil {
+		return Config{}, err
+	}
 	cfg := Defaults()
 	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "yaml"}); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return cfg, cfg.Validate()
+}
+
+// checkDurations refuses a duration given as a bare number: "10" would
+// be read as 10 nanoseconds, and every request would time out.
+func checkDurations(k *koanf.Koanf) error {
+	for _, key := range Keys() {
+		if !key.Duration || !k.Exists(key.Name) {
+			continue
+		}
+		switch v := k.Get(key.Name).(type) {
+		case int, int64, float64, uint64:
+			return fmt.Errorf("%s: %v has no unit; write it as a duration such as %vs or %vm (%s)", key.Name, v, v, v, key.Env)
+		case string:
+			if _, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return fmt.Errorf("%s: %q has no unit; write it as a duration such as %ss or %sm (%s)", key.Name, v, strings.TrimSpace(v), strings.TrimSpace(v), key.Env)
+			}
+		}
+	}
+	return nil
 }
 
 // checkKnown refuses keys the configuration does not have, so a typo is an

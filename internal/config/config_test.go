@@ -104,6 +104,9 @@ func TestRefusals(t *testing.T) {
 		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai or anthropic`},
 		{"upstream names twice", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9'}\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:10/v1'}\n", nil, `upstreams[1].name: "a" is used twice`},
 		{"upstream keys", "", map[string]string{"IMGCTX_AUTH_UPSTREAM_KEYS": "acme"}, "auth.upstream_keys: an entry is not tenant=key"},
+		// Regression (issue "Hardening", item 15): read as 10 ns, every request timed out.
+		{"duration without unit in the file", "server:\n  request_timeout: 10\n", nil, "server.request_timeout: 10 has no unit"},
+		{"duration without unit in the environment", "", map[string]string{"IMGCTX_MEDIA_FETCH_TIMEOUT": "30"}, `media.fetch.timeout: "30" has no unit`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
