@@ -36,7 +36,7 @@ func (s *Server) liftBase64(ctx context.Context, tenant string, b64 []byte, decl
 		key = &k
 	}
 	if seen, ok := s.seenSpan(ctx, *key); ok {
-		return lifted{in: seen.info, canonical: seen.canonical}, nil
+		return lifted{in: seen.info, canonical: seen.canonical, key: key}, nil
 	}
 	text := b64
 	data, canonical, err := media.DecodeBase64Bytes(text)

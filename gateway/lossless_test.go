@@ -57,7 +57,7 @@ func scanAs(t *testing.T, format upstream.Format, body []byte) *wire.Spliced {
 	if format == upstream.Anthropic {
 		scan = anthropic.Scan
 	}
-	sp, err := scan(body, nil)
+	sp, err := scan(body, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +228,36 @@ func TestSmuggledMembersAreRefused(t *testing.T) {
 				t.Fatal("a smuggling body reached the upstream or the store")
 			}
 		})
+	}
+}
+
+// An agent re-sends its history with messages appended: the next request
+// is read from where it parts from the previous one, and what goes
+// upstream is exactly the client's body — the same as without the
+// previous request.
+func TestAppendedHistoryIsReadFromWhereItParts(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, b64 := samplePNG(t)
+	history := []string{`{"role":"system","content":"You are an agent."}`,
+		`{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}`,
+		`{"role":"assistant","content":"I see a login form."}`}
+	body := func(n int) []byte {
+		return []byte(`{"model":"gpt-4o","messages":[` + strings.Join(history[:n], ",") + `],"temperature":0}`)
+	}
+	history = append(history, `{"role":"user","content":"and now?"}`)
+	for _, n := range []int{3, 4} {
+		if resp, answer := g.do(t, "POST", "/v1/chat/completions", "", body(n)); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, answer)
+		}
+	}
+	got := g.up.received()
+	if !bytes.Equal(got[1], body(4)) {
+		t.Fatalf("the upstream got another body:\n%s", firstDiff(body(4), got[1]))
+	}
+	if m := metric(t, g, "imgctx_proxy_messages_total"); !strings.Contains(m, `how="resumed"} 3`) || !strings.Contains(m, `how="scanned"} 4`) {
+		t.Fatalf("messages: %s; want 3 taken over and 3+1 scanned", m)
+	}
+	if g.stored(t, "default") != 1 {
+		t.Fatal("the image was not stored once")
 	}
 }

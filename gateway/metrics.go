@@ -18,6 +18,7 @@ type Metrics struct {
 	compactions *prometheus.CounterVec
 	overflow    *prometheus.CounterVec
 	latency     prometheus.Histogram
+	scanned     *prometheus.CounterVec
 }
 
 // NewMetrics registers the families on reg.
@@ -41,7 +42,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time the gateway adds to a proxied request, upstream time excluded.",
 			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3}}),
 	}
-	reg.MustRegister(m.requests, m.images, m.imageBytes, m.upstream, m.tokens, m.compactions, m.overflow, m.latency)
+	m.scanned = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_proxy_messages_total",
+		Help: "Messages of proxied requests, by how they were read: scanned, or taken over from the conversation's previous request (resumed)."}, []string{"how"})
+	reg.MustRegister(m.requests, m.images, m.imageBytes, m.upstream, m.tokens, m.compactions, m.overflow, m.latency, m.scanned)
 	return m
 }
 

@@ -34,11 +34,11 @@ func shapeOf(format upstream.Format) shape {
 	return openaiShape
 }
 
-func scan(format upstream.Format, body []byte, found func(wire.Slot)) (*wire.Spliced, error) {
+func scan(format upstream.Format, body []byte, prev *wire.Resume, found func(wire.Slot)) (*wire.Spliced, error) {
 	if format == upstream.Anthropic {
-		return anthropic.Scan(body, found)
+		return anthropic.Scan(body, prev, found)
 	}
-	return openai.Scan(body, found)
+	return openai.Scan(body, prev, found)
 }
 
 // hashAhead names each inline base64 span by its hash while the scan goes
@@ -91,13 +91,22 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 			}()
 		}()
 	}
+	rk := s.resumeKeyOf(tenant, format, r.Header, body)
+	prev := s.resumeFor(rk)
 	found, hashed := s.hashAhead(tenant, body)
-	sp, err := scan(format, body, found)
+	sp, err := scan(format, body, prev.res, found)
 	keys := hashed()
+	if err == nil {
+		// The slots taken over from the previous request come first, with
+		// the keys that request found for them.
+		keys = append(append([]*spanKey(nil), prev.keys[:len(sp.Slots)-len(keys)]...), keys...)
+	}
 	if err != nil {
 		fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
 		return
 	}
+	s.metrics.scanned.WithLabelValues("resumed").Add(float64(sp.Resumed))
+	s.metrics.scanned.WithLabelValues("scanned").Add(float64(len(sp.Marks) - sp.Resumed))
 	if len(sp.Model) > maxModelName {
 		fail(w, sh, reason.New(reason.Invalid, fmt.Sprintf("model name of %d bytes: the limit is %d", len(sp.Model), maxModelName)))
 		return
@@ -108,12 +117,13 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		return
 	}
 	ctx := r.Context()
-	msgs, asIs, err := s.ingestSlots(ctx, tenant, sp, keys)
+	msgs, asIs, keys, err := s.ingestSlots(ctx, tenant, sp, keys)
 	if err != nil {
 		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
 		fail(w, sh, err)
 		return
 	}
+	s.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
 	profile := s.engine.ProfileWith(sp.Model, up.Hints)
 	key := tenant + "/" + r.Header.Get("X-Imgctx-Session")
 	out := s.applyBudget(key, msgs, profile)
@@ -229,7 +239,10 @@ func includeUsage(sp *wire.Spliced) (*wire.Edit, bool) {
 // accepted, stores the new ones by ref: a refused request stores nothing.
 // It returns the view with each slot filled in, and for each slot whether
 // its bytes can go upstream as they came (inline standard base64).
-func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey) ([]chat.Message, []bool, error) {
+//
+// It also returns each slot's span key (nil where it has none), for the
+// next request of the conversation.
+func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey) ([]chat.Message, []bool, []*spanKey, error) {
 	read := make([]lifted, len(sp.Slots))
 	errs := make([]error, len(sp.Slots))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -247,16 +260,17 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	msgs := chat.CloneMessages(sp.Messages)
 	asIs := make([]bool, len(sp.Slots))
+	found := make([]*spanKey, len(sp.Slots))
 	for i, slot := range sp.Slots {
 		if err := s.commit(ctx, tenant, read[i]); err != nil {
-			return nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
+			return nil, nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
 		}
 		in := read[i].in
-		asIs[i] = read[i].canonical
+		asIs[i], found[i] = read[i].canonical, read[i].key
 		if slot.Kind == "document" {
 			wire.Put(msgs, slot.Pos, chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages})
 			continue
@@ -268,7 +282,7 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 		wire.Put(msgs, slot.Pos, chat.Image{Ref: in.Ref, MediaType: in.MediaType, Bytes: in.Bytes, Width: in.Width, Height: in.Height,
 			Detail: slot.Detail, Origin: origin})
 	}
-	return msgs, asIs, nil
+	return msgs, asIs, found, nil
 }
 
 // readSlot reads one slot: inline base64, or a ref or URL the engine

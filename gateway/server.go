@@ -73,6 +73,7 @@ type Server struct {
 	stable   map[string]map[string]bool // tenant/session → refs removed for budget, kept removed
 	spans    map[spanKey]seenSpan       // base64 spans seen, by a hash of their text
 	bodies   bodyPool
+	resumes  map[resumeKey]resumed // each conversation's last scan
 	spanSeed maphash.Seed
 }
 
@@ -99,7 +100,7 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
 		sem: make(chan struct{}, cfg.MaxConcurrent), stable: map[string]map[string]bool{},
-		spans: map[spanKey]seenSpan{}, spanSeed: maphash.MakeSeed()}
+		spans: map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}, spanSeed: maphash.MakeSeed()}
 	// Engine decisions feed the metrics, and still reach any sink the
 	// caller had set.
 	if prev := e.Sink; prev != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"slices"
 
 	"github.com/imgctx/imgctx/chat"
@@ -33,6 +34,12 @@ type Spliced struct {
 	End int
 	// Top holds the spans of the top-level members, by name.
 	Top map[string]Span
+	// Marks are the messages' extents and hashes, for the next scan
+	// (Resume); Resumed is how many messages this scan took over from the
+	// previous one.
+	Marks   []Mark
+	Resumed int
+	prev    *Resume
 	// Found, when set, is called with each slot as the scan reads it, so
 	// the caller can start work on it (hashing its base64) while the scan
 	// goes on. Its Pos may still change (an OpenAI tool message's slots move
@@ -87,12 +94,116 @@ func (sp Span) Of(body []byte) []byte {
 	return body[sp.Start:sp.End]
 }
 
+// Resume is what a scan leaves for the next scan of the same conversation.
+// Agents re-send the whole history with a few messages appended: a scan
+// given the previous one's Resume takes over the leading messages whose
+// bytes are the same (a hash of each, and of everything before them) and
+// reads only the rest. The result is exactly a full scan's: a test holds it
+// to that. A Resume holds no bytes of the body.
+type Resume struct {
+	Preamble uint64 // hash of the body before the first message
+	Messages []chat.Message
+	Slots    []Slot
+	Marks    []Mark
+}
+
+// Mark is one message: its extent, the slots before it, a hash of its bytes.
+type Mark struct {
+	Start, End, Slots int
+	Hash              uint64
+}
+
+// resumeSeed keys the hashes: unknown outside this process, so a client
+// cannot make two different messages hash alike.
+var resumeSeed = maphash.MakeSeed()
+
+// Resume returns what the next scan of this conversation can take over.
+func (s *Spliced) Resume() *Resume {
+	r := &Resume{Messages: s.Messages, Slots: s.Slots, Marks: s.Marks}
+	if len(s.Marks) > 0 {
+		r.Preamble = maphash.Bytes(resumeSeed, s.Body[:s.Marks[0].Start])
+	}
+	return r
+}
+
+// shared counts r's leading messages that stand in body at the same
+// offsets with the same bytes, the separators between them included.
+func (r *Resume) shared(body []byte) int {
+	if len(r.Marks) == 0 || r.Marks[0].Start > len(body) || maphash.Bytes(resumeSeed, body[:r.Marks[0].Start]) != r.Preamble {
+		return 0
+	}
+	for j, m := range r.Marks {
+		if m.End > len(body) || maphash.Bytes(resumeSeed, body[m.Start:m.End]) != m.Hash {
+			return j
+		}
+		if j > 0 && !separator(body[r.Marks[j-1].End:m.Start]) {
+			return j
+		}
+	}
+	return len(r.Marks)
+}
+
+// separator reports whether b is what stands between two array elements.
+func separator(b []byte) bool {
+	commas := 0
+	for _, c := range b {
+		switch c {
+		case ',':
+			commas++
+		case ' ', '\t', '\n', '\r':
+		default:
+			return false
+		}
+	}
+	return commas == 1
+}
+
+// WalkMessages walks the messages array at b[at], calling element at each
+// message's start and marking each message for the next scan. With a
+// previous scan (ScanRequest given a Resume), the leading messages it
+// shares are taken from it and the walk goes on after them.
+func WalkMessages(s *Spliced, at int, element func(vs int) (int, error)) (int, error) {
+	b := s.Body
+	if at >= len(b) || b[at] != '[' {
+		return at, fmt.Errorf("messages: not an array")
+	}
+	from := 0
+	if p := s.prev; p != nil {
+		if n := p.shared(b); n > 0 {
+			s.Messages = append(s.Messages[:0:0], p.Messages[:n]...)
+			s.Slots = append(s.Slots[:0:0], p.Slots[:slotsUpTo(p, n)]...)
+			s.Marks = append(s.Marks[:0:0], p.Marks[:n]...)
+			s.Resumed = n
+			from = p.Marks[n-1].End
+		}
+	}
+	return jsonspan.ArrayFrom(b, at, from, func(vs int) (int, error) {
+		slots := len(s.Slots)
+		ve, err := element(vs)
+		if err == nil {
+			s.Marks = append(s.Marks, Mark{Start: vs, End: ve, Slots: slots, Hash: maphash.Bytes(resumeSeed, b[vs:ve])})
+		}
+		return ve, err
+	})
+}
+
+// slotsUpTo is how many of r's slots lie in its first n messages.
+func slotsUpTo(r *Resume, n int) int {
+	if n < len(r.Marks) {
+		return r.Marks[n].Slots
+	}
+	return len(r.Slots)
+}
+
 // ScanRequest reads a request body's top level in place: the spans of its
 // members, the model and stream flag, and its messages array through the
 // wire's own messages reader (which fills in the view and the slots). The
 // managed members (messages among them) are guarded against smuggling.
-func ScanRequest(body []byte, found func(Slot), messages func(s *Spliced, at int) (int, error), managed ...string) (*Spliced, error) {
-	s := &Spliced{Body: body, Top: map[string]Span{}, Found: found}
+//
+// prev, when not nil, is the Resume of the previous scan of the same
+// conversation (see Resume).
+func ScanRequest(body []byte, prev *Resume, found func(Slot), messages func(s *Spliced, at int) (int, error), managed ...string) (*Spliced, error) {
+	s := &Spliced{Body: body, Top: map[string]Span{}, Found: found, prev: prev}
 	start := jsonspan.Skip(body, 0)
 	if start >= len(body) || body[start] != '{' {
 		return nil, fmt.Errorf("request body: not a JSON object")

@@ -18,17 +18,15 @@ const Wire = "anthropic"
 // the top level of a message or inside a tool_result's content; every other
 // block, the system prompt and every field stay as they came.
 //
+// prev, when not nil, is the previous scan's Resume (see wire.Resume);
 // found, when not nil, gets each slot as it is read (see wire.Spliced.Found).
-func Scan(body []byte, found func(wire.Slot)) (*wire.Spliced, error) {
-	return wire.ScanRequest(body, found, scanMessages, "model", "stream", "system", "messages")
+func Scan(body []byte, prev *wire.Resume, found func(wire.Slot)) (*wire.Spliced, error) {
+	return wire.ScanRequest(body, prev, found, scanMessages, "model", "stream", "system", "messages")
 }
 
 func scanMessages(s *wire.Spliced, at int) (int, error) {
 	b := s.Body
-	if at >= len(b) || b[at] != '[' {
-		return at, fmt.Errorf("messages: not an array")
-	}
-	return jsonspan.Array(b, at, func(vs int) (int, error) {
+	return wire.WalkMessages(s, at, func(vs int) (int, error) {
 		i := len(s.Messages)
 		if b[vs] != '{' {
 			return vs, fmt.Errorf("messages[%d]: not an object", i)

@@ -167,29 +167,46 @@ func Array(b []byte, i int, fn func(vs int) (int, error)) (int, error) {
 	return array(b, i, 0, fn)
 }
 
+// ArrayFrom is Array resumed just past an element that ends at from,
+// inside the array at b[i]: the elements before are taken as read (a
+// caller that saw these very bytes before, say). from 0 is Array.
+func ArrayFrom(b []byte, i, from int, fn func(vs int) (int, error)) (int, error) {
+	return arrayFrom(b, i, from, 0, fn)
+}
+
 func array(b []byte, i, depth int, fn func(vs int) (int, error)) (int, error) {
+	return arrayFrom(b, i, 0, depth, fn)
+}
+
+func arrayFrom(b []byte, i, from, depth int, fn func(vs int) (int, error)) (int, error) {
 	if i >= len(b) || b[i] != '[' {
 		return i, bad(i, "expected an array")
 	}
-	i = Skip(b, i+1)
-	if i < len(b) && b[i] == ']' {
+	resumed := from > i && from <= len(b)
+	if resumed {
+		i = from
+	} else if i = Skip(b, i+1); i < len(b) && b[i] == ']' {
 		return i + 1, nil
 	}
 	for {
-		if i >= len(b) {
-			return i, bad(i, "unexpected end of input in an array")
+		if !resumed {
+			if i >= len(b) {
+				return i, bad(i, "unexpected end of input in an array")
+			}
+			var ve int
+			var err error
+			if fn != nil {
+				ve, err = fn(i)
+			} else {
+				ve, err = value(b, i, depth+1)
+			}
+			if err != nil {
+				return ve, err
+			}
+			i = ve
 		}
-		var ve int
-		var err error
-		if fn != nil {
-			ve, err = fn(i)
-		} else {
-			ve, err = value(b, i, depth+1)
-		}
-		if err != nil {
-			return ve, err
-		}
-		i = Skip(b, ve)
+		resumed = false
+		i = Skip(b, i)
 		if i >= len(b) {
 			return i, bad(i, "unexpected end of input in an array")
 		}

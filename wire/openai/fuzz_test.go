@@ -90,3 +90,17 @@ func FuzzScan(f *testing.F) {
 	seed(f, "request.json", "../../../testdata/requests/openai-agent.json")
 	wiretest.FuzzScan(f, Scan)
 }
+
+// FuzzResume: a scan resumed from any earlier body's gives a full scan's
+// result.
+//
+//	go test ./wire/openai -run XXX -fuzz FuzzResume -fuzztime 60s
+func FuzzResume(f *testing.F) {
+	for _, name := range []string{"testdata/request.json", "../../testdata/requests/openai-agent.json"} {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b, b)
+			f.Add(b[:len(b)/2], b)
+		}
+	}
+	wiretest.FuzzResume(f, Scan)
+}

@@ -27,7 +27,7 @@ func BenchmarkScanAgent(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			if _, err := Scan(body, nil); err != nil {
+			if _, err := Scan(body, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
+	"reflect"
 	"testing"
 
 	"github.com/imgctx/imgctx/chat"
@@ -83,10 +85,85 @@ func CheckSpliced(t testing.TB, sp *wire.Spliced) {
 
 // FuzzScan fuzzes a wire's Scan: any body either is refused or scans to
 // spans that hold together (CheckSpliced); the scan never panics.
-func FuzzScan(f *testing.F, scan func([]byte, func(wire.Slot)) (*wire.Spliced, error)) {
+func FuzzScan(f *testing.F, scan func([]byte, *wire.Resume, func(wire.Slot)) (*wire.Spliced, error)) {
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if sp, err := scan(b, nil); err == nil {
+		if sp, err := scan(b, nil, nil); err == nil {
 			CheckSpliced(t, sp)
+		}
+	})
+}
+
+// CheckResume asserts that a scan resumed from an earlier scan's Resume
+// gives exactly what a full scan gives: for the body cut to its first k
+// messages (an earlier request of the same conversation) for every k, and
+// for the body with one byte changed in each message in turn.
+func CheckResume(t *testing.T, scan func([]byte, *wire.Resume, func(wire.Slot)) (*wire.Spliced, error), body []byte) {
+	t.Helper()
+	full, err := scan(body, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arr := full.Top["messages"]
+	same := func(what string, b []byte, prev *wire.Resume) {
+		t.Helper()
+		want, err1 := scan(b, nil, nil)
+		got, err2 := scan(b, prev, nil)
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%s: full scan %v, resumed %v", what, err1, err2)
+		}
+		if err1 != nil {
+			return
+		}
+		if !reflect.DeepEqual(want.Messages, got.Messages) || !reflect.DeepEqual(want.Slots, got.Slots) || got.Resumed > len(got.Marks) ||
+			!reflect.DeepEqual(want.Marks, got.Marks) || !reflect.DeepEqual(want.Top, got.Top) || want.End != got.End {
+			t.Fatalf("%s: a resumed scan differs from a full one", what)
+		}
+	}
+	for k := 0; k < len(full.Marks); k++ {
+		// The earlier request: messages before k, then the rest of the body.
+		cut := bytes.TrimRight(body[:full.Marks[k].Start], " \t\r\n,")
+		if k == 0 {
+			cut = body[:arr.Start+1]
+		}
+		earlier := append(append(append([]byte(nil), cut...), ']'), body[arr.End:]...)
+		prev, err := scan(earlier, nil, nil)
+		if err != nil {
+			t.Fatalf("the body cut to %d messages: %v", k, err)
+		}
+		what := fmt.Sprintf("after %d of %d messages", k, len(full.Marks))
+		same(what, body, prev.Resume())
+		if got, _ := scan(body, prev.Resume(), nil); got.Resumed != k {
+			t.Fatalf("%s: took over %d messages; want %d", what, got.Resumed, k)
+		}
+	}
+	for k, m := range full.Marks {
+		changed := append([]byte(nil), body...)
+		for i := m.Start; i < len(changed); i++ {
+			if c := changed[i]; c >= 'a' && c <= 'y' {
+				changed[i]++ // a letter somewhere in message k (or later)
+				break
+			}
+		}
+		same(fmt.Sprintf("message %d changed", k), changed, full.Resume())
+	}
+}
+
+// FuzzResume fuzzes a resumed scan: for any two bodies, scanning the second
+// with the first's Resume gives what a full scan of the second gives.
+func FuzzResume(f *testing.F, scan func([]byte, *wire.Resume, func(wire.Slot)) (*wire.Spliced, error)) {
+	f.Fuzz(func(t *testing.T, earlier, body []byte) {
+		prev, err := scan(earlier, nil, nil)
+		if err != nil {
+			return
+		}
+		want, err1 := scan(body, nil, nil)
+		got, err2 := scan(body, prev.Resume(), nil)
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("full scan %v, resumed %v", err1, err2)
+		}
+		if err1 == nil && (!reflect.DeepEqual(want.Messages, got.Messages) || !reflect.DeepEqual(want.Slots, got.Slots) ||
+			!reflect.DeepEqual(want.Marks, got.Marks) || !reflect.DeepEqual(want.Top, got.Top) || want.End != got.End) {
+			t.Fatalf("a resumed scan differs from a full one")
 		}
 	})
 }
