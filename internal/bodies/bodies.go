@@ -53,7 +53,12 @@ func Screenshot(seed uint64) []byte {
 // user text, an assistant tool call, its tool result and an assistant reply
 // (200 messages), tool results 3, 11, 19, … carrying the image URLs given
 // (data URLs or imgctx: refs), one each, until they run out.
-func Agent(urls []string) []byte {
+func Agent(urls []string) []byte { return AgentRounds(urls, 50) }
+
+// AgentRounds is Agent with rounds rounds (4 messages each, after the
+// system prompt): the same bytes up to where the shorter one ends, as an
+// agent's history grows request after request.
+func AgentRounds(urls []string, rounds int) []byte {
 	r := rand.New(rand.NewPCG(42, 42))
 	words := strings.Fields(`the func return err if nil := for range "quoted" path/to/file.go line ` +
 		`é ü — <tag> & {"k": [1, 2]} \n tab	newline`)
@@ -70,7 +75,7 @@ func Agent(urls []string) []byte {
 		return b.String()
 	}
 	msgs := []any{map[string]any{"role": "system", "content": text(6000)}}
-	for i := range 50 {
+	for i := range rounds {
 		id := fmt.Sprintf("call_%03d", i)
 		args, _ := json.Marshal(map[string]any{"path": fmt.Sprintf("src/file%d.go", i), "pattern": text(200)})
 		result := any(text(1500))

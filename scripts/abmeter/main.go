@@ -11,8 +11,9 @@
 //	go run ./scripts/abmeter -n 100 -load 3s
 //
 // Bodies: "agent" is an OpenAI-format history of 200 text messages with
-// tool calls and 6 inline 1280×800 screenshots (≈2.2 MB), re-sent as agents
-// do; "agent-ref" is the same history naming the screenshots by imgctx: ref
+// tool calls and 6 inline 1280×800 screenshots (≈2.2 MB), re-sent
+// unchanged, and growing by one round a request as agents send it (41 to
+// 50 rounds, then again); "agent-ref" is the same history naming the screenshots by imgctx: ref
 // (direct and ReverseProxy get the inline body, which is what the upstream
 // receives either way); "agent-pretty" is the agent body pretty-printed;
 // "small" is a 1 KB text request. Every request and run is bounded.
@@ -172,30 +173,37 @@ func run(n int, load time.Duration) {
 		}
 	}()
 
-	agent, refs := agentBody(ic.url)
+	agent, refs, growing := agentBody(ic.url)
 	var pretty bytes.Buffer
 	json.Indent(&pretty, agent, "", "  ")
+	same := func(direct, gw []byte) func(int) ([]byte, []byte) {
+		return func(int) ([]byte, []byte) { return direct, gw }
+	}
 	shapes := []struct {
-		name       string
-		direct, gw []byte
+		name   string
+		bodies func(i int) (direct, gw []byte)
 	}{
-		{"agent (200 messages + 6 screenshots, re-sent)", agent, agent},
-		{"agent, screenshots by imgctx: ref", agent, refs},
-		{"agent, pretty-printed", pretty.Bytes(), pretty.Bytes()},
-		{"small (1 KB text)", bodies.Small(), bodies.Small()},
+		{"agent (200 messages + 6 screenshots), re-sent unchanged", same(agent, agent)},
+		{"agent, history growing by one round (4 messages) a request", func(i int) ([]byte, []byte) { b := growing[i%len(growing)]; return b, b }},
+		{"agent, screenshots by imgctx: ref", same(agent, refs)},
+		{"agent, pretty-printed", same(pretty.Bytes(), pretty.Bytes())},
+		{"small (1 KB text)", same(bodies.Small(), bodies.Small())},
 	}
 	fmt.Printf("## A/B through real processes (%d requests per row and target, loopback)\n\n", n)
 	fmt.Println("| body | bytes | direct p50 | ReverseProxy adds p50 / p99 | imgctx adds p50 / p99 | ReverseProxy CPU/req | imgctx CPU/req |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, sh := range shapes {
-		targets := []struct {
-			base string
-			body []byte
-			p    *proc
-		}{{up.url, sh.direct, nil}, {rp.url, sh.direct, rp}, {ic.url, sh.gw, ic}}
-		for range 20 { // warm up: connections, the store, the encoding cache
-			for _, t := range targets {
-				if _, err := post(t.base, "/v1/chat/completions", t.body); err != nil {
+		bases := []string{up.url, rp.url, ic.url}
+		body := func(j, i int) []byte {
+			direct, gw := sh.bodies(i)
+			if j == 2 {
+				return gw
+			}
+			return direct
+		}
+		for i := range 20 { // warm up: connections, the store, the encoding cache
+			for j, base := range bases {
+				if _, err := post(base, "/v1/chat/completions", body(j, i)); err != nil {
 					log.Fatal(err)
 				}
 			}
@@ -205,7 +213,7 @@ func run(n int, load time.Duration) {
 		for i := range n {
 			for k := range 3 {
 				j := (i + k) % 3
-				d, err := post(targets[j].base, "/v1/chat/completions", targets[j].body)
+				d, err := post(bases[j], "/v1/chat/completions", body(j, i))
 				if err != nil {
 					log.Fatal(err)
 				}
@@ -221,7 +229,8 @@ func run(n int, load time.Duration) {
 			return fmt.Sprintf("%s / %s", ms(q(lat[j], 0.5)-q(lat[0], 0.5)), ms(q(lat[j], 0.99)-q(lat[0], 0.99)))
 		}
 		perReq := func(j int) string { return ms((cpu1[j] - cpu0[j]) / time.Duration(n)) }
-		fmt.Printf("| %s | %d | %s | %s | %s | %s | %s |\n", sh.name, len(sh.gw), ms(q(lat[0], 0.5)), added(1), added(2), perReq(1), perReq(2))
+		_, gw := sh.bodies(0)
+		fmt.Printf("| %s | %d | %s | %s | %s | %s | %s |\n", sh.name, len(gw), ms(q(lat[0], 0.5)), added(1), added(2), perReq(1), perReq(2))
 	}
 	fmt.Printf("\n## Requests/s, 1 KB text requests, %s per run\n\n", load)
 	fmt.Println("| clients | direct | ReverseProxy | imgctx | imgctx / ReverseProxy |")
@@ -263,9 +272,10 @@ func throughput(base string, body []byte, c int, d time.Duration) float64 {
 	return float64(done.Load()) / d.Seconds()
 }
 
-// agentBody returns the agent body with its six screenshots inline, and
-// with them by ref (stored in imgctx first, as a client using refs would).
-func agentBody(imgctx string) (inline, byRef []byte) {
+// agentBody returns the agent body with its six screenshots inline, with
+// them by ref (stored in imgctx first, as a client using refs would), and
+// the inline history at 41 to 50 rounds, growing.
+func agentBody(imgctx string) (inline, byRef []byte, growing [][]byte) {
 	var shots, refs []string
 	for i := range 6 {
 		png := bodies.Screenshot(uint64(i))
@@ -281,5 +291,8 @@ func agentBody(imgctx string) (inline, byRef []byte) {
 		shots = append(shots, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(png))
 		refs = append(refs, "imgctx:"+out.Ref)
 	}
-	return bodies.Agent(shots), bodies.Agent(refs)
+	for r := 41; r <= 50; r++ {
+		growing = append(growing, bodies.AgentRounds(shots, r))
+	}
+	return bodies.Agent(shots), bodies.Agent(refs), growing
 }
