@@ -2,7 +2,6 @@ package wire
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"strings"
 	"sync"
@@ -169,7 +168,7 @@ func WriteObject(w *BodyWriter, o Object, key string, value func(*BodyWriter) er
 		if i > 0 {
 			w.WriteByte(',')
 		}
-		k, _ := json.Marshal(f.Key) // as Object.MarshalJSON writes keys
+		k := Quote(f.Key) // as Object.MarshalJSON writes keys
 		w.Write(k)
 		w.WriteByte(':')
 		if f.Key != key {

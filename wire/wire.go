@@ -105,7 +105,7 @@ func (o Object) MarshalJSON() ([]byte, error) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, _ := json.Marshal(f.Key)
+		k := Quote(f.Key)
 		b.Write(k)
 		b.WriteByte(':')
 		b.Write(f.Value)
@@ -205,7 +205,7 @@ func KindForStatus(status int) Kind {
 // and copy a multi-megabyte image several times.
 func WriteString(w JSONWriter, s string) {
 	if !plainString(s) {
-		q, _ := json.Marshal(s)
+		q := Quote(s)
 		w.Write(q)
 		return
 	}
@@ -222,7 +222,7 @@ func WriteDataURL(w JSONWriter, mediaType, b64 string) {
 	if plainString(mediaType) {
 		w.WriteString(mediaType)
 	} else {
-		q, _ := json.Marshal(mediaType)
+		q := Quote(mediaType)
 		w.Write(q[1 : len(q)-1])
 	}
 	w.WriteString(";base64,")

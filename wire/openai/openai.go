@@ -203,7 +203,7 @@ func (r *Request) EncodeBody(msgs []chat.Message, url ImageURL) (wire.Body, erro
 		}
 		if opts["include_usage"] != true {
 			opts["include_usage"] = true
-			b, _ := json.Marshal(opts)
+			b, _ := wire.Marshal(opts)
 			top.Set("stream_options", b)
 		}
 	}
@@ -234,7 +234,7 @@ func (r *Request) EncodeBody(msgs []chat.Message, url ImageURL) (wire.Body, erro
 
 // SetModel replaces the model name.
 func (r *Request) SetModel(model string) {
-	b, _ := json.Marshal(model)
+	b := wire.Quote(model)
 	r.top.Set("model", b)
 	r.Model = model
 }

@@ -268,3 +268,17 @@ func TestResponseUsageMatchesDecode(t *testing.T) {
 		t.Fatal("usage from a response without one")
 	}
 }
+
+// Regression: re-encoded text and URLs were HTML-escapes ("<" → "\u003c"),
+// so even an unchanged system prompt changed bytes.
+func TestEncodingNeverHTMLEscapes(t *testing.T) {
+	m := chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "a <b> & c"},
+		chat.Image{URL: "https://example.com/a.png?x=1&y=<2>"}}}
+	b, err := EncodeMessage(m, func(img chat.Image) (string, string, string, error) { return "", "", img.URL, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(b); strings.Contains(s, `\u00`) || !strings.Contains(s, "a <b> & c") || !strings.Contains(s, "x=1&y=<2>") {
+		t.Fatalf("escaped: %s", s)
+	}
+}
