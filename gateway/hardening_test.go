@@ -74,3 +74,27 @@ func TestImagesServedWithNosniff(t *testing.T) {
 		t.Fatalf("headers %v", resp.Header)
 	}
 }
+
+// Regression (item 3): 1,000,000 one-letter messages cost 16 s of CPU and
+// 520 MB a request. Messages and parts are capped per request (413 with the
+// limit), before the view of them is built past the cap.
+func TestMessageAndPartCaps(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	many := `{"model":"gpt-4o","messages":[` + strings.Repeat(`{"role":"user","content":"a"},`, 20_000) + `{"role":"user","content":"a"}]}`
+	resp, body := g.do(t, "POST", "/v1/chat/completions", "", []byte(many))
+	if resp.StatusCode != 413 || !strings.Contains(string(body), "more than 10000 messages") {
+		t.Fatalf("many messages: %d %.200s", resp.StatusCode, body)
+	}
+	parts := `{"model":"gpt-4o","messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"text","text":"a"},`, 60_000) + `{"type":"text","text":"a"}]}]}`
+	resp, body = g.do(t, "POST", "/v1/chat/completions", "", []byte(parts))
+	if resp.StatusCode != 413 || !strings.Contains(string(body), "more than 50000 parts") {
+		t.Fatalf("many parts: %d %.200s", resp.StatusCode, body)
+	}
+	if len(g.up.received()) != 0 {
+		t.Fatal("an over-limit request reached the upstream")
+	}
+	g.server.cfg.MaxMessages = 30_000 // configurable
+	if resp, body = g.do(t, "POST", "/v1/chat/completions", "", []byte(many)); resp.StatusCode != 200 {
+		t.Fatalf("under a raised limit: %d %.200s", resp.StatusCode, body)
+	}
+}

@@ -57,7 +57,7 @@ func scanAs(t *testing.T, format upstream.Format, body []byte) *wire.Spliced {
 	if format == upstream.Anthropic {
 		scan = anthropic.Scan
 	}
-	sp, err := scan(body, nil, nil)
+	sp, err := scan(body, wire.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

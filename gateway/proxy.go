@@ -34,11 +34,11 @@ func shapeOf(format upstream.Format) shape {
 	return openaiShape
 }
 
-func scan(format upstream.Format, body []byte, prev *wire.Resume, found func(wire.Slot)) (*wire.Spliced, error) {
+func scan(format upstream.Format, body []byte, o wire.ScanOptions) (*wire.Spliced, error) {
 	if format == upstream.Anthropic {
-		return anthropic.Scan(body, prev, found)
+		return anthropic.Scan(body, o)
 	}
-	return openai.Scan(body, prev, found)
+	return openai.Scan(body, o)
 }
 
 // hashAhead names each inline base64 span by its hash while the scan goes
@@ -94,12 +94,17 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	rk := s.resumeKeyOf(tenant, format, r.Header, body)
 	prev := s.resumeFor(rk)
 	found, hashed := s.hashAhead(tenant, body)
-	sp, err := scan(format, body, prev.res, found)
+	sp, err := scan(format, body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts})
 	keys := hashed()
 	if err == nil {
 		// The slots taken over from the previous request come first, with
 		// the keys that request found for them.
 		keys = append(append([]*spanKey(nil), prev.keys[:len(sp.Slots)-len(keys)]...), keys...)
+	}
+	var tooMany *wire.TooMany
+	if errors.As(err, &tooMany) {
+		fail(w, sh, reason.New(reason.TooLarge, tooMany.Error()+" (server.max_messages, server.max_parts)"))
+		return
 	}
 	if err != nil {
 		fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))

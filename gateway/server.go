@@ -55,6 +55,9 @@ type Config struct {
 	// ImageBudgetFraction is the share of the context window that the
 	// history images of a proxied request may use; default 0.10.
 	ImageBudgetFraction float64
+	// MaxMessages and MaxParts bound the messages and content parts of one
+	// proxied request (413 past them); defaults 10,000 and 50,000.
+	MaxMessages, MaxParts int
 	// MaxResponseBytes bounds a non-streamed upstream answer; past it the
 	// client gets a 502 naming the limit, never a cut body. Default 64 MB.
 	MaxResponseBytes int64

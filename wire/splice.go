@@ -40,6 +40,8 @@ type Spliced struct {
 	Marks   []Mark
 	Resumed int
 	prev    *Resume
+	limits  ScanOptions
+	parts   int
 	// Found, when set, is called with each slot as the scan reads it, so
 	// the caller can start work on it (hashing its base64) while the scan
 	// goes on. Its Pos may still change (an OpenAI tool message's slots move
@@ -178,6 +180,9 @@ func WalkMessages(s *Spliced, at int, element func(vs int) (int, error)) (int, e
 		}
 	}
 	return jsonspan.ArrayFrom(b, at, from, func(vs int) (int, error) {
+		if len(s.Marks) >= s.limits.maxMessages() {
+			return vs, &TooMany{What: "messages", Limit: s.limits.maxMessages()}
+		}
 		slots := len(s.Slots)
 		ve, err := element(vs)
 		if err == nil {
@@ -195,15 +200,55 @@ func slotsUpTo(r *Resume, n int) int {
 	return len(r.Slots)
 }
 
+// ScanOptions tune a scan. The zero value scans with no previous scan,
+// no hook and the default limits.
+type ScanOptions struct {
+	Prev  *Resume    // the conversation's previous scan, to resume from
+	Found func(Slot) // called with each slot as it is read
+	// MaxMessages and MaxParts bound what one request may hold (a body of a
+	// million one-letter messages costs far more to hold than to send);
+	// past them the scan fails with a *TooMany. Defaults 10,000 and 50,000.
+	MaxMessages, MaxParts int
+}
+
+// TooMany is the refusal of a request over a scan limit.
+type TooMany struct {
+	What  string // "messages" or "parts"
+	Limit int
+}
+
+func (e *TooMany) Error() string {
+	return fmt.Sprintf("more than %d %s in one request", e.Limit, e.What)
+}
+
+func (o ScanOptions) maxMessages() int {
+	if o.MaxMessages > 0 {
+		return o.MaxMessages
+	}
+	return 10_000
+}
+
+func (o ScanOptions) maxParts() int {
+	if o.MaxParts > 0 {
+		return o.MaxParts
+	}
+	return 50_000
+}
+
+// Part counts one more part of the request against the limit.
+func (s *Spliced) Part() error {
+	if s.parts++; s.parts > s.limits.maxParts() {
+		return &TooMany{What: "parts", Limit: s.limits.maxParts()}
+	}
+	return nil
+}
+
 // ScanRequest reads a request body's top level in place: the spans of its
 // members, the model and stream flag, and its messages array through the
 // wire's own messages reader (which fills in the view and the slots). The
 // managed members (messages among them) are guarded against smuggling.
-//
-// prev, when not nil, is the Resume of the previous scan of the same
-// conversation (see Resume).
-func ScanRequest(body []byte, prev *Resume, found func(Slot), messages func(s *Spliced, at int) (int, error), managed ...string) (*Spliced, error) {
-	s := &Spliced{Body: body, Top: map[string]Span{}, Found: found, prev: prev}
+func ScanRequest(body []byte, o ScanOptions, messages func(s *Spliced, at int) (int, error), managed ...string) (*Spliced, error) {
+	s := &Spliced{Body: body, Top: map[string]Span{}, Found: o.Found, prev: o.Prev, limits: o}
 	start := jsonspan.Skip(body, 0)
 	if start >= len(body) || body[start] != '{' {
 		return nil, fmt.Errorf("request body: not a JSON object")

@@ -101,7 +101,8 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := gateway.New(gateway.Config{Keys: keys, PassClientKey: cfg.Auth.PassClientKey, MaxBodyBytes: cfg.Server.MaxBodyBytes,
 		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout, ImageBudgetFraction: cfg.Keep.BudgetFraction,
-		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse}, e, reg, a.log)
+		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse,
+		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts}, e, reg, a.log)
 	return srv, func() { sessions.Close() }, nil
 }
 

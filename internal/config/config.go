@@ -60,6 +60,8 @@ type Server struct {
 	MaxConcurrent   int           `yaml:"max_concurrent" doc:"requests in flight at most; past it the gateway answers 429"`
 	RequestTimeout  time.Duration `yaml:"request_timeout" doc:"time limit of one request, upstream included"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" doc:"how long a graceful shutdown waits for requests in flight"`
+	MaxMessages     int           `yaml:"max_messages" doc:"messages one proxied request may hold; past it 413"`
+	MaxParts        int           `yaml:"max_parts" doc:"content parts one proxied request may hold; past it 413"`
 }
 
 // Auth configures API keys.
@@ -124,8 +126,9 @@ type Log struct {
 func Defaults() Config {
 	return Config{
 		DataDir: "./imgctx-data",
-		Server:  Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 32 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second},
-		Keep:    Keep{BudgetFraction: 0.10},
+		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 32 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second,
+			MaxMessages: 10_000, MaxParts: 50_000},
+		Keep: Keep{BudgetFraction: 0.10},
 		Media: Media{
 			MaxImageBytes:     media.DefaultMaxBytes,
 			MaxPixels:         media.DefaultMaxPixels,
@@ -259,6 +262,8 @@ func (c Config) Validate() error {
 	positive("server.max_body_bytes", c.Server.MaxBodyBytes)
 	positive("server.max_concurrent", int64(c.Server.MaxConcurrent))
 	positive("server.request_timeout", int64(c.Server.RequestTimeout))
+	positive("server.max_messages", int64(c.Server.MaxMessages))
+	positive("server.max_parts", int64(c.Server.MaxParts))
 	if c.Keep.BudgetFraction <= 0 || c.Keep.BudgetFraction >= 1 {
 		errs = append(errs, fmt.Errorf("keep.budget_fraction: must be between 0 and 1 (got %v)", c.Keep.BudgetFraction))
 	}

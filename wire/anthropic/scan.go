@@ -18,10 +18,10 @@ const Wire = "anthropic"
 // the top level of a message or inside a tool_result's content; every other
 // block, the system prompt and every field stay as they came.
 //
-// prev, when not nil, is the previous scan's Resume (see wire.Resume);
-// found, when not nil, gets each slot as it is read (see wire.Spliced.Found).
-func Scan(body []byte, prev *wire.Resume, found func(wire.Slot)) (*wire.Spliced, error) {
-	return wire.ScanRequest(body, prev, found, scanMessages, "model", "stream", "system", "messages")
+// o may give the conversation's previous scan, a hook for each slot, and
+// limits (see wire.ScanOptions).
+func Scan(body []byte, o wire.ScanOptions) (*wire.Spliced, error) {
+	return wire.ScanRequest(body, o, scanMessages, "model", "stream", "system", "messages")
 }
 
 func scanMessages(s *wire.Spliced, at int) (int, error) {
@@ -67,6 +67,9 @@ func scanContent(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error
 	}
 	var parts []chat.Part
 	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
+		if err := s.Part(); err != nil {
+			return vs, err
+		}
 		p := pos
 		if p.Nested >= 0 {
 			p.Nested = len(parts)

@@ -18,10 +18,10 @@ const Wire = "openai"
 // message (a tool message's content included); every other part, role and
 // field stays as it came.
 //
-// prev, when not nil, is the previous scan's Resume (see wire.Resume);
-// found, when not nil, gets each slot as it is read (see wire.Spliced.Found).
-func Scan(body []byte, prev *wire.Resume, found func(wire.Slot)) (*wire.Spliced, error) {
-	return wire.ScanRequest(body, prev, found, scanMessages, "model", "stream", "stream_options", "messages")
+// o may give the conversation's previous scan, a hook for each slot, and
+// limits (see wire.ScanOptions).
+func Scan(body []byte, o wire.ScanOptions) (*wire.Spliced, error) {
+	return wire.ScanRequest(body, o, scanMessages, "model", "stream", "stream_options", "messages")
 }
 
 func scanMessages(s *wire.Spliced, at int) (int, error) {
@@ -79,6 +79,9 @@ func scanContent(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error
 	}
 	var parts []chat.Part
 	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
+		if err := s.Part(); err != nil {
+			return vs, err
+		}
 		p := pos
 		p.Part = len(parts)
 		part, ve, err := scanPart(s, vs, p)

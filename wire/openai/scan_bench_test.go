@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/imgctx/imgctx/internal/bodies"
+	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/jsonspan"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkScanAgent(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			if _, err := Scan(body, nil, nil); err != nil {
+			if _, err := Scan(body, wire.ScanOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -85,9 +85,9 @@ func CheckSpliced(t testing.TB, sp *wire.Spliced) {
 
 // FuzzScan fuzzes a wire's Scan: any body either is refused or scans to
 // spans that hold together (CheckSpliced); the scan never panics.
-func FuzzScan(f *testing.F, scan func([]byte, *wire.Resume, func(wire.Slot)) (*wire.Spliced, error)) {
+func FuzzScan(f *testing.F, scan func([]byte, wire.ScanOptions) (*wire.Spliced, error)) {
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if sp, err := scan(b, nil, nil); err == nil {
+		if sp, err := scan(b, wire.ScanOptions{}); err == nil {
 			CheckSpliced(t, sp)
 		}
 	})
@@ -97,17 +97,17 @@ func FuzzScan(f *testing.F, scan func([]byte, *wire.Resume, func(wire.Slot)) (*w
 // gives exactly what a full scan gives: for the body cut to its first k
 // messages (an earlier request of the same conversation) for every k, and
 // for the body with one byte changed in each message in turn.
-func CheckResume(t *testing.T, scan func([]byte, *wire.Resume, func(wire.Slot)) (*wire.Spliced, error), body []byte) {
+func CheckResume(t *testing.T, scan func([]byte, wire.ScanOptions) (*wire.Spliced, error), body []byte) {
 	t.Helper()
-	full, err := scan(body, nil, nil)
+	full, err := scan(body, wire.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	arr := full.Top["messages"]
 	same := func(what string, b []byte, prev *wire.Resume) {
 		t.Helper()
-		want, err1 := scan(b, nil, nil)
-		got, err2 := scan(b, prev, nil)
+		want, err1 := scan(b, wire.ScanOptions{})
+		got, err2 := scan(b, wire.ScanOptions{Prev: prev})
 		if (err1 == nil) != (err2 == nil) {
 			t.Fatalf("%s: full scan %v, resumed %v", what, err1, err2)
 		}
@@ -126,13 +126,13 @@ func CheckResume(t *testing.T, scan func([]byte, *wire.Resume, func(wire.Slot)) 
 			cut = body[:arr.Start+1]
 		}
 		earlier := append(append(append([]byte(nil), cut...), ']'), body[arr.End:]...)
-		prev, err := scan(earlier, nil, nil)
+		prev, err := scan(earlier, wire.ScanOptions{})
 		if err != nil {
 			t.Fatalf("the body cut to %d messages: %v", k, err)
 		}
 		what := fmt.Sprintf("after %d of %d messages", k, len(full.Marks))
 		same(what, body, prev.Resume())
-		if got, _ := scan(body, prev.Resume(), nil); got.Resumed != k {
+		if got, _ := scan(body, wire.ScanOptions{Prev: prev.Resume()}); got.Resumed != k {
 			t.Fatalf("%s: took over %d messages; want %d", what, got.Resumed, k)
 		}
 	}
@@ -150,14 +150,14 @@ func CheckResume(t *testing.T, scan func([]byte, *wire.Resume, func(wire.Slot)) 
 
 // FuzzResume fuzzes a resumed scan: for any two bodies, scanning the second
 // with the first's Resume gives what a full scan of the second gives.
-func FuzzResume(f *testing.F, scan func([]byte, *wire.Resume, func(wire.Slot)) (*wire.Spliced, error)) {
+func FuzzResume(f *testing.F, scan func([]byte, wire.ScanOptions) (*wire.Spliced, error)) {
 	f.Fuzz(func(t *testing.T, earlier, body []byte) {
-		prev, err := scan(earlier, nil, nil)
+		prev, err := scan(earlier, wire.ScanOptions{})
 		if err != nil {
 			return
 		}
-		want, err1 := scan(body, nil, nil)
-		got, err2 := scan(body, prev.Resume(), nil)
+		want, err1 := scan(body, wire.ScanOptions{})
+		got, err2 := scan(body, wire.ScanOptions{Prev: prev.Resume()})
 		if (err1 == nil) != (err2 == nil) {
 			t.Fatalf("full scan %v, resumed %v", err1, err2)
 		}
