@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/upstream"
@@ -96,5 +99,86 @@ func TestMessageAndPartCaps(t *testing.T) {
 	g.server.cfg.MaxMessages = 30_000 // configurable
 	if resp, body = g.do(t, "POST", "/v1/chat/completions", "", []byte(many)); resp.StatusCode != 200 {
 		t.Fatalf("under a raised limit: %d %.200s", resp.StatusCode, body)
+	}
+}
+
+// stall opens a connection that sends a request's head and a few bytes of
+// a body it promised to be n bytes, then nothing; it returns what the
+// gateway answers, once it answers.
+func stall(t *testing.T, g *gw, key string, n int) <-chan string {
+	conn, err := net.Dial("tcp", strings.TrimPrefix(g.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"model", key, n)
+	answer := make(chan string, 1)
+	go func() {
+		b := make([]byte, 4096)
+		k, _ := conn.Read(b)
+		answer <- string(b[:k])
+	}()
+	return answer
+}
+
+// Regression (items 1 and 4): connections that promise a large body and
+// send 8 bytes held every slot for as long as they liked; tenant B got 429
+// the whole time. Now one tenant gets at most three quarters of the slots,
+// a body has its deadline (408 past it, the slot free again), and bodies
+// in flight are admitted by their bytes.
+func TestStalledBodiesDoNotLockOtherTenantsOut(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, map[string]string{"ka": "alpha", "kb": "beta"})
+	g.server.cfg.MaxConcurrent, g.server.cfg.BodyTimeout, g.server.cfg.MinBodyRate = 8, 300*time.Millisecond, 1<<40
+	var stalled []<-chan string
+	for range 8 {
+		stalled = append(stalled, stall(t, g, "ka", 1000))
+	}
+	time.Sleep(50 * time.Millisecond) // the stalled heads are in
+	ok := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
+	if resp, body := g.do(t, "POST", "/v1/chat/completions", "kb", ok); resp.StatusCode != 200 {
+		t.Fatalf("tenant beta while alpha stalls: %d %s", resp.StatusCode, body)
+	}
+	timedOut, refused := 0, 0
+	for _, a := range stalled {
+		switch got := <-a; {
+		case strings.HasPrefix(got, "HTTP/1.1 408"):
+			timedOut++
+		case strings.HasPrefix(got, "HTTP/1.1 429"):
+			refused++
+		default:
+			t.Fatalf("a stalled request got %.100q", got)
+		}
+	}
+	if timedOut != 6 || refused != 2 {
+		t.Fatalf("%d stalled requests timed out, %d refused; want alpha's share (6) timed out and 2 refused", timedOut, refused)
+	}
+	if resp, body := g.do(t, "POST", "/v1/chat/completions", "ka", ok); resp.StatusCode != 200 {
+		t.Fatalf("alpha once its stalled requests are gone: %d %s", resp.StatusCode, body)
+	}
+
+	// By bytes: a stalled 900 KB body leaves no room for a 200 KB one.
+	g.server.cfg.MaxInflightBytes, g.server.cfg.BodyTimeout = 1<<20, 500*time.Millisecond
+	held := stall(t, g, "ka", 900<<10)
+	time.Sleep(50 * time.Millisecond)
+	big := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("a", 200<<10) + `"}]}`)
+	resp, body := g.do(t, "POST", "/v1/chat/completions", "kb", big)
+	if resp.StatusCode != 429 || !strings.Contains(string(body), "bytes of request bodies in flight") {
+		t.Fatalf("over the bytes in flight: %d %.200s", resp.StatusCode, body)
+	}
+	if resp, _ := g.do(t, "POST", "/v1/chat/completions", "kb", ok); resp.StatusCode != 200 {
+		t.Fatalf("a small request beside the held bytes: %d", resp.StatusCode)
+	}
+	<-held
+}
+
+// The body deadline is lifted once the body is in: a streamed answer that
+// lasts longer than it is not cut.
+func TestBodyDeadlineDoesNotCutALongStream(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	g.server.cfg.BodyTimeout, g.server.cfg.MinBodyRate = 100*time.Millisecond, 1<<40
+	g.up.eventGap = 60 * time.Millisecond // seven events: about 400 ms
+	resp, body := g.do(t, "POST", "/v1/chat/completions", "", []byte(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "[DONE]") || !strings.Contains(string(body), "form.") {
+		t.Fatalf("the stream was cut: %d %s", resp.StatusCode, body)
 	}
 }

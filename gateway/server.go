@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +51,18 @@ type Config struct {
 	// MaxConcurrent bounds requests in flight; past it the gateway answers
 	// 429 at once. Default 64.
 	MaxConcurrent int
+	// MaxConcurrentPerTenant bounds one tenant's requests in flight;
+	// default three quarters of MaxConcurrent when Keys has tenants, else
+	// MaxConcurrent.
+	MaxConcurrentPerTenant int
+	// MaxInflightBytes bounds the request bodies being held at once
+	// (Content-Length, or MaxBodyBytes when unknown): peak memory stays near
+	// three times it. Default 256 MB.
+	MaxInflightBytes int64
+	// BodyTimeout and MinBodyRate give a body its time to arrive: the
+	// timeout plus its length at the rate; defaults 10 s and 1 MB/s.
+	BodyTimeout time.Duration
+	MinBodyRate int64
 	// RequestTimeout bounds one request, upstream included; default 10 min.
 	RequestTimeout time.Duration
 	// ImageBudgetFraction is the share of the context window that the
@@ -65,12 +78,14 @@ type Config struct {
 
 // Server serves the gateway's routes. Build it with New.
 type Server struct {
-	cfg     Config
-	engine  *engine.Engine
-	metrics *Metrics
-	log     *slog.Logger
-	sem     chan struct{}
-	reg     prometheus.Gatherer
+	cfg           Config
+	engine        *engine.Engine
+	metrics       *Metrics
+	log           *slog.Logger
+	inflight      int // requests in flight, under mu
+	inflightBytes int64
+	perTenant     map[string]int
+	reg           prometheus.Gatherer
 
 	mu       sync.Mutex
 	stable   map[string]map[string]bool // tenant/session → refs removed for budget, kept removed
@@ -89,6 +104,15 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 64
 	}
+	if cfg.MaxInflightBytes <= 0 {
+		cfg.MaxInflightBytes = 256 << 20
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 10 * time.Second
+	}
+	if cfg.MinBodyRate <= 0 {
+		cfg.MinBodyRate = 1 << 20
+	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Minute
 	}
@@ -102,7 +126,7 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
-		sem: make(chan struct{}, cfg.MaxConcurrent), stable: map[string]map[string]bool{},
+		perTenant: map[string]int{}, stable: map[string]map[string]bool{},
 		spans: map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}, spanSeed: maphash.MakeSeed()}
 	// Engine decisions feed the metrics, and still reach any sink the
 	// caller had set.
@@ -218,17 +242,23 @@ func (s *Server) wrap(name string, sh shape, auth bool, h func(http.ResponseWrit
 			s.log.Info("request", "route", name, "method", r.Method, "path", clip(r.URL.Path), "status", sw.status,
 				"tenant", tenant, "bytes_in", r.ContentLength, "bytes_out", sw.bytes, "duration_ms", time.Since(start).Milliseconds())
 		}()
-		select {
-		case s.sem <- struct{}{}:
-			defer func() { <-s.sem }()
-		default:
-			sw.Header().Set("Retry-After", "1")
-			writeError(sw, sh, http.StatusTooManyRequests, "rate_limit_error", fmt.Sprintf("more than %d requests in flight; retry shortly", s.cfg.MaxConcurrent))
-			return
+		// A body must arrive within its deadline: a client that stalls
+		// holds its slot for that long at most. Once it has arrived, the
+		// deadline is lifted, or it would cut a long streamed answer.
+		if r.ContentLength != 0 {
+			rc := http.NewResponseController(sw)
+			rc.SetReadDeadline(time.Now().Add(s.bodyDeadline(r)))
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, left: r.ContentLength}
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-		defer cancel()
-		r = r.WithContext(ctx)
+		busy := func(msg string) {
+			sw.Header().Set("Retry-After", "1")
+			// The body is not read: close rather than wait for it to keep
+			// the connection.
+			sw.Header().Set("Connection", "close")
+			writeError(sw, sh, http.StatusTooManyRequests, "rate_limit_error", msg+"; retry shortly")
+		}
+		// Who asks comes first (a constant-time check), so that one tenant's
+		// requests cannot take every slot.
 		if auth {
 			var ok bool
 			if tenant, ok = s.authenticate(r); !ok {
@@ -236,8 +266,96 @@ func (s *Server) wrap(name string, sh shape, auth bool, h func(http.ResponseWrit
 				return
 			}
 		}
+		release, why := s.admit(tenant, r)
+		if why != "" {
+			busy(why)
+			return
+		}
+		defer release()
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 		h(sw, r, tenant)
 	})
+}
+
+// deadlineBody lifts the connection's read deadline once the body has
+// been read whole.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	left int64 // bytes still to come; negative: unknown length
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+	}
+	if !b.done && (err == io.EOF || b.left == 0) {
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// admit takes a slot for the request — one of MaxConcurrent, one of its
+// tenant's share, and its body's size from the bytes in flight — or says
+// why not.
+func (s *Server) admit(tenant string, r *http.Request) (release func(), why string) {
+	bytes := r.ContentLength
+	if bytes < 0 || bytes > s.cfg.MaxBodyBytes {
+		bytes = s.cfg.MaxBodyBytes // unknown length: the most it may be
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		bytes = 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.inflight >= s.cfg.MaxConcurrent:
+		return nil, fmt.Sprintf("more than %d requests in flight", s.cfg.MaxConcurrent)
+	case s.perTenant[tenant] >= s.tenantShare():
+		return nil, fmt.Sprintf("more than %d requests of this tenant in flight", s.tenantShare())
+	case bytes > 0 && s.inflightBytes+bytes > s.cfg.MaxInflightBytes:
+		return nil, fmt.Sprintf("more than %d bytes of request bodies in flight", s.cfg.MaxInflightBytes)
+	}
+	s.inflight++
+	s.perTenant[tenant]++
+	s.inflightBytes += bytes
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.inflight--
+		if s.perTenant[tenant]--; s.perTenant[tenant] == 0 {
+			delete(s.perTenant, tenant)
+		}
+		s.inflightBytes -= bytes
+	}, ""
+}
+
+// tenantShare is how many requests one tenant may have in flight: with
+// several tenants (API keys configured), three quarters of the slots.
+func (s *Server) tenantShare() int {
+	if s.cfg.MaxConcurrentPerTenant > 0 {
+		return s.cfg.MaxConcurrentPerTenant
+	}
+	if len(s.cfg.Keys) == 0 {
+		return s.cfg.MaxConcurrent
+	}
+	return max(1, s.cfg.MaxConcurrent*3/4)
+}
+
+// bodyDeadline is how long a request's body may take to arrive: a base,
+// plus its length at the minimum rate.
+func (s *Server) bodyDeadline(r *http.Request) time.Duration {
+	n := max(r.ContentLength, 0)
+	if r.ContentLength < 0 {
+		n = s.cfg.MaxBodyBytes
+	}
+	d := s.cfg.BodyTimeout + time.Duration(float64(n)/float64(s.cfg.MinBodyRate)*float64(time.Second))
+	return min(d, s.cfg.RequestTimeout)
 }
 
 func (s *Server) authenticate(r *http.Request) (string, bool) {
@@ -291,6 +409,9 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte) ([]byte
 	} else {
 		b, err = io.ReadAll(io.LimitReader(rd, s.cfg.MaxBodyBytes+1))
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, errBodyTimeout
+	}
 	if err != nil {
 		return nil, reason.Wrap(reason.Invalid, "reading the body", err)
 	}
@@ -299,6 +420,9 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte) ([]byte
 	}
 	return b, nil
 }
+
+// errBodyTimeout: the body did not arrive within its deadline.
+var errBodyTimeout = errors.New("the request body did not arrive in time (server.body_timeout, server.min_body_rate)")
 
 // classify maps an error to a status and an error type.
 func classify(err error) (int, string) {
@@ -319,6 +443,8 @@ func classify(err error) (int, string) {
 		return http.StatusConflict, "invalid_request_error"
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout_error"
+	case errors.Is(err, errBodyTimeout):
+		return http.StatusRequestTimeout, "timeout_error"
 	}
 	switch reason.Of(err) {
 	case reason.Invalid:

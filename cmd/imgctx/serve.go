@@ -102,7 +102,8 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	srv := gateway.New(gateway.Config{Keys: keys, PassClientKey: cfg.Auth.PassClientKey, MaxBodyBytes: cfg.Server.MaxBodyBytes,
 		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout, ImageBudgetFraction: cfg.Keep.BudgetFraction,
 		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse,
-		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts}, e, reg, a.log)
+		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
+		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate}, e, reg, a.log)
 	return srv, func() { sessions.Close() }, nil
 }
 

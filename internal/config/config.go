@@ -60,6 +60,10 @@ type Server struct {
 	MaxConcurrent   int           `yaml:"max_concurrent" doc:"requests in flight at most; past it the gateway answers 429"`
 	RequestTimeout  time.Duration `yaml:"request_timeout" doc:"time limit of one request, upstream included"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" doc:"how long a graceful shutdown waits for requests in flight"`
+	MaxPerTenant    int           `yaml:"max_concurrent_per_tenant" doc:"requests one tenant may have in flight; 0: three quarters of max_concurrent with auth keys, else all"`
+	MaxInflight     int64         `yaml:"max_inflight_bytes" doc:"request bodies held at once, in bytes; past it 429"`
+	BodyTimeout     time.Duration `yaml:"body_timeout" doc:"time a request body may take to arrive, plus its length at min_body_rate"`
+	MinBodyRate     int64         `yaml:"min_body_rate" doc:"slowest accepted body upload, in bytes per second"`
 	MaxMessages     int           `yaml:"max_messages" doc:"messages one proxied request may hold; past it 413"`
 	MaxParts        int           `yaml:"max_parts" doc:"content parts one proxied request may hold; past it 413"`
 }
@@ -127,7 +131,7 @@ func Defaults() Config {
 	return Config{
 		DataDir: "./imgctx-data",
 		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 32 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second,
-			MaxMessages: 10_000, MaxParts: 50_000},
+			MaxMessages: 10_000, MaxParts: 50_000, MaxInflight: 256 << 20, BodyTimeout: 10 * time.Second, MinBodyRate: 1 << 20},
 		Keep: Keep{BudgetFraction: 0.10},
 		Media: Media{
 			MaxImageBytes:     media.DefaultMaxBytes,
@@ -263,6 +267,12 @@ func (c Config) Validate() error {
 	positive("server.max_concurrent", int64(c.Server.MaxConcurrent))
 	positive("server.request_timeout", int64(c.Server.RequestTimeout))
 	positive("server.max_messages", int64(c.Server.MaxMessages))
+	positive("server.max_inflight_bytes", c.Server.MaxInflight)
+	positive("server.body_timeout", int64(c.Server.BodyTimeout))
+	positive("server.min_body_rate", c.Server.MinBodyRate)
+	if c.Server.MaxPerTenant < 0 {
+		errs = append(errs, errors.New("server.max_concurrent_per_tenant: must not be negative"))
+	}
 	positive("server.max_parts", int64(c.Server.MaxParts))
 	if c.Keep.BudgetFraction <= 0 || c.Keep.BudgetFraction >= 1 {
 		errs = append(errs, fmt.Errorf("keep.budget_fraction: must be between 0 and 1 (got %v)", c.Keep.BudgetFraction))
