@@ -366,6 +366,13 @@ func Marshal(v any) ([]byte, error) {
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
+// DecodeMember decodes the top-level member key of the JSON object b into
+// v, reporting whether it was there and decoded.
+func DecodeMember(b []byte, key string, v any) bool {
+	raw, ok := Member(b, key)
+	return ok && json.Unmarshal(raw, v) == nil
+}
+
 // Member returns the raw value of the top-level member key of the JSON
 // object b, found with one pass and nothing decoded (a response's usage,
 // say, without decoding the completion around it).

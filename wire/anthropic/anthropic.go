@@ -672,12 +672,8 @@ func stopped(reason string) (cut, full bool) {
 // ResponseUsage reads only the usage of a non-streaming response: what
 // the proxy records, without decoding the completion (nil when absent).
 func ResponseUsage(b []byte) *chat.Usage {
-	raw, ok := wire.Member(b, "usage")
-	if !ok {
-		return nil
-	}
 	var u usageJSON
-	if json.Unmarshal(raw, &u) != nil {
+	if !wire.DecodeMember(b, "usage", &u) {
 		return nil
 	}
 	return u.usage()
