@@ -173,7 +173,7 @@ func newGW(t *testing.T, format upstream.Format, keys map[string]string) *gw {
 	g.engine = &engine.Engine{
 		Images: imagestore.Verified{Store: g.images}, Sessions: &session.Mem{}, Profiles: tbl,
 		Upstream: &upstream.Client{Format: format, BaseURL: g.up.srv.URL, APIKey: "upstream-key", MaxRetries: -1},
-		Fetcher:  &media.Fetcher{Timeout: 2 * time.Second, AnyPort: true},
+		Fetcher:  &media.Fetcher{Timeout: 2 * time.Second, AnyPort: true, Log: discardLogger()},
 		Shrinker: &media.Shrinker{},
 	}
 	g.server = New(Config{Keys: keys, MaxBodyBytes: 8 << 20}, g.engine, prometheus.NewRegistry(), discardLogger())

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +39,10 @@ type Fetcher struct {
 	AnyPort bool
 	// Resolver resolves names; nil means the system resolver.
 	Resolver *net.Resolver
+	// Log gets the details of a failed fetch (resolved addresses, the
+	// resolver's own); the error a client sees names only the reason and
+	// its URL. nil: slog.Default().
+	Log *slog.Logger
 
 	once   sync.Once
 	client *http.Client
@@ -81,7 +87,7 @@ func (f *Fetcher) init() {
 		Timeout:   f.timeout(),
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) > maxRedirects {
-				return fmt.Errorf("more than %d redirects", max(maxRedirects, 0))
+				return refusal(fmt.Sprintf("more than %d redirects", max(maxRedirects, 0)))
 			}
 			return checkURL(req.URL)
 		},
@@ -102,15 +108,20 @@ func (f *Fetcher) maxBytes() int64 {
 	return defaultMaxFetchBytes
 }
 
+// refusal is a URL the fetcher's own rules refuse: its text is safe to show.
+type refusal string
+
+func (r refusal) Error() string { return string(r) }
+
 func checkURL(u *url.URL) error {
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("scheme %q not allowed (http and https only)", u.Scheme)
+		return refusal(fmt.Sprintf("scheme %q not allowed (http and https only)", u.Scheme))
 	}
 	if u.User != nil {
-		return errors.New("credentials in URLs are not allowed")
+		return refusal("credentials in URLs are not allowed")
 	}
 	if u.Hostname() == "" {
-		return errors.New("URL has no host")
+		return refusal("URL has no host")
 	}
 	return nil
 }
@@ -138,7 +149,7 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Fetched, error) {
 	// checked at dial time, after resolution.
 	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil {
 		if err := f.guard.SafeAddr(ip); err != nil {
-			return Fetched{}, reason.Wrap(reason.FetchFailed, "address not allowed", err)
+			return Fetched{}, reason.New(reason.FetchFailed, "address not allowed: "+u.Redacted())
 		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -149,11 +160,23 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Fetched, error) {
 	req.Header.Set("User-Agent", "imgctx-fetch/1")
 	resp, err := f.client.Do(req)
 	if err != nil {
-		msg := "fetch failed"
-		if errors.Is(err, ssrf.ErrProhibitedIP) || errors.Is(err, ssrf.ErrProhibitedPort) || errors.Is(err, ssrf.ErrProhibitedNetwork) {
-			msg = "address not allowed"
+		// The transport's error names the addresses a name resolved to
+		// and the resolver's own: the log gets them, the client does not.
+		log := f.Log
+		if log == nil {
+			log = slog.Default()
 		}
-		return Fetched{}, reason.Wrap(reason.FetchFailed, msg, err)
+		log.Warn("image fetch failed", "url", u.Redacted(), "error", err)
+		var ours refusal
+		switch {
+		case errors.As(err, &ours):
+			return Fetched{}, reason.Wrap(reason.FetchFailed, "refused URL "+u.Redacted(), ours)
+		case errors.Is(err, ssrf.ErrProhibitedIP) || errors.Is(err, ssrf.ErrProhibitedPort) || errors.Is(err, ssrf.ErrProhibitedNetwork):
+			return Fetched{}, reason.New(reason.FetchFailed, "address not allowed: "+u.Redacted())
+		case errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err):
+			return Fetched{}, reason.New(reason.FetchFailed, fmt.Sprintf("no answer within %s: %s", f.timeout(), u.Redacted()))
+		}
+		return Fetched{}, reason.New(reason.FetchFailed, "could not fetch "+u.Redacted())
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

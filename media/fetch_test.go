@@ -142,6 +142,14 @@ func TestFetchRefusals(t *testing.T) {
 			if !strings.Contains(err.Error(), c.msg) {
 				t.Fatalf("error %q does not say %q", err, c.msg)
 			}
+			// Regression (issue "Hardening", item 8): the transport's text
+			// ("dial tcp 10.0.0.1:80: prohibited IP address", the resolver's
+			// address) reached the client.
+			for _, leak := range []string{"dial tcp", "10.0.0.1:80", "lookup ", "prohibited IP"} {
+				if strings.Contains(err.Error(), leak) {
+					t.Fatalf("error %q discloses %q", err, leak)
+				}
+			}
 		})
 	}
 }

@@ -88,7 +88,7 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 		Profiles: profiles,
 		Upstream: newClient(cfg, cfg.Upstream.Format, cfg.Upstream.BaseURL, cfg.Upstream.APIKey),
 		Fetcher: &media.Fetcher{MaxBytes: cfg.Media.Fetch.MaxBytes, Timeout: cfg.Media.Fetch.Timeout,
-			MaxRedirects: cfg.Media.Fetch.MaxRedirects, AllowLoopback: cfg.Media.Fetch.AllowLoopback, AnyPort: cfg.Media.Fetch.AllowLoopback},
+			MaxRedirects: cfg.Media.Fetch.MaxRedirects, AllowLoopback: cfg.Media.Fetch.AllowLoopback, AnyPort: cfg.Media.Fetch.AllowLoopback, Log: a.log},
 		Shrinker: &media.Shrinker{Limits: cfg.MediaLimits()},
 		Log:      a.log,
 	}
