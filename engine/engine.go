@@ -42,6 +42,10 @@ type Config struct {
 	Base64CacheBytes int64
 	// Hints override the model profile for this upstream.
 	Hints Hints
+	// ShrinkPixelsPerRequest bounds the pixels one request's shrinking may
+	// decode (default 200 M); ShrinkPixelsAtOnce those decoded at a time
+	// across requests (default 100 M).
+	ShrinkPixelsPerRequest, ShrinkPixelsAtOnce int64
 }
 
 // Hints are what an upstream says of itself, over the model profile: a
@@ -68,6 +72,43 @@ func (e *Engine) ProfileWith(model string, h Hints) tokens.Profile {
 		p.ContextWindow = h.ContextWindow
 	}
 	return p
+}
+
+// pixelSlots is a weighted semaphore of pixels being decoded.
+type pixelSlots struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	size int64
+	used int64
+}
+
+// Acquire waits until n pixels are free (n at most size), or ctx ends.
+func (p *pixelSlots) Acquire(ctx context.Context, n int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cond == nil {
+		p.cond = sync.NewCond(&p.mu)
+	}
+	stop := context.AfterFunc(ctx, func() { p.mu.Lock(); p.cond.Broadcast(); p.mu.Unlock() })
+	defer stop()
+	for p.used+n > p.size {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p.cond.Wait()
+	}
+	p.used += n
+	return nil
+}
+
+// Release frees n pixels.
+func (p *pixelSlots) Release(n int64) {
+	p.mu.Lock()
+	p.used -= n
+	if p.cond != nil {
+		p.cond.Broadcast()
+	}
+	p.mu.Unlock()
 }
 
 // resolveProfile is Profiles.Resolve behind a small cache: every proxied
@@ -107,12 +148,13 @@ type Engine struct {
 	Log      *slog.Logger     // nil: slog.Default()
 	Now      func() time.Time // nil: time.Now
 
-	once     sync.Once
-	locks    sessionLocks
-	b64      *base64Cache
-	meta     *metaCache
-	profMu   sync.Mutex
-	profiles map[string]tokens.Profile
+	once        sync.Once
+	decodeSlots *pixelSlots
+	locks       sessionLocks
+	b64         *base64Cache
+	meta        *metaCache
+	profMu      sync.Mutex
+	profiles    map[string]tokens.Profile
 }
 
 // Event is one decision the engine made, for logs, metrics and the caller.
@@ -149,6 +191,11 @@ func (e *Engine) init() {
 	e.b64 = newBase64Cache(e.Base64CacheBytes)
 	e.meta = &metaCache{max: 100_000, m: map[blob.Ref]media.Info{}}
 	e.profiles = map[string]tokens.Profile{}
+	at := e.ShrinkPixelsAtOnce
+	if at <= 0 {
+		at = 100_000_000
+	}
+	e.decodeSlots = &pixelSlots{size: at}
 }
 
 func (e *Engine) now() time.Time {

@@ -13,6 +13,7 @@ import (
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire/anthropic"
 	"github.com/imgctx/imgctx/wire/openai"
@@ -31,7 +32,11 @@ type response struct {
 // send checks the provider rules, encodes the live context in the
 // upstream's format, records it for measurement, and sends it.
 func (c *call) send(ctx context.Context) (*response, error) {
-	live, removed, shrunk := policy.CheckProviderRules(ctx, c.st.Live, c.profile.Limits, c.e.ShrinkerFor(c.tenant))
+	sh := c.e.ShrinkerFor(c.tenant)
+	live, removed, shrunk := policy.CheckProviderRules(ctx, c.st.Live, c.profile.Limits, sh)
+	if err := ShrinkRefusal(sh); err != nil {
+		return nil, err
+	}
 	if len(removed) > 0 || len(shrunk) > 0 {
 		c.st.Live = policy.NoteResized(live, shrunk)
 		c.removed(removed)
@@ -146,28 +151,69 @@ func (s summariser) Summarise(ctx context.Context, msgs []chat.Message) (string,
 }
 
 // ShrinkerFor returns the policy.Shrinker that makes a tenant's images meet
-// provider limits, or nil when the engine has no media.Shrinker.
+// provider limits for one request, or nil when the engine has no
+// media.Shrinker. Decoding is bounded: per request by ShrinkPixelsPerRequest
+// (past it ShrinkRefusal reports a too_large refusal), and across requests
+// by ShrinkPixelsAtOnce being decoded at a time.
 func (e *Engine) ShrinkerFor(tenant string) policy.Shrinker {
 	if e.Shrinker == nil {
 		return nil
 	}
-	return shrinker{e, tenant}
+	e.once.Do(e.init)
+	return &shrinker{e: e, tenant: tenant, left: e.shrinkPerRequest()}
+}
+
+// ShrinkRefusal is the refusal a request's shrinking ran into (its pixel
+// budget), or nil.
+func ShrinkRefusal(sh policy.Shrinker) error {
+	if s, ok := sh.(*shrinker); ok {
+		return s.refused
+	}
+	return nil
+}
+
+func (e *Engine) shrinkPerRequest() int64 {
+	if e.ShrinkPixelsPerRequest > 0 {
+		return e.ShrinkPixelsPerRequest
+	}
+	return 200_000_000
 }
 
 // shrinker makes an image meet a provider limit: shrink, store, refer.
 type shrinker struct {
-	e      *Engine
-	tenant string
+	e       *Engine
+	tenant  string
+	left    int64 // pixels this request may still decode
+	refused error
 }
 
-func (s shrinker) Shrink(ctx context.Context, img chat.Image, maxEdge int, maxBytes int64) (chat.Image, error) {
-	data, err := s.e.Images.Get(ctx, s.tenant, img.Ref)
-	if err != nil {
-		return chat.Image{}, err
-	}
-	out, err := s.e.Shrinker.Shrink(data, media.Target{MaxEdge: maxEdge, MaxBytes: maxBytes})
-	if err != nil {
-		return chat.Image{}, err
+func (s *shrinker) Shrink(ctx context.Context, img chat.Image, maxEdge int, maxBytes int64) (chat.Image, error) {
+	t := media.Target{MaxEdge: maxEdge, MaxBytes: maxBytes}
+	out, ok := s.e.Shrinker.Cached(img.Ref, t)
+	if !ok {
+		// A decode costs its pixels: a request of many huge images is
+		// refused rather than decoded for a minute, and all requests
+		// together decode a bounded number of pixels at a time.
+		px := max(int64(img.Width)*int64(img.Height), 1)
+		if s.refused != nil || px > s.left {
+			if s.refused == nil {
+				s.refused = reason.New(reason.TooLarge, fmt.Sprintf("shrinking this request's images would decode more than %d pixels (media.shrink_max_pixels_per_request)", s.e.shrinkPerRequest()))
+			}
+			return chat.Image{}, s.refused
+		}
+		s.left -= px
+		weight := min(px, s.e.decodeSlots.size)
+		if err := s.e.decodeSlots.Acquire(ctx, weight); err != nil {
+			return chat.Image{}, err
+		}
+		data, err := s.e.Images.Get(ctx, s.tenant, img.Ref)
+		if err == nil {
+			out, err = s.e.Shrinker.Shrink(data, t)
+		}
+		s.e.decodeSlots.Release(weight)
+		if err != nil {
+			return chat.Image{}, err
+		}
 	}
 	ref := blob.Of(out.Data)
 	if err := s.e.Images.Put(ctx, s.tenant, ref, out.Data); err != nil {

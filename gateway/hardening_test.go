@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 )
 
@@ -180,5 +182,38 @@ func TestBodyDeadlineDoesNotCutALongStream(t *testing.T) {
 	resp, body := g.do(t, "POST", "/v1/chat/completions", "", []byte(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "[DONE]") || !strings.Contains(string(body), "form.") {
 		t.Fatalf("the stream was cut: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Regression (item 2): 25 valid 6000×6000 PNGs to a model whose rule makes
+// imgctx shrink them took a minute of CPU and 1.5 GB. Shrinking is bounded
+// per request (413 naming the limit) and only new work is charged: an
+// image shrunk before comes from the cache.
+func TestShrinkingIsBoundedPerRequest(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	edge := tinyProfile
+	edge.Name, edge.Match, edge.Limits = "edge", []string{"edge-*"}, tokens.Limits{MaxEdge: 400}
+	g.engine.Profiles, _ = tokens.Default().With(edge)
+	g.engine.ShrinkPixelsPerRequest = 2_500_000 // two 1280×800 screenshots, not three
+	raw, _ := samplePNG(t)
+	request := func(first, n int) []byte { // images first … first+n-1
+		var parts []string
+		for i := first; i < first+n; i++ {
+			parts = append(parts, `{"type":"image_url","image_url":{"url":"data:image/png;base64,`+base64.StdEncoding.EncodeToString(distinctPNG(raw, i))+`"}}`)
+		}
+		return []byte(`{"model":"edge-1","messages":[{"role":"user","content":[` + strings.Join(parts, ",") + `]}]}`)
+	}
+	if resp, body := g.do(t, "POST", "/v1/chat/completions", "", request(0, 2)); resp.StatusCode != 200 {
+		t.Fatalf("two images: %d %s", resp.StatusCode, body)
+	}
+	resp, body := g.do(t, "POST", "/v1/chat/completions", "", request(10, 3))
+	if resp.StatusCode != 413 || !strings.Contains(string(body), "more than 2500000 pixels") {
+		t.Fatalf("three images: %d %s", resp.StatusCode, body)
+	}
+	// The first two were shrunk before and come from the cache: only the
+	// third is decoded, and the request fits.
+	g.engine.ShrinkPixelsPerRequest = 1_100_000
+	if resp, body := g.do(t, "POST", "/v1/chat/completions", "", request(0, 3)); resp.StatusCode != 200 {
+		t.Fatalf("three images, two cached: %d %s", resp.StatusCode, body)
 	}
 }

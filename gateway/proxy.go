@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
@@ -132,7 +133,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	profile := s.engine.ProfileWith(sp.Model, up.Hints)
 	key := tenant + "/" + r.Header.Get("X-Imgctx-Session")
 	out := s.applyBudget(key, msgs, profile)
-	out, removed, shrunk := policy.CheckProviderRules(ctx, out, profile.Limits, s.engine.ShrinkerFor(tenant))
+	shrinker := s.engine.ShrinkerFor(tenant)
+	out, removed, shrunk := policy.CheckProviderRules(ctx, out, profile.Limits, shrinker)
+	if err := engine.ShrinkRefusal(shrinker); err != nil {
+		fail(w, shapeOf(format), err)
+		return
+	}
 	s.count(removed)
 	for range shrunk {
 		s.metrics.images.WithLabelValues("shrunk", string(reason.ProviderLimit)).Inc()

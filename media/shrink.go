@@ -193,6 +193,18 @@ type shrinkEntry struct {
 	elem *list.Element
 }
 
+// Cached returns the result for (ref, t) when it is cached, without
+// decoding anything: a caller that budgets decoding charges only misses.
+func (s *Shrinker) Cached(ref blob.Ref, t Target) (Shrunk, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.cache[shrinkKey{ref: ref, t: t.norm()}]
+	if ok {
+		s.order.MoveToFront(e.elem)
+	}
+	return e.res, ok
+}
+
 // Shrink returns the cached result for (ref of data, t), computing it once.
 func (s *Shrinker) Shrink(data []byte, t Target) (Shrunk, error) {
 	k := shrinkKey{ref: blob.Of(data), t: t.norm()}

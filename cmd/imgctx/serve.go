@@ -82,7 +82,8 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	routes := routingTable(cfg)
 	e := &engine.Engine{
 		Config: engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction},
-			Compact: policy.CompactConfig{ImageTokenEstimate: cfg.Compaction.ImageTokenEstimate}, Limits: cfg.MediaLimits()},
+			Compact: policy.CompactConfig{ImageTokenEstimate: cfg.Compaction.ImageTokenEstimate}, Limits: cfg.MediaLimits(),
+			ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce},
 		Images:   images,
 		Sessions: sessions,
 		Profiles: profiles,

@@ -92,6 +92,8 @@ type Media struct {
 	MaxPixels         int64 `yaml:"max_pixels" doc:"largest width×height accepted, checked from the header"`
 	ShrinkMaxEdge     int   `yaml:"shrink_max_edge" doc:"longest edge when an image is shrunk, in pixels"`
 	ShrinkTargetBytes int64 `yaml:"shrink_target_bytes" doc:"target size when an image is shrunk, in bytes"`
+	ShrinkPerRequest  int64 `yaml:"shrink_max_pixels_per_request" doc:"pixels one request's shrinking may decode; past it 413"`
+	ShrinkAtOnce      int64 `yaml:"shrink_pixels_at_once" doc:"pixels decoded for shrinking at a time, across requests"`
 	Fetch             Fetch `yaml:"fetch"`
 }
 
@@ -138,6 +140,8 @@ func Defaults() Config {
 			MaxPixels:         media.DefaultMaxPixels,
 			ShrinkMaxEdge:     media.DefaultMaxEdge,
 			ShrinkTargetBytes: media.DefaultTargetBytes,
+			ShrinkPerRequest:  200_000_000,
+			ShrinkAtOnce:      100_000_000,
 			Fetch:             Fetch{Timeout: media.DefaultFetchTimeout, MaxBytes: media.DefaultMaxBytes, MaxRedirects: media.DefaultMaxRedirects},
 		},
 		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto", MaxResponse: 64 << 20},
@@ -287,6 +291,8 @@ func (c Config) Validate() error {
 	positive("media.max_pixels", c.Media.MaxPixels)
 	positive("media.shrink_max_edge", int64(c.Media.ShrinkMaxEdge))
 	positive("media.shrink_target_bytes", c.Media.ShrinkTargetBytes)
+	positive("media.shrink_max_pixels_per_request", c.Media.ShrinkPerRequest)
+	positive("media.shrink_pixels_at_once", c.Media.ShrinkAtOnce)
 	positive("media.fetch.timeout", int64(c.Media.Fetch.Timeout))
 	positive("media.fetch.max_bytes", c.Media.Fetch.MaxBytes)
 	if c.Media.Fetch.MaxRedirects < 0 || c.Media.Fetch.MaxRedirects > 10 {
