@@ -136,7 +136,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	shrinker := s.engine.ShrinkerFor(tenant)
 	out, removed, shrunk := policy.CheckProviderRules(ctx, out, profile.Limits, shrinker)
 	if err := engine.ShrinkRefusal(shrinker); err != nil {
-		fail(w, shapeOf(format), err)
+		fail(w, sh, err)
 		return
 	}
 	s.count(removed)
