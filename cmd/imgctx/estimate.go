@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/imgctx/imgctx/media"
@@ -58,6 +61,9 @@ func newEstimateCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if known := details(tbl); detail != "" && !slices.Contains(known, detail) {
+				return usageError{fmt.Errorf("--detail %q is not a detail level any profile knows; use one of %s", detail, strings.Join(known, ", "))}
+			}
 			models := representatives
 			if model != "" {
 				models = []string{model}
@@ -78,7 +84,7 @@ func newEstimateCmd(a *app) *cobra.Command {
 					return err
 				}
 			} else {
-				printEstimates(a.stdout, results)
+				printEstimates(a.stdout, a.stderr, results)
 			}
 			if failed > 0 {
 				return fmt.Errorf("%d of %d file(s) refused", failed, len(args))
@@ -96,6 +102,9 @@ func estimateFile(path string, models []string, detail string, tbl *tokens.Table
 	r := estimateResult{File: path}
 	fail := func(err error) estimateResult {
 		r.Error, r.Reason = err.Error(), string(reason.Of(err))
+		if r.Reason == "" {
+			r.Reason = "unreadable" // the file itself: missing, a directory, no permission
+		}
 		return r
 	}
 	data, err := readCapped(path, a.cfg.Media.MaxImageBytes)
@@ -107,11 +116,14 @@ func estimateFile(path string, models []string, detail string, tbl *tokens.Table
 		return fail(err)
 	}
 	r.Ref, r.MediaType, r.Kind, r.Bytes, r.Width, r.Height = in.Ref.String(), in.MediaType, string(in.Kind), in.Bytes, in.Width, in.Height
-	if in.Kind == media.KindDocument {
-		r.Note = "documents travel as extracted text; they are not priced as images"
-		return r
-	}
 	for _, m := range models {
+		if in.Kind == media.KindDocument {
+			// A PDF travels natively: priced by its pages.
+			p := tbl.Resolve(m, a.log)
+			r.Estimates = append(r.Estimates, estimateRow{Model: m, Profile: p.Name, Tokens: tokens.DocumentTokens(p, in.Pages)})
+			r.Note = fmt.Sprintf("%d page(s), priced per page", in.Pages)
+			continue
+		}
 		p := tbl.Resolve(m, a.log)
 		row := estimateRow{Model: m, Profile: p.Name}
 		if e, err := tokens.EstimateImage(p, in.Width, in.Height, detail); err != nil {
@@ -144,14 +156,30 @@ func readCapped(path string, max int64) ([]byte, error) {
 	return data, nil
 }
 
-func printEstimates(w io.Writer, results []estimateResult) {
+// details lists the detail levels the profiles know, sorted.
+func details(tbl *tokens.Table) []string {
+	set := map[string]bool{"auto": true, "low": true, "high": true}
+	for _, p := range append(tbl.Profiles, tbl.Default) {
+		for k := range p.Image.Levels {
+			set[k] = true
+		}
+		for k := range p.Image.Resolutions {
+			set[k] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// printEstimates writes the results to w, and refusals to errw (as store
+// does).
+func printEstimates(w, errw io.Writer, results []estimateResult) {
 	for i, r := range results {
+		if r.Error != "" {
+			fmt.Fprintf(errw, "%s: refused (%s): %s\n", r.File, r.Reason, r.Error)
+			continue
+		}
 		if i > 0 {
 			fmt.Fprintln(w)
-		}
-		if r.Error != "" {
-			fmt.Fprintf(w, "%s: refused (%s): %s\n", r.File, r.Reason, r.Error)
-			continue
 		}
 		fmt.Fprintf(w, "%s  %s  %d bytes", r.File, r.MediaType, r.Bytes)
 		if r.Width > 0 {

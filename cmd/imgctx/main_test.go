@@ -92,8 +92,9 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 	dir := t.TempDir()
 	for name, path := range badInputs(t) {
 		t.Run(name, func(t *testing.T) {
+			// Refusals go to standard error, as store's do (issue "Hardening", item 16).
 			r := imgctx(t, "estimate", path)
-			if r.code != 1 || !strings.Contains(r.stdout, "refused") {
+			if r.code != 1 || !strings.Contains(r.stderr, "refused") || strings.Contains(r.stdout, "refused") {
 				t.Fatalf("estimate: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 			}
 			r = imgctx(t, "store", "put", path, "--data-dir", dir)
@@ -219,8 +220,8 @@ func TestProfilesAndVersion(t *testing.T) {
 func TestConfigFileIsUsed(t *testing.T) {
 	cfg := writeTemp(t, "imgctx.yaml", []byte("media:\n  max_image_bytes: 1000\n"))
 	r := imgctx(t, "estimate", sample, "--config", cfg)
-	if r.code != 1 || !strings.Contains(r.stdout, "over the limit of 1000 bytes") {
-		t.Fatalf("config not applied: %d %s", r.code, r.stdout)
+	if r.code != 1 || !strings.Contains(r.stderr, "over the limit of 1000 bytes") {
+		t.Fatalf("config not applied: %d %s", r.code, r.stderr)
 	}
 	bad := writeTemp(t, "bad.yaml", []byte("media:\n  max_bytes_typo: 1\n"))
 	if r := imgctx(t, "estimate", sample, "--config", bad); r.code != 1 || !strings.Contains(r.stderr, "unknown key") {
@@ -237,5 +238,22 @@ func TestServeHelpSufficesToStart(t *testing.T) {
 	}
 	if r.code != 0 {
 		t.Fatalf("exit %d", r.code)
+	}
+}
+
+// Regression (issue "Hardening", item 16): a missing file printed
+// "refused ():" with an empty reason, and --detail ultra was accepted
+// silently for most models.
+func TestEstimateNamesEveryRefusal(t *testing.T) {
+	r := imgctx(t, "estimate", "no-such-file.png")
+	if r.code != 1 || !strings.Contains(r.stderr, "refused (unreadable)") {
+		t.Fatalf("missing file: %d %q", r.code, r.stderr)
+	}
+	r = imgctx(t, "estimate", sample, "--detail", "ultra")
+	if r.code != 2 || !strings.Contains(r.stderr, `--detail "ultra" is not a detail level`) {
+		t.Fatalf("--detail ultra: %d %q", r.code, r.stderr)
+	}
+	if r = imgctx(t, "estimate", sample, "--detail", "low"); r.code != 0 {
+		t.Fatalf("--detail low: %d %q", r.code, r.stderr)
 	}
 }
