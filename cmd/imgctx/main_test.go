@@ -257,3 +257,13 @@ func TestEstimateNamesEveryRefusal(t *testing.T) {
 		t.Fatalf("--detail low: %d %q", r.code, r.stderr)
 	}
 }
+
+// Regression (issue "Hardening", item 15): a bad value on the command line
+// exited 1; it is a usage error.
+func TestBadFlagValuesExitTwo(t *testing.T) {
+	for _, args := range [][]string{{"estimate", sample, "--log-level", "loud"}, {"serve", "--upstream-format", "grpc"}, {"serve", "--addr", "nonsense"}} {
+		if r := imgctx(t, args...); r.code != 2 {
+			t.Errorf("%v: exit %d (%s); want 2", args, r.code, r.stderr)
+		}
+	}
+}

@@ -38,6 +38,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 			}
 			cfg, err := config.Load(a.configPath, nil, a.flagOverrides)
 			if err != nil {
+				// A value given on the command line is a usage error (exit 2):
+				// the same load without the flags succeeds.
+				if len(a.flagOverrides) > 0 {
+					if _, without := config.Load(a.configPath, nil, nil); without == nil {
+						return usageError{err}
+					}
+				}
 				return err
 			}
 			a.cfg = cfg

@@ -176,7 +176,7 @@ func (a *app) serve(ctx context.Context) error {
 	defer closeAll()
 	ln, err := net.Listen("tcp", a.cfg.Server.Addr)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return fmt.Errorf("listen: %w (is another imgctx or program on %s? choose another with --addr)", err, a.cfg.Server.Addr)
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	upstreamURL := a.cfg.Upstream.BaseURL

@@ -5,6 +5,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -20,9 +21,10 @@ import (
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/tokens"
-	"github.com/knadh/koanf/parsers/yaml"
+	kyaml "github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
+	"go.yaml.in/yaml/v3"
 )
 
 // Config is the whole configuration. The zero value of a field means its
@@ -190,16 +192,22 @@ func Keys() []Key {
 // environment (lookup; nil means os.LookupEnv) and flag overrides given as
 // key → value.
 func Load(path string, lookup func(string) (string, bool), flags map[string]any) (Config, error) {
-	if lookup == nil {
+	realEnv := lookup == nil
+	if realEnv {
 		lookup = os.LookupEnv
 	}
 	k := koanf.New(".")
 	if path != "" {
-		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+		if err := k.Load(file.Provider(path), kyaml.Parser()); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", path, err)
 		}
 		if err := checkKnown(k.Keys()); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	if realEnv {
+		if err := checkEnviron(os.Environ()); err != nil {
+			return Config{}, err
 		}
 	}
 	for _, key := range Keys() {
@@ -217,11 +225,54 @@ func Load(path string, lookup func(string) (string, bool), flags map[string]any)
 	if err := checkDurations(k); err != nil {
 		return Config{}, err
 	}
+	if err := checkProfileFields(k); err != nil {
+		return Config{}, err
+	}
 	cfg := Defaults()
 	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "yaml"}); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return cfg, cfg.Validate()
+}
+
+// checkEnviron refuses an IMGCTX_ variable that names no key: a typo
+// never silently does nothing.
+func checkEnviron(environ []string) error {
+	known := map[string]bool{}
+	for _, k := range Keys() {
+		known[k.Env] = true
+	}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "IMGCTX_") && !known[name] {
+			return fmt.Errorf("unknown variable %s (docs/config.md lists the variables)", name)
+		}
+	}
+	return nil
+}
+
+// checkProfileFields refuses a field the profiles or upstreams of the file
+// do not have (a typo in a profile would otherwise be dropped silently).
+func checkProfileFields(k *koanf.Koanf) error {
+	for _, c := range []struct {
+		key  string
+		into any
+	}{{"profiles", &[]tokens.Profile{}}, {"upstreams", &[]Route{}}} {
+		v := k.Get(c.key)
+		if v == nil {
+			continue
+		}
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.key, err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(c.into); err != nil {
+			return fmt.Errorf("%s: %w", c.key, err)
+		}
+	}
+	return nil
 }
 
 // checkDurations refuses a duration given as a bare number: "10" would
@@ -266,6 +317,9 @@ func (c Config) Validate() error {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive (got %d)", key, v))
 		}
+	}
+	if _, _, err := net.SplitHostPort(c.Server.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("server.addr: %q is not host:port (127.0.0.1:8080, :8080): %v", c.Server.Addr, err))
 	}
 	positive("server.max_body_bytes", c.Server.MaxBodyBytes)
 	positive("server.max_concurrent", int64(c.Server.MaxConcurrent))

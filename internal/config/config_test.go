@@ -104,6 +104,9 @@ func TestRefusals(t *testing.T) {
 		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai or anthropic`},
 		{"upstream names twice", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9'}\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:10/v1'}\n", nil, `upstreams[1].name: "a" is used twice`},
 		{"upstream keys", "", map[string]string{"IMGCTX_AUTH_UPSTREAM_KEYS": "acme"}, "auth.upstream_keys: an entry is not tenant=key"},
+		{"profile field typo", "profiles:\n  - name: x\n    match: [\"x*\"]\n    contxt_window: 10\n", nil, "contxt_window"},
+		{"upstream field typo", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9', modles: [x]}\n", nil, "modles"},
+		{"addr without port", "", map[string]string{"IMGCTX_SERVER_ADDR": "nonsense"}, "server.addr"},
 		// Regression (issue "Hardening", item 15): read as 10 ns, every request timed out.
 		{"duration without unit in the file", "server:\n  request_timeout: 10\n", nil, "server.request_timeout: 10 has no unit"},
 		{"duration without unit in the environment", "", map[string]string{"IMGCTX_MEDIA_FETCH_TIMEOUT": "30"}, `media.fetch.timeout: "30" has no unit`},
@@ -147,5 +150,14 @@ func TestEveryKeyIsDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), k) {
 			t.Errorf("docs/config.md does not document %s", k)
 		}
+	}
+}
+
+// Regression (issue "Hardening", item 15): an IMGCTX_ variable with a typo
+// was ignored silently.
+func TestUnknownVariableIsRefused(t *testing.T) {
+	t.Setenv("IMGCTX_UPSTREAM_BASEURL", "http://127.0.0.1:9")
+	if _, err := Load("", nil, nil); err == nil || !strings.Contains(err.Error(), "unknown variable IMGCTX_UPSTREAM_BASEURL") {
+		t.Fatalf("got %v", err)
 	}
 }
