@@ -107,17 +107,23 @@ type GCStats struct {
 	Scanned int
 	Removed int
 	Freed   int64
+	Kept    int // old enough, but still referenced
 }
 
-// GC deletes the blobs of tenant not touched since before cutoff. progress,
-// when not nil, is called after each blob with the running stats. A blob
-// touched between the scan and its deletion is kept.
-func GC(ctx context.Context, s Store, tenant string, cutoff time.Time, progress func(GCStats)) (GCStats, error) {
+// GC deletes the blobs of tenant not touched since before cutoff, except
+// those keep names (refs something still uses: a session's live context).
+// progress, when not nil, is called after each blob with the running
+// stats. A blob touched between the scan and its deletion is kept.
+func GC(ctx context.Context, s Store, tenant string, cutoff time.Time, keep map[blob.Ref]bool, progress func(GCStats)) (GCStats, error) {
 	var st GCStats
 	var old []Info
 	err := s.List(ctx, tenant, func(in Info) error {
 		st.Scanned++
-		if in.ModTime.Before(cutoff) {
+		switch {
+		case !in.ModTime.Before(cutoff):
+		case keep[in.Ref]:
+			st.Kept++
+		default:
 			old = append(old, in)
 		}
 		return ctx.Err()

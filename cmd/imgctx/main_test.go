@@ -4,11 +4,17 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/session/sqlite"
 )
 
 const sample = "../../testdata/screenshot.png"
@@ -266,4 +272,53 @@ func TestBadFlagValuesExitTwo(t *testing.T) {
 			t.Errorf("%v: exit %d (%s); want 2", args, r.code, r.stderr)
 		}
 	}
+}
+
+// Regression (issue "Hardening", item 14): `store gc --older-than 1s`
+// deleted images that live sessions still referenced (the next request by
+// that ref got 404). GC keeps them and says so.
+func TestGCKeepsImagesSessionsUse(t *testing.T) {
+	dir := t.TempDir()
+	other := writeTemp(t, "other.png", distinct(t, 1))
+	r := imgctx(t, "store", "put", sample, other, "--data-dir", dir)
+	if r.code != 0 {
+		t.Fatalf("put: %d %s", r.code, r.stderr)
+	}
+	used, err := blob.Parse(strings.Fields(r.stdout)[0])
+	if err != nil {
+		t.Fatalf("ref from %q: %v", r.stdout, err)
+	}
+	db, err := sqlite.Open(filepath.Join(dir, "imgctx.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := db.Create(t.Context(), session.Meta{Tenant: "default", Thread: chat.Main})
+	if err == nil {
+		_, err = db.Append(t.Context(), "default", m.ID, nil, session.State{Live: []chat.Message{{Role: chat.User,
+			Parts: []chat.Part{chat.Image{Ref: used, MediaType: "image/png"}}}}})
+	}
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = imgctx(t, "store", "gc", "--older-than", "1ns", "--data-dir", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "removed 1 of 2 image(s)") || !strings.Contains(r.stdout, "kept 1 still used by a session") {
+		t.Fatalf("gc: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if r = imgctx(t, "store", "stat", used.String(), "--data-dir", dir); r.code != 0 {
+		t.Fatalf("the session's image is gone: %s", r.stderr)
+	}
+}
+
+// distinct is the sample PNG with a text chunk naming n before its IEND.
+func distinct(t *testing.T, n int) []byte {
+	png, err := os.ReadFile(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iend := bytes.LastIndex(png, []byte("IEND")) - 4
+	body := append([]byte("tEXtn\x00"), fmt.Sprint(n)...)
+	chunk := binary.BigEndian.AppendUint32(nil, uint32(len(body)-4))
+	chunk = append(append(chunk, body...), binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(body))...)
+	return append(append(append([]byte(nil), png[:iend]...), chunk...), png[iend:]...)
 }

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/session/sqlite"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/imgctx/imgctx/blob"
@@ -214,7 +220,11 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 			p := newProgress(a.stderr)
 			var total imagestore.GCStats
 			for _, t := range tenants {
-				st, err := imagestore.GC(cmd.Context(), s, t, cutoff, func(st imagestore.GCStats) {
+				keep, err := a.referenced(cmd.Context(), t)
+				if err != nil {
+					return err
+				}
+				st, err := imagestore.GC(cmd.Context(), s, t, cutoff, keep, func(st imagestore.GCStats) {
 					p.update("gc %s: %d removed of %d scanned", t, st.Removed, st.Scanned)
 				})
 				p.done()
@@ -224,16 +234,55 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 				total.Scanned += st.Scanned
 				total.Removed += st.Removed
 				total.Freed += st.Freed
+				total.Kept += st.Kept
 			}
 			temps, err := fsys.RemoveStaleTemps(time.Now().Add(-time.Hour))
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "gc: removed %d of %d image(s), freed %d bytes; removed %d stale temp file(s)\n",
-				total.Removed, total.Scanned, total.Freed, temps)
+			fmt.Fprintf(a.stdout, "gc: removed %d of %d image(s), freed %d bytes; kept %d still used by a session; removed %d stale temp file(s)\n",
+				total.Removed, total.Scanned, total.Freed, total.Kept, temps)
 			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 30*24*time.Hour, "delete images not used for this long")
 	return cmd
+}
+
+// referenced returns the refs a tenant's sessions still use in their live
+// context, read from the session database when there is one. Images only
+// proxied requests name (no session) are protected by their last use alone.
+func (a *app) referenced(ctx context.Context, tenant string) (map[blob.Ref]bool, error) {
+	path := filepath.Join(a.cfg.DataDir, "imgctx.db")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	db, err := sqlite.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	metas, err := db.List(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	keep := map[blob.Ref]bool{}
+	for _, m := range metas {
+		snap, err := db.Load(ctx, tenant, m.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, msg := range snap.State.Live {
+			chat.Walk(msg.Parts, func(p chat.Part, _ int) bool {
+				switch p := p.(type) {
+				case chat.Image:
+					keep[p.Ref] = true
+				case chat.Document:
+					keep[p.Ref] = true
+				}
+				return true
+			})
+		}
+	}
+	return keep, nil
 }

@@ -306,17 +306,21 @@ func Run(t *testing.T, h Harness) {
 		s, c := newStore(t)
 		old := mustPut(t, s, ten, image(20, 100))
 		fresh := mustPut(t, s, ten, image(21, 100))
+		inUse := mustPut(t, s, ten, image(22, 100))
 		c.advance(10 * 24 * time.Hour)
 		if err := s.Touch(ctx, ten, fresh); err != nil {
 			t.Fatal(err)
 		}
 		calls := 0
-		st, err := imagestore.GC(ctx, s, ten, c.now().Add(-24*time.Hour), func(imagestore.GCStats) { calls++ })
+		st, err := imagestore.GC(ctx, s, ten, c.now().Add(-24*time.Hour), map[blob.Ref]bool{inUse: true}, func(imagestore.GCStats) { calls++ })
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Removed != 1 || st.Scanned != 2 || st.Freed != 100 || calls != 1 {
-			t.Fatalf("gc stats %+v, %d progress calls; want 1 of 2 removed, 100 bytes", st, calls)
+		if st.Removed != 1 || st.Scanned != 3 || st.Kept != 1 || st.Freed != 100 || calls != 1 {
+			t.Fatalf("gc stats %+v, %d progress calls; want 1 of 3 removed, 1 kept in use, 100 bytes", st, calls)
+		}
+		if _, err := s.Get(ctx, ten, inUse); err != nil {
+			t.Fatalf("a blob still referenced was removed by gc: %v", err)
 		}
 		if _, err := s.Get(ctx, ten, old); !errors.Is(err, imagestore.ErrNotFound) {
 			t.Fatalf("old blob survived gc: %v", err)
