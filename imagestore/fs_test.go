@@ -56,7 +56,7 @@ func TestFSCorruptionIsDetected(t *testing.T) {
 			if _, err := s.Get(ctx, "t", ref); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("got %v; want ErrCorrupt", err)
 			}
-			st, err := Verify(ctx, s, "t", nil)
+			st, err := Verify(ctx, s, "t", nil, nil)
 			if err != nil || st.Checked != 1 || len(st.Corrupt) != 1 || st.Corrupt[0] != ref {
 				t.Fatalf("verify: %+v, %v", st, err)
 			}
@@ -219,5 +219,25 @@ func TestParseAndReadKey(t *testing.T) {
 	os.WriteFile(tight, forms["hex"], 0o600)
 	if got, err := ReadKeyFile(tight); err != nil || !bytes.Equal(got, k) {
 		t.Fatalf("key file: %v", err)
+	}
+}
+
+// Regression (issue "Hardening", item 13): verify stopped at the first
+// blob sealed with an unknown key version and listed none of the corrupt
+// ones. It reports both kinds and goes on.
+func TestVerifyGoesOnPastUnknownKeys(t *testing.T) {
+	ctx := context.Background()
+	mem := &Mem{}
+	v1, _ := NewEncrypted(mem, Key{Version: 1, Master: testKey(1)})
+	a, b := []byte("\x89PNG first image bytes....................."), []byte("\x89PNG second image bytes...................")
+	v1.Put(ctx, "t", blob.Of(a), a)
+	v1.Put(ctx, "t", blob.Of(b), b)
+	v2, _ := NewEncrypted(mem, Key{Version: 2, Master: testKey(2)})
+	c := []byte("\x89PNG third image bytes......................")
+	v2.Put(ctx, "t", blob.Of(c), c)
+	// The store now knows only key 2: a and b are sealed with a key it lacks.
+	st, err := Verify(ctx, Verified{v2}, "t", nil, nil)
+	if err != nil || st.Checked != 3 || len(st.Sealed) != 2 || len(st.Corrupt) != 0 {
+		t.Fatalf("verify: %+v, %v; want 3 checked, 2 sealed with an unknown key", st, err)
 	}
 }

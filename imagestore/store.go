@@ -8,6 +8,7 @@
 package imagestore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -162,18 +163,51 @@ func GC(ctx context.Context, s Store, tenant string, cutoff time.Time, keep map[
 type VerifyStats struct {
 	Checked int
 	Corrupt []blob.Ref
+	// Sealed are blobs encrypted at rest that this store cannot open: no
+	// key was given (they look sealed), or their key version is unknown.
+	// They are not corrupt; putting them again without the key would
+	// overwrite them with plaintext.
+	Sealed []blob.Ref
 }
 
-// Verify reads back every blob of tenant, collecting the refs that fail.
-// progress, when not nil, is called after each blob.
-func Verify(ctx context.Context, s Store, tenant string, progress func(VerifyStats)) (VerifyStats, error) {
+func sealedBelow(ctx context.Context, raw Store, tenant string, ref blob.Ref) bool {
+	data, err := raw.Get(ctx, tenant, ref)
+	return err == nil && LooksSealed(data)
+}
+
+// LooksSealed reports whether stored bytes look like a sealed blob rather
+// than an image or document: long enough, and none of their formats' magic.
+func LooksSealed(data []byte) bool {
+	if len(data) < sealOverhead || data[0] == 0 {
+		return false
+	}
+	for _, magic := range []string{"\x89PNG", "\xFF\xD8\xFF", "GIF8", "RIFF", "%PDF"} {
+		if bytes.HasPrefix(data, []byte(magic)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Verify reads back every blob of tenant, collecting the refs that fail,
+// and goes on to the end. raw, when not nil, is the store below any
+// encryption, read when s was opened without a key: a blob that fails there
+// because it is sealed is reported as Sealed, not corrupt. progress, when
+// not nil, is called after each blob.
+func Verify(ctx context.Context, s Store, tenant string, raw Store, progress func(VerifyStats)) (VerifyStats, error) {
 	var st VerifyStats
 	err := s.List(ctx, tenant, func(in Info) error {
 		if _, err := s.Get(ctx, tenant, in.Ref); err != nil {
-			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrRefMismatch) {
+			switch {
+			case errors.Is(err, ErrUnknownKey):
+				st.Sealed = append(st.Sealed, in.Ref)
+			case !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrRefMismatch):
 				return err
+			case raw != nil && sealedBelow(ctx, raw, tenant, in.Ref):
+				st.Sealed = append(st.Sealed, in.Ref)
+			default:
+				st.Corrupt = append(st.Corrupt, in.Ref)
 			}
-			st.Corrupt = append(st.Corrupt, in.Ref)
 		}
 		st.Checked++
 		if progress != nil {

@@ -68,7 +68,7 @@ func hint(err error) string {
 	case errors.Is(err, imagestore.ErrCorrupt):
 		return "run 'imgctx store verify'; put the image again to repair it"
 	case errors.Is(err, imagestore.ErrUnknownKey):
-		return "the blob was sealed with another key: pass the key it was written with"
+		return "the store is encrypted: pass the key it was written with (--encrypt-key-file); do not put the images again without it, that would store them in plaintext"
 	}
 	return ""
 }

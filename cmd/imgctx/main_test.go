@@ -183,6 +183,17 @@ func TestStoreEncrypted(t *testing.T) {
 	if r := imgctx(t, "store", "get", ref, "-o", out, "--data-dir", dir); r.code != 1 {
 		t.Fatal("sealed blob read without the key")
 	}
+	// Regression (issue "Hardening", item 13): read without its key, every
+	// sealed blob was "corrupt" and the hint said to put it again — which
+	// would store it in plaintext. Verify says sealed, goes on, and says why.
+	r = imgctx(t, "store", "verify", "--data-dir", dir)
+	if r.code != 1 || !strings.Contains(r.stdout, "sealed   "+ref) || strings.Contains(r.stdout, "corrupt  ") ||
+		!strings.Contains(r.stdout, "0 corrupt, 1 sealed") || !strings.Contains(r.stderr, "--encrypt-key-file") || strings.Contains(r.stderr, "put the image again") {
+		t.Fatalf("verify without the key: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r = imgctx(t, "store", "verify", "--data-dir", dir, "--encrypt-key-file", key); r.code != 0 || !strings.Contains(r.stdout, "0 corrupt, 0 sealed") {
+		t.Fatalf("verify with the key: %d %s %s", r.code, r.stdout, r.stderr)
+	}
 	loose := writeTemp(t, "loose.key", []byte(strings.Repeat("ab", 32)))
 	os.Chmod(loose, 0o644)
 	if r := imgctx(t, "store", "put", sample, "--data-dir", dir, "--encrypt-key-file", loose); r.code != 1 || !strings.Contains(r.stderr, "chmod 600") {

@@ -172,10 +172,14 @@ func newStoreVerifyCmd(a *app, tenant *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var raw imagestore.Store
+			if a.cfg.Store.EncryptKeyFile == "" {
+				raw = fsys // without a key, tell sealed blobs from corrupt ones
+			}
 			p := newProgress(a.stderr)
-			checked, corrupt := 0, 0
+			checked, corrupt, sealed := 0, 0, 0
 			for _, t := range tenants {
-				st, err := imagestore.Verify(cmd.Context(), s, t, func(st imagestore.VerifyStats) {
+				st, err := imagestore.Verify(cmd.Context(), s, t, raw, func(st imagestore.VerifyStats) {
 					p.update("verify %s: %d checked, %d corrupt", t, st.Checked, len(st.Corrupt))
 				})
 				p.done()
@@ -185,12 +189,19 @@ func newStoreVerifyCmd(a *app, tenant *string) *cobra.Command {
 				for _, r := range st.Corrupt {
 					fmt.Fprintf(a.stdout, "corrupt  %s  tenant %s\n", r, t)
 				}
+				for _, r := range st.Sealed {
+					fmt.Fprintf(a.stdout, "sealed   %s  tenant %s  (encrypted; not readable with the key given)\n", r, t)
+				}
 				checked += st.Checked
 				corrupt += len(st.Corrupt)
+				sealed += len(st.Sealed)
 			}
-			fmt.Fprintf(a.stdout, "verified %d image(s) in %d tenant(s): %d corrupt\n", checked, len(tenants), corrupt)
-			if corrupt > 0 {
+			fmt.Fprintf(a.stdout, "verified %d image(s) in %d tenant(s): %d corrupt, %d sealed with a key not given\n", checked, len(tenants), corrupt, sealed)
+			switch {
+			case corrupt > 0:
 				return fmt.Errorf("%d corrupt image(s): %w", corrupt, imagestore.ErrCorrupt)
+			case sealed > 0:
+				return fmt.Errorf("%d image(s) are encrypted at rest and could not be opened: %w", sealed, imagestore.ErrUnknownKey)
 			}
 			return nil
 		},
