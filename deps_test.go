@@ -42,6 +42,7 @@ var allowed = map[string][]string{
 	"internal/config":      {"imagestore", "media", "tokens"},
 	"scripts/abmeter":      {"internal/bodies"},
 	"scripts/agentcheck":   {},
+	"scripts/attack":       {},
 	"internal/bodies":      {},
 	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "session/sqlite", "tokens", "upstream"},
 }

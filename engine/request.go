@@ -187,6 +187,21 @@ type shrinker struct {
 	refused error
 }
 
+// Plan refuses, before anything is decoded, a request whose shrinking
+// would decode more than its budget; images shrunk before (cached) cost
+// nothing.
+func (s *shrinker) Plan(_ context.Context, plans []policy.Plan) {
+	var px int64
+	for _, p := range plans {
+		if _, ok := s.e.Shrinker.Cached(p.Image.Ref, media.Target{MaxEdge: p.MaxEdge, MaxBytes: p.MaxBytes}); !ok {
+			px += max(int64(p.Image.Width)*int64(p.Image.Height), 1)
+		}
+	}
+	if px > s.left {
+		s.refused = reason.New(reason.TooLarge, fmt.Sprintf("shrinking this request's images would decode %d pixels, more than %d (media.shrink_max_pixels_per_request)", px, s.e.shrinkPerRequest()))
+	}
+}
+
 func (s *shrinker) Shrink(ctx context.Context, img chat.Image, maxEdge int, maxBytes int64) (chat.Image, error) {
 	t := media.Target{MaxEdge: maxEdge, MaxBytes: maxBytes}
 	out, ok := s.e.Shrinker.Cached(img.Ref, t)

@@ -158,12 +158,20 @@ func TestStalledBodiesDoNotLockOtherTenantsOut(t *testing.T) {
 		t.Fatalf("alpha once its stalled requests are gone: %d %s", resp.StatusCode, body)
 	}
 
-	// By bytes: a stalled 900 KB body leaves no room for a 200 KB one.
+	// By bytes: alpha holds 700 KB of its 768 KB share (3/4 of 1 MB); a
+	// 100 KB more of alpha's is over its share, 400 KB of beta's over the
+	// total.
 	g.server.cfg.MaxInflightBytes, g.server.cfg.BodyTimeout = 1<<20, 500*time.Millisecond
-	held := stall(t, g, "ka", 900<<10)
+	held := stall(t, g, "ka", 700<<10)
 	time.Sleep(50 * time.Millisecond)
-	big := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("a", 200<<10) + `"}]}`)
-	resp, body := g.do(t, "POST", "/v1/chat/completions", "kb", big)
+	sized := func(n int) []byte {
+		return []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("a", n) + `"}]}`)
+	}
+	resp, body := g.do(t, "POST", "/v1/chat/completions", "ka", sized(100<<10))
+	if resp.StatusCode != 429 || !strings.Contains(string(body), "bytes of this tenant's request bodies") {
+		t.Fatalf("over alpha's share of the bytes: %d %.200s", resp.StatusCode, body)
+	}
+	resp, body = g.do(t, "POST", "/v1/chat/completions", "kb", sized(400<<10))
 	if resp.StatusCode != 429 || !strings.Contains(string(body), "bytes of request bodies in flight") {
 		t.Fatalf("over the bytes in flight: %d %.200s", resp.StatusCode, body)
 	}
@@ -207,8 +215,8 @@ func TestShrinkingIsBoundedPerRequest(t *testing.T) {
 		t.Fatalf("two images: %d %s", resp.StatusCode, body)
 	}
 	resp, body := g.do(t, "POST", "/v1/chat/completions", "", request(10, 3))
-	if resp.StatusCode != 413 || !strings.Contains(string(body), "more than 2500000 pixels") {
-		t.Fatalf("three images: %d %s", resp.StatusCode, body)
+	if resp.StatusCode != 413 || !strings.Contains(string(body), "more than 2500000 (media.shrink_max_pixels_per_request)") || g.engine.Shrinker.Len() != 2 {
+		t.Fatalf("three images: %d %s, %d shrunk; want 413 before any of them is decoded", resp.StatusCode, body, g.engine.Shrinker.Len())
 	}
 	// The first two were shrunk before and come from the cache: only the
 	// third is decoded, and the request fits.

@@ -84,7 +84,7 @@ type Server struct {
 	log           *slog.Logger
 	inflight      int // requests in flight, under mu
 	inflightBytes int64
-	perTenant     map[string]int
+	perTenant     map[string]tenantLoad
 	reg           prometheus.Gatherer
 
 	mu       sync.Mutex
@@ -126,7 +126,7 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
-		perTenant: map[string]int{}, stable: map[string]map[string]bool{},
+		perTenant: map[string]tenantLoad{}, stable: map[string]map[string]bool{},
 		spans: map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}, spanSeed: maphash.MakeSeed()}
 	// Engine decisions feed the metrics, and still reach any sink the
 	// caller had set.
@@ -251,10 +251,10 @@ func (s *Server) wrap(name string, sh shape, auth bool, h func(http.ResponseWrit
 			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, left: r.ContentLength}
 		}
 		busy := func(msg string) {
+			// The body is drained, not held (within its deadline, with no
+			// slot taken), so the client reads the answer instead of a reset.
+			io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBodyBytes))
 			sw.Header().Set("Retry-After", "1")
-			// The body is not read: close rather than wait for it to keep
-			// the connection.
-			sw.Header().Set("Connection", "close")
 			writeError(sw, sh, http.StatusTooManyRequests, "rate_limit_error", msg+"; retry shortly")
 		}
 		// Who asks comes first (a constant-time check), so that one tenant's
@@ -311,32 +311,47 @@ func (s *Server) admit(tenant string, r *http.Request) (release func(), why stri
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		bytes = 0
 	}
+	share := s.tenantShare()
+	shareBytes := s.cfg.MaxInflightBytes * int64(share) / int64(s.cfg.MaxConcurrent)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t := s.perTenant[tenant]
 	switch {
 	case s.inflight >= s.cfg.MaxConcurrent:
 		return nil, fmt.Sprintf("more than %d requests in flight", s.cfg.MaxConcurrent)
-	case s.perTenant[tenant] >= s.tenantShare():
-		return nil, fmt.Sprintf("more than %d requests of this tenant in flight", s.tenantShare())
+	case t.requests >= share:
+		return nil, fmt.Sprintf("more than %d requests of this tenant in flight", share)
 	case bytes > 0 && s.inflightBytes+bytes > s.cfg.MaxInflightBytes:
 		return nil, fmt.Sprintf("more than %d bytes of request bodies in flight", s.cfg.MaxInflightBytes)
+	case bytes > 0 && t.bytes+bytes > shareBytes:
+		return nil, fmt.Sprintf("more than %d bytes of this tenant's request bodies in flight", shareBytes)
 	}
 	s.inflight++
-	s.perTenant[tenant]++
 	s.inflightBytes += bytes
+	s.perTenant[tenant] = tenantLoad{t.requests + 1, t.bytes + bytes}
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.inflight--
-		if s.perTenant[tenant]--; s.perTenant[tenant] == 0 {
-			delete(s.perTenant, tenant)
-		}
 		s.inflightBytes -= bytes
+		t := s.perTenant[tenant]
+		if t.requests <= 1 {
+			delete(s.perTenant, tenant)
+		} else {
+			s.perTenant[tenant] = tenantLoad{t.requests - 1, t.bytes - bytes}
+		}
 	}, ""
 }
 
+// tenantLoad is what one tenant has in flight.
+type tenantLoad struct {
+	requests int
+	bytes    int64
+}
+
 // tenantShare is how many requests one tenant may have in flight: with
-// several tenants (API keys configured), three quarters of the slots.
+// several tenants (API keys configured), three quarters of the slots (and
+// as large a share of the bytes in flight).
 func (s *Server) tenantShare() int {
 	if s.cfg.MaxConcurrentPerTenant > 0 {
 		return s.cfg.MaxConcurrentPerTenant

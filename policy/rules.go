@@ -17,6 +17,21 @@ type Shrinker interface {
 	Shrink(ctx context.Context, img chat.Image, maxEdge int, maxBytes int64) (chat.Image, error)
 }
 
+// Planner is a Shrinker that is shown, before any image is shrunk, every
+// image a request will shrink and its target — so that one which bounds
+// the work can refuse a request before decoding anything of it (then each
+// Shrink fails, and its caller can refuse the request).
+type Planner interface {
+	Plan(ctx context.Context, plans []Plan)
+}
+
+// Plan is one image a request will shrink, and to what.
+type Plan struct {
+	Image    chat.Image
+	MaxEdge  int
+	MaxBytes int64
+}
+
 // Shrunk records an image replaced by a smaller copy to meet a rule.
 type Shrunk struct {
 	From, To chat.Image
@@ -45,6 +60,20 @@ func CheckProviderRules(ctx context.Context, msgs []chat.Message, lim tokens.Lim
 	if lim.ManyImagesAbove > 0 && total-drop > lim.ManyImagesAbove && lim.ManyImagesMaxEdge > 0 {
 		if maxEdge == 0 || lim.ManyImagesMaxEdge < maxEdge {
 			maxEdge = lim.ManyImagesMaxEdge
+		}
+	}
+	if planner, ok := sh.(Planner); ok {
+		var plans []Plan
+		seen := 0
+		for _, m := range msgs {
+			for _, img := range m.Images() {
+				if seen++; seen > drop && violation(img, maxEdge, lim.MaxImageBytes) != "" {
+					plans = append(plans, Plan{Image: img, MaxEdge: maxEdge, MaxBytes: lim.MaxImageBytes})
+				}
+			}
+		}
+		if len(plans) > 0 {
+			planner.Plan(ctx, plans)
 		}
 	}
 	var removed []Removal
