@@ -333,3 +333,18 @@ func distinct(t *testing.T, n int) []byte {
 	chunk = append(append(chunk, body...), binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(body))...)
 	return append(append(append([]byte(nil), png[:iend]...), chunk...), png[iend:]...)
 }
+
+// Regression (issue "Hardening", item 15): a mistyped --data-dir was
+// created silently by store verify and stat.
+func TestMistypedDataDirIsNotCreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "imgctx-dat")
+	for _, args := range [][]string{{"store", "verify"}, {"store", "stat", "sha256-534742a9a0be702e61ca5937b744994707ab2944ffb315b35a959ef1f5173e57"}, {"store", "gc"}} {
+		r := imgctx(t, append(args, "--data-dir", dir)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "check --data-dir") {
+			t.Errorf("%v: %d %s", args, r.code, r.stderr)
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatal("the mistyped data directory was created")
+	}
+}

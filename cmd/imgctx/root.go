@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"fmt"
 	"io"
 	"log/slog"
@@ -75,6 +76,15 @@ func newLogger(w io.Writer, c config.Log) *slog.Logger {
 
 // openStore builds the image store stack from the config: the one place
 // where the CLI chooses a backend.
+// openExistingStore is openStore for commands that only read or clean:
+// a mistyped --data-dir is an error, not a new empty store.
+func (a *app) openExistingStore() (imagestore.Store, *imagestore.FS, error) {
+	if _, err := os.Stat(filepath.Join(a.cfg.DataDir, "images")); err != nil {
+		return nil, nil, fmt.Errorf("no image store in %s (check --data-dir): %w", a.cfg.DataDir, err)
+	}
+	return a.openStore()
+}
+
 func (a *app) openStore() (imagestore.Store, *imagestore.FS, error) {
 	var key []byte
 	if path := a.cfg.Store.EncryptKeyFile; path != "" {

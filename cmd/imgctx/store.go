@@ -87,7 +87,7 @@ func (a *app) refAndStore(arg string) (blob.Ref, imagestore.Store, error) {
 	if err != nil {
 		return blob.Ref{}, nil, usageError{err}
 	}
-	s, _, err := a.openStore()
+	s, _, err := a.openExistingStore()
 	return ref, s, err
 }
 
@@ -164,7 +164,7 @@ func newStoreVerifyCmd(a *app, tenant *string) *cobra.Command {
 		Short: "Read back every image and check it (all tenants unless --tenant)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, fsys, err := a.openStore()
+			s, fsys, err := a.openExistingStore()
 			if err != nil {
 				return err
 			}
@@ -219,7 +219,7 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 			if olderThan <= 0 {
 				return usageError{fmt.Errorf("--older-than must be positive")}
 			}
-			s, fsys, err := a.openStore()
+			s, fsys, err := a.openExistingStore()
 			if err != nil {
 				return err
 			}
