@@ -230,9 +230,33 @@ func Load(path string, lookup func(string) (string, bool), flags map[string]any)
 	}
 	cfg := Defaults()
 	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "yaml"}); err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Config{}, fmt.Errorf("config: %s: %w", sourceOf(err, path, lookup, flags), err)
 	}
 	return cfg, cfg.Validate()
+}
+
+// sourceOf names where the value an unmarshal error is about came from:
+// a flag, a variable or the file (the library's text names only the key).
+func sourceOf(err error, path string, lookup func(string) (string, bool), flags map[string]any) string {
+	for _, key := range Keys() {
+		if !strings.Contains(err.Error(), "'"+key.Name+"'") {
+			continue
+		}
+		if _, ok := flags[key.Name]; ok {
+			return "the flag for " + key.Name
+		}
+		if _, ok := lookup(key.Env); ok {
+			return "variable " + key.Env
+		}
+		if path != "" {
+			return "file " + path + ", key " + key.Name
+		}
+		return key.Name
+	}
+	if path != "" {
+		return "file " + path
+	}
+	return "the settings"
 }
 
 // checkEnviron refuses an IMGCTX_ variable that names no key: a typo

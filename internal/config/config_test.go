@@ -104,6 +104,9 @@ func TestRefusals(t *testing.T) {
 		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai or anthropic`},
 		{"upstream names twice", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9'}\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:10/v1'}\n", nil, `upstreams[1].name: "a" is used twice`},
 		{"upstream keys", "", map[string]string{"IMGCTX_AUTH_UPSTREAM_KEYS": "acme"}, "auth.upstream_keys: an entry is not tenant=key"},
+		// Regression (issue "Hardening", item 15): wrong types named neither the file nor the variable.
+		{"wrong type in a variable", "", map[string]string{"IMGCTX_SERVER_MAX_CONCURRENT": "lots"}, "variable IMGCTX_SERVER_MAX_CONCURRENT"},
+		{"wrong type in the file", "server:\n  max_concurrent: lots\n", nil, "key server.max_concurrent"},
 		{"profile field typo", "profiles:\n  - name: x\n    match: [\"x*\"]\n    contxt_window: 10\n", nil, "contxt_window"},
 		{"upstream field typo", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9', modles: [x]}\n", nil, "modles"},
 		{"addr without port", "", map[string]string{"IMGCTX_SERVER_ADDR": "nonsense"}, "server.addr"},
