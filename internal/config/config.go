@@ -489,37 +489,38 @@ func sameAddr(u *url.URL, self string) bool {
 	return uh == host || local(uh) && local(host)
 }
 
-// TenantUpstreamKeys parses auth.upstream_keys ("tenant=key,…").
-func (c Config) TenantUpstreamKeys() (map[string]string, error) {
+// pairs parses "a=b,a=b" into a map. An error says which entry is wrong
+// by its position, never by its text: the values are credentials.
+func pairs(key, raw, form string) (map[string]string, error) {
 	out := map[string]string{}
-	if strings.TrimSpace(c.Auth.UpstreamKeys) == "" {
+	if strings.TrimSpace(raw) == "" {
 		return out, nil
 	}
-	for _, pair := range strings.Split(c.Auth.UpstreamKeys, ",") {
-		tenant, key, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok || key == "" || tenant == "" {
-			return nil, fmt.Errorf("auth.upstream_keys: an entry is not tenant=key")
+	for i, pair := range strings.Split(raw, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || a == "" || b == "" {
+			return nil, fmt.Errorf("%s: entry %d is not %s", key, i+1, form)
 		}
-		out[tenant] = key
+		out[a] = b
 	}
 	return out, nil
 }
 
+// TenantUpstreamKeys parses auth.upstream_keys ("tenant=key,…").
+func (c Config) TenantUpstreamKeys() (map[string]string, error) {
+	return pairs("auth.upstream_keys", c.Auth.UpstreamKeys, "tenant=key")
+}
+
 // APIKeys parses auth.keys ("key=tenant,key=tenant") into a map.
 func (c Config) APIKeys() (map[string]string, error) {
-	out := map[string]string{}
-	if strings.TrimSpace(c.Auth.Keys) == "" {
-		return out, nil
+	out, err := pairs("auth.keys", c.Auth.Keys, "key=tenant")
+	if err != nil {
+		return nil, err
 	}
-	for _, pair := range strings.Split(c.Auth.Keys, ",") {
-		key, tenant, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok || key == "" {
-			return nil, fmt.Errorf("auth.keys: %q is not key=tenant", pair)
-		}
+	for _, tenant := range out {
 		if err := imagestore.ValidTenant(tenant); err != nil {
 			return nil, fmt.Errorf("auth.keys: %w", err)
 		}
-		out[key] = tenant
 	}
 	return out, nil
 }

@@ -103,7 +103,9 @@ func TestRefusals(t *testing.T) {
 		{"base URL is the gateway", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "http://localhost:8080"}, "this gateway's own address"},
 		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai or anthropic`},
 		{"upstream names twice", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9'}\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:10/v1'}\n", nil, `upstreams[1].name: "a" is used twice`},
-		{"upstream keys", "", map[string]string{"IMGCTX_AUTH_UPSTREAM_KEYS": "acme"}, "auth.upstream_keys: an entry is not tenant=key"},
+		{"upstream keys", "", map[string]string{"IMGCTX_AUTH_UPSTREAM_KEYS": "acme"}, "auth.upstream_keys: entry 1 is not tenant=key"},
+		// A malformed key entry is named by its position: its text is a credential.
+		{"auth key without tenant", "", map[string]string{"IMGCTX_AUTH_KEYS": "sk-secret-123"}, "auth.keys: entry 1 is not key=tenant"},
 		// Regression (issue "Hardening", item 15): wrong types named neither the file nor the variable.
 		{"wrong type in a variable", "", map[string]string{"IMGCTX_SERVER_MAX_CONCURRENT": "lots"}, "variable IMGCTX_SERVER_MAX_CONCURRENT"},
 		{"wrong type in the file", "server:\n  max_concurrent: lots\n", nil, "key server.max_concurrent"},
@@ -161,6 +163,15 @@ func TestEveryKeyIsDocumented(t *testing.T) {
 func TestUnknownVariableIsRefused(t *testing.T) {
 	t.Setenv("IMGCTX_UPSTREAM_BASEURL", "http://127.0.0.1:9")
 	if _, err := Load("", nil, nil); err == nil || !strings.Contains(err.Error(), "unknown variable IMGCTX_UPSTREAM_BASEURL") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// Credentials never appear in an error: a malformed auth.keys entry is
+// named by its position.
+func TestKeyErrorsDoNotEchoKeys(t *testing.T) {
+	_, err := Load("", env(map[string]string{"IMGCTX_AUTH_KEYS": "k1=acme,sk-secret-123"}), nil)
+	if err == nil || strings.Contains(err.Error(), "sk-secret-123") || !strings.Contains(err.Error(), "entry 2") {
 		t.Fatalf("got %v", err)
 	}
 }
