@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -96,8 +95,7 @@ func TestSoak(t *testing.T) {
 		send("POST", "/v1/chat/completions", "main", text)
 		send("POST", "/v1/chat/completions", "main", resent)
 		send("POST", "/v1/chat/completions", "main", byRef)
-		fresh := bytes.Clone(shots[0])
-		binary.LittleEndian.PutUint32(fresh[100:], uint32(i%freshKinds)) // new since the last drop
+		fresh := distinctPNG(shots[0], i%freshKinds) // new since the last drop
 		send("POST", "/v1/chat/completions", "fresh", imageRequest([]string{dataURL(fresh)}))
 		var s struct{ ID string }
 		json.Unmarshal(send("POST", "/v1/sessions", "main", []byte(`{"model":"gpt-4o","keep_turn_images":true}`)), &s)
