@@ -2,8 +2,10 @@
 // value starts and ends, without decoding or copying it. The gateway finds
 // messages and image parts of a request with one forward scan and copies
 // everything else as slices, so what imgctx does not manage reaches the
-// upstream byte for byte, pretty-printed or compact. The scan validates as
-// strictly as encoding/json's json.Valid (a fuzz target holds it to that).
+// upstream byte for byte, pretty-printed or compact. Valid, and every walk,
+// validates as strictly as encoding/json's json.Valid (a fuzz target holds
+// it to that), except a value read with EndBase64, whose contents its
+// caller's base64 decoder checks (or Check, when it does not decode them).
 package jsonspan
 
 import (
