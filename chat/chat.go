@@ -107,6 +107,10 @@ type Image struct {
 	Caption   string
 	Keep      Keep
 	Cost      int // measured image tokens; 0 until measured
+	// Occ numbers a tool image among its open turn's relays (1, 2, …), so a
+	// screenshot shown twice is two occurrences with their own keep
+	// decisions; 0 outside the open turn.
+	Occ int
 	// Extra is a raw JSON object of the part's wire fields imgctx does not
 	// model ("" when none), kept so a rewritten request still carries them.
 	// Opaque: only codecs read it.

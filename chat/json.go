@@ -27,6 +27,7 @@ type partJSON struct {
 	Origin    Origin     `json:"origin,omitempty"`
 	Keep      Keep       `json:"keep,omitempty"`
 	Cost      int        `json:"cost,omitempty"`
+	Occ       int        `json:"occ,omitempty"`
 	Name      string     `json:"name,omitempty"`
 	ID        string     `json:"id,omitempty"`
 	Arguments string     `json:"arguments,omitempty"`
@@ -73,7 +74,7 @@ func encodeParts(ps []Part) []partJSON {
 		case Image:
 			j.Ref, j.URL, j.MediaType, j.Bytes = p.Ref, p.URL, p.MediaType, p.Bytes
 			j.Width, j.Height, j.Detail, j.Origin = p.Width, p.Height, p.Detail, p.Origin
-			j.Caption, j.Keep, j.Cost, j.Extra = p.Caption, p.Keep, p.Cost, p.Extra
+			j.Caption, j.Keep, j.Cost, j.Occ, j.Extra = p.Caption, p.Keep, p.Cost, p.Occ, p.Extra
 		case Document:
 			j.Ref, j.URL, j.MediaType, j.Name, j.Text, j.Caption, j.Extra = p.Ref, p.URL, p.MediaType, p.Name, p.Text, p.Caption, p.Extra
 			j.Pages = p.Pages
@@ -107,7 +108,7 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 		case "image":
 			p = Image{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Bytes: j.Bytes,
 				Width: j.Width, Height: j.Height, Detail: j.Detail, Origin: j.Origin,
-				Caption: j.Caption, Keep: j.Keep, Cost: j.Cost, Extra: j.Extra}
+				Caption: j.Caption, Keep: j.Keep, Cost: j.Cost, Occ: j.Occ, Extra: j.Extra}
 		case "document":
 			p = Document{Ref: j.Ref, URL: j.URL, MediaType: j.MediaType, Name: j.Name, Pages: j.Pages, Text: j.Text, Caption: j.Caption, Extra: j.Extra}
 		case "tool_call":

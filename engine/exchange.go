@@ -160,7 +160,7 @@ func (c *call) estimate() int {
 	}
 	n := base
 	for _, m := range c.st.Live[from:] {
-		n += policy.TextTokens(m.Parts, counter) + 4 // per-message framing
+		n += policy.TextTokens(m.Parts, counter) + tokens.MessageFraming
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			switch p := p.(type) {
 			case chat.Image:

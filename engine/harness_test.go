@@ -88,12 +88,13 @@ func (s *scripted) decode(body []byte) []chat.Message {
 	return r.Messages
 }
 
-// price charges a request: 10 tokens of framing, text by the counter, and
-// each image at its true cost.
+// price charges a request: 10 tokens of overhead, each message's framing,
+// text by the counter, and each image at its true cost.
 func (s *scripted) price(msgs []chat.Message) (prompt, images int) {
 	counter := tokens.CounterFor(s.profile.Tokenizer)
 	prompt = 10
 	for _, m := range msgs {
+		prompt += tokens.MessageFraming
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			switch p := p.(type) {
 			case chat.Text:

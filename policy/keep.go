@@ -76,6 +76,7 @@ type KeepEvent struct {
 }
 
 type relayed struct {
+	ref      blob.Ref
 	bytes    int64
 	keep     chat.Keep
 	why      reason.Code
@@ -95,11 +96,11 @@ type KeepTurn struct {
 	stopped bool        // the store refused an image: no more keeping this turn
 	base    Base
 	blind   bool
-	relays  map[blob.Ref]*relayed
-	order   []blob.Ref
-	pending []blob.Ref // trial images the last Sending shows for the first time
-	text    int        // text tokens that request appended since the base
-	sent    int        // messages that request carries; the base's once observed
+	relays  map[int]*relayed // by occurrence (chat.Image.Occ)
+	order   []int
+	pending []int // trial occurrences the last Sending shows for the first time
+	text    int   // text tokens that request appended since the base
+	sent    int   // messages that request carries; the base's once observed
 	events  []KeepEvent
 }
 
@@ -109,7 +110,7 @@ func StartTurn(t Turn) *KeepTurn {
 	if t.Counter == nil {
 		t.Counter = tokens.Chars4{}
 	}
-	k := &KeepTurn{t: t, base: t.State.Base, blind: t.State.EngineBlind, relays: map[blob.Ref]*relayed{}}
+	k := &KeepTurn{t: t, base: t.State.Base, blind: t.State.EngineBlind, relays: map[int]*relayed{}}
 	switch {
 	case !t.Switch || t.Thread != chat.Main:
 		k.off = reason.KeyOff
@@ -160,10 +161,12 @@ func (k *KeepTurn) Budget() int { return k.budget }
 // Relay takes an image arriving in a tool result. When keeping is possible
 // it is stored by reference and becomes a trial; otherwise, or when the
 // store refuses it, it stays ephemeral (sent during this turn only). A
-// refusal stops keeping for the rest of the turn.
+// refusal stops keeping for the rest of the turn. Each call is a new
+// occurrence (img.Occ): the same screenshot shown twice is decided twice.
 func (k *KeepTurn) Relay(img chat.Image) chat.Image {
 	img.Origin = chat.FromTool
-	r := &relayed{bytes: img.Bytes, keep: chat.Ephemeral}
+	img.Occ = len(k.order) + 1
+	r := &relayed{ref: img.Ref, bytes: img.Bytes, keep: chat.Ephemeral}
 	switch {
 	case k.off != "":
 		r.why = k.off
@@ -181,37 +184,62 @@ func (k *KeepTurn) Relay(img chat.Image) chat.Image {
 			k.events = append(k.events, KeepEvent{Kind: "trial", Ref: img.Ref})
 		}
 	}
-	if _, seen := k.relays[img.Ref]; !seen {
-		k.order = append(k.order, img.Ref)
-	}
-	k.relays[img.Ref] = r
+	k.order = append(k.order, img.Occ)
+	k.relays[img.Occ] = r
 	img.Keep = r.keep
 	return img
 }
 
+// relay is the relayed occurrence img is, or nil (an image of history, or
+// one not relayed by this turn).
+func (k *KeepTurn) relay(img chat.Image) *relayed {
+	if r := k.relays[img.Occ]; img.Occ > 0 && r != nil && r.ref == img.Ref {
+		return r
+	}
+	return nil
+}
+
 // Sending records a request about to go out: the trial images it shows for
-// the first time and the text it appended since the base. A retried request
-// calls Sending again and is measured once, on the attempt that succeeds.
+// the first time and the text it appended since the base (content and
+// per-message framing, as providers bill them). A retried request calls
+// Sending again and is measured once, on the attempt that succeeds.
 func (k *KeepTurn) Sending(msgs []chat.Message) {
+	text := 0
+	if from, ok := k.Appended(len(msgs)); ok {
+		for _, m := range msgs[from:] {
+			text += TextTokens(m.Parts, k.t.Counter) + tokens.MessageFraming
+		}
+	}
+	k.SendingText(msgs, text)
+}
+
+// Appended says from which message a request of n messages appends to the
+// base, when it has one: the text from there is what a measurement
+// subtracts.
+func (k *KeepTurn) Appended(n int) (int, bool) {
+	if k.base.Valid && k.base.Messages <= n {
+		return k.base.Messages, true
+	}
+	return 0, false
+}
+
+// SendingText is Sending with the appended text counted by the caller (the
+// proxy counts it from the client's bytes), framing included.
+func (k *KeepTurn) SendingText(msgs []chat.Message, text int) {
 	k.pending = k.pending[:0]
-	seen := map[blob.Ref]bool{}
+	seen := map[int]bool{}
 	for _, m := range msgs {
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			if img, ok := p.(chat.Image); ok {
-				if r := k.relays[img.Ref]; r != nil && r.keep == chat.Trial && !r.observed && !seen[img.Ref] {
-					seen[img.Ref] = true
-					k.pending = append(k.pending, img.Ref)
+				if r := k.relay(img); r != nil && r.keep == chat.Trial && !r.observed && !seen[img.Occ] {
+					seen[img.Occ] = true
+					k.pending = append(k.pending, img.Occ)
 				}
 			}
 			return true
 		})
 	}
-	k.text = 0
-	if k.base.Valid && k.base.Messages <= len(msgs) {
-		for _, m := range msgs[k.base.Messages:] {
-			k.text += TextTokens(m.Parts, k.t.Counter)
-		}
-	}
+	k.text = text
 	k.sent = len(msgs) // the base moves only when the request is observed
 }
 
@@ -250,8 +278,8 @@ func TextTokens(parts []chat.Part, c tokens.TextCounter) int {
 func (k *KeepTurn) Observe(u *chat.Usage, cut bool) {
 	pending := k.pending
 	k.pending = nil
-	for _, ref := range pending {
-		k.relays[ref].observed = true
+	for _, occ := range pending {
+		k.relays[occ].observed = true
 	}
 	if u == nil {
 		k.base = Base{}
@@ -264,11 +292,12 @@ func (k *KeepTurn) Observe(u *chat.Usage, cut bool) {
 		return
 	}
 	var total int64
-	for _, ref := range pending {
-		total += max(k.relays[ref].bytes, 1)
+	for _, occ := range pending {
+		total += max(k.relays[occ].bytes, 1)
 	}
-	for _, ref := range pending {
-		r := k.relays[ref]
+	for _, occ := range pending {
+		r := k.relays[occ]
+		ref := r.ref
 		share := 0
 		if delta > 0 {
 			share = int(int64(delta) * max(r.bytes, 1) / total)
@@ -299,8 +328,11 @@ func (k *KeepTurn) InvalidateBase() { k.base = Base{} }
 func (k *KeepTurn) Rewritten(msgs []chat.Message) []chat.Message {
 	return edit(msgs, func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
 		img, ok := p.(chat.Image)
-		r := k.relays[img.Ref]
-		if !ok || r == nil || (img.Keep == r.keep && img.Cost == r.cost) {
+		if !ok {
+			return nil, false
+		}
+		r := k.relay(img)
+		if r == nil || (img.Keep == r.keep && img.Cost == r.cost) {
 			return nil, false
 		}
 		img.Keep, img.Cost = r.keep, r.cost
@@ -316,7 +348,7 @@ func (k *KeepTurn) Rewritten(msgs []chat.Message) []chat.Message {
 func (k *KeepTurn) Publishable(msgs []chat.Message) []chat.Message {
 	return edit(k.Rewritten(msgs), func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
 		img, ok := p.(chat.Image)
-		if r := k.relays[img.Ref]; ok && r != nil && r.keep != chat.Kept {
+		if r := k.relay(img); ok && r != nil && r.keep != chat.Kept {
 			return nil, true
 		}
 		return nil, false
@@ -328,18 +360,25 @@ func (k *KeepTurn) Publishable(msgs []chat.Message) []chat.Message {
 // its caption. It returns the history for the next turn, what was removed,
 // and the state to persist.
 func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepState) {
-	for _, ref := range k.order {
-		if r := k.relays[ref]; r.keep == chat.Trial {
+	for _, occ := range k.order {
+		if r := k.relays[occ]; r.keep == chat.Trial {
 			r.keep, r.why = chat.Ephemeral, reason.Unmeasured
-			k.events = append(k.events, KeepEvent{Kind: "ephemeral", Ref: ref, Reason: reason.Unmeasured})
+			k.events = append(k.events, KeepEvent{Kind: "ephemeral", Ref: r.ref, Reason: reason.Unmeasured})
 		}
 	}
 	var removed []Removal
 	out := edit(k.Rewritten(msgs), func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
 		img, ok := p.(chat.Image)
-		r := k.relays[img.Ref]
-		if !ok || r == nil || r.keep != chat.Ephemeral {
+		if !ok {
 			return nil, false
+		}
+		r := k.relay(img)
+		if r == nil {
+			return nil, false
+		}
+		if r.keep != chat.Ephemeral {
+			img.Occ = 0 // kept: history now, outside any turn's relays
+			return []chat.Part{img}, true
 		}
 		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: r.why, Message: i})
 		return markerFor(img, r.why), true
@@ -362,13 +401,14 @@ type TurnSnapshot struct {
 	Base    Base            `json:"base"`
 	Blind   bool            `json:"blind,omitempty"`
 	Relays  []RelaySnapshot `json:"relays,omitempty"`
-	Pending []blob.Ref      `json:"pending,omitempty"`
+	Pending []int           `json:"pending,omitempty"` // occurrences
 	Text    int             `json:"text,omitempty"`
 	Sent    int             `json:"sent,omitempty"`
 }
 
 // RelaySnapshot is one relayed image's keep state.
 type RelaySnapshot struct {
+	Occ      int         `json:"occ"`
 	Ref      blob.Ref    `json:"ref"`
 	Bytes    int64       `json:"bytes"`
 	Keep     chat.Keep   `json:"keep"`
@@ -380,10 +420,10 @@ type RelaySnapshot struct {
 // Snapshot returns the turn's state; ResumeTurn restores it exactly.
 func (k *KeepTurn) Snapshot() TurnSnapshot {
 	s := TurnSnapshot{Off: k.off, Budget: k.budget, Stopped: k.stopped, Base: k.base, Blind: k.blind,
-		Pending: append([]blob.Ref(nil), k.pending...), Text: k.text, Sent: k.sent}
-	for _, ref := range k.order {
-		r := k.relays[ref]
-		s.Relays = append(s.Relays, RelaySnapshot{Ref: ref, Bytes: r.bytes, Keep: r.keep, Why: r.why, Cost: r.cost, Observed: r.observed})
+		Pending: append([]int(nil), k.pending...), Text: k.text, Sent: k.sent}
+	for _, occ := range k.order {
+		r := k.relays[occ]
+		s.Relays = append(s.Relays, RelaySnapshot{Occ: occ, Ref: r.ref, Bytes: r.bytes, Keep: r.keep, Why: r.why, Cost: r.cost, Observed: r.observed})
 	}
 	return s
 }
@@ -392,10 +432,10 @@ func (k *KeepTurn) Snapshot() TurnSnapshot {
 func ResumeTurn(t Turn, s TurnSnapshot) *KeepTurn {
 	k := StartTurn(t)
 	k.off, k.budget, k.stopped, k.base, k.blind = s.Off, s.Budget, s.Stopped, s.Base, s.Blind
-	k.pending, k.text, k.sent = append([]blob.Ref(nil), s.Pending...), s.Text, s.Sent
+	k.pending, k.text, k.sent = append([]int(nil), s.Pending...), s.Text, s.Sent
 	for _, r := range s.Relays {
-		k.order = append(k.order, r.Ref)
-		k.relays[r.Ref] = &relayed{bytes: r.Bytes, keep: r.Keep, why: r.Why, cost: r.Cost, observed: r.Observed}
+		k.order = append(k.order, r.Occ)
+		k.relays[r.Occ] = &relayed{ref: r.Ref, bytes: r.Bytes, keep: r.Keep, why: r.Why, cost: r.Cost, observed: r.Observed}
 	}
 	return k
 }

@@ -33,7 +33,8 @@ import (
 //	invariant: budget never exceeded          TestKeptCostNeverExceedsBudget (rapid)
 
 // scriptedEngine prices a request the way a real engine would: text by the
-// same counter, images by a true cost per ref, plus a fixed overhead. The
+// same counter, each message's framing, images by a true cost per ref, plus
+// a fixed overhead. The
 // policy never sees trueCost; it must measure it.
 type scriptedEngine struct {
 	trueCost map[blob.Ref]int
@@ -43,7 +44,7 @@ type scriptedEngine struct {
 func (e scriptedEngine) prompt(msgs []chat.Message) int {
 	n := 50 // system framing
 	for _, m := range msgs {
-		n += TextTokens(m.Parts, e.counter)
+		n += TextTokens(m.Parts, e.counter) + tokens.MessageFraming
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			if img, ok := p.(chat.Image); ok {
 				n += e.trueCost[img.Ref]
@@ -196,6 +197,40 @@ func TestKeepBudget(t *testing.T) {
 	}
 	if len(removed) != 1 || removed[0].Ref != b.Ref || removed[0].Reason != reason.Budget {
 		t.Fatalf("removed %+v; want b for budget", removed)
+	}
+}
+
+// A screenshot shown twice is two occurrences: the second refused for
+// budget leaves the first kept where it was.
+func TestKeepDecidesEachOccurrence(t *testing.T) {
+	a := shot("a", 15000) // true 1500 against a budget of 2000
+	f := newFixture(true, 20000, a)
+	f.toolStep(a)
+	f.request(false)
+	f.toolStep(a)
+	f.request(false)
+	out, removed, _ := f.finish()
+	imgs, markers := imagesIn(out)
+	if len(imgs) != 1 || imgs[0].Keep != chat.Kept || imgs[0].Occ != 0 || len(markers) != 1 {
+		t.Fatalf("images %+v markers %+v; want the first kept, the second a marker", imgs, markers)
+	}
+	if len(removed) != 1 || removed[0].Reason != reason.Budget || removed[0].Message != 5 {
+		t.Fatalf("removed %+v; want the second occurrence (message 5) for budget", removed)
+	}
+}
+
+// In a keep-off session, a tool returning the user's own pasted image does
+// not touch the user's copy.
+func TestRelayLeavesTheUsersCopy(t *testing.T) {
+	a := shot("pasted", 15000)
+	f := newFixture(false, 20000, a)
+	f.msgs[1].Parts = append(f.msgs[1].Parts, a) // the user pasted it
+	f.toolStep(a)
+	f.request(false)
+	out, removed, _ := f.finish()
+	imgs, markers := imagesIn(out)
+	if len(imgs) != 1 || imgs[0].Origin != "" || len(markers) != 1 || len(removed) != 1 || removed[0].Reason != reason.KeyOff {
+		t.Fatalf("images %+v markers %+v removed %+v; want the user's image kept, the tool's copy key_off", imgs, markers, removed)
 	}
 }
 

@@ -118,3 +118,9 @@ var b64Char = func() (t [256]bool) {
 
 // tokenizerGet loads b's vocabulary (split out so tests can force a load).
 func tokenizerGet(b *BPE) (tokenizer.Codec, error) { return tokenizer.Get(b.enc) }
+
+// MessageFraming is what providers bill per message beyond its content (the
+// role and separators: OpenAI documents 3 a message plus the reply's
+// priming; Anthropic's framing is of the same size). Estimates add it, and
+// a measurement subtracts it for each message appended since its base.
+const MessageFraming = 4

@@ -55,7 +55,7 @@ func sampleLog() ([]session.Entry, session.State) {
 		TurnStart:    1,
 		TurnOpen:     true,
 		Turn: &policy.TurnSnapshot{Budget: 18666, Base: policy.Base{Valid: true, Prompt: 4321, Messages: 3},
-			Relays: []policy.RelaySnapshot{{Ref: shot.Ref, Bytes: 1234, Keep: chat.Kept, Cost: 1334, Observed: true}}},
+			Relays: []policy.RelaySnapshot{{Occ: 1, Ref: shot.Ref, Bytes: 1234, Keep: chat.Kept, Cost: 1334, Observed: true}}},
 	}
 	return entries, st
 }
