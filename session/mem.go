@@ -19,6 +19,12 @@ type Mem struct {
 
 	mu       sync.Mutex
 	sessions map[string]map[ID]*memSession
+	proxied  map[string]memProxied // by tenant + "/" + key
+}
+
+type memProxied struct {
+	state   []byte
+	updated time.Time
 }
 
 type memSession struct {
@@ -154,6 +160,43 @@ func (m *Mem) Delete(_ context.Context, tenant string, id ID) error {
 	}
 	delete(m.sessions[tenant], id)
 	return nil
+}
+
+func (m *Mem) LoadProxied(_ context.Context, tenant, key string) (Proxied, error) {
+	m.mu.Lock()
+	p, ok := m.proxied[tenant+"/"+key]
+	m.mu.Unlock()
+	if !ok {
+		return Proxied{}, fmt.Errorf("proxied %s: %w", key, ErrNotFound)
+	}
+	return DecodeProxied(p.state)
+}
+
+func (m *Mem) SaveProxied(_ context.Context, tenant, key string, p Proxied) error {
+	b, err := EncodeProxied(p)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proxied == nil {
+		m.proxied = map[string]memProxied{}
+	}
+	m.proxied[tenant+"/"+key] = memProxied{b, m.now()}
+	return nil
+}
+
+func (m *Mem) ExpireProxied(_ context.Context, idleBefore time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for k, p := range m.proxied {
+		if p.updated.Before(idleBefore) {
+			delete(m.proxied, k)
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (m *Mem) Close() error { return nil }

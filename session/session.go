@@ -84,6 +84,14 @@ type Store interface {
 	List(ctx context.Context, tenant string) ([]Meta, error)
 	// Delete removes a session and its log; a missing one is ErrNotFound.
 	Delete(ctx context.Context, tenant string, id ID) error
+	// LoadProxied returns the decisions stored for a proxied conversation,
+	// by its hashed key; ErrNotFound when there are none.
+	LoadProxied(ctx context.Context, tenant, key string) (Proxied, error)
+	// SaveProxied replaces them.
+	SaveProxied(ctx context.Context, tenant, key string, p Proxied) error
+	// ExpireProxied deletes the proxied conversations idle since before
+	// the time, and says how many.
+	ExpireProxied(ctx context.Context, idleBefore time.Time) (int, error)
 	// Ping reports whether the store can serve, in constant time (a
 	// readiness probe calls it).
 	Ping(ctx context.Context) error

@@ -60,6 +60,22 @@ func sampleLog() ([]session.Entry, session.State) {
 	return entries, st
 }
 
+// sampleProxied is a proxied conversation mid-turn: a kept screenshot, a
+// removed one, a trial relay of the open turn.
+func sampleProxied() session.Proxied {
+	a, b := blob.Of([]byte("a")), blob.Of([]byte("b"))
+	return session.Proxied{Model: "claude-sonnet-4-6", Messages: 7, TurnAt: 4,
+		Turn: &policy.TurnSnapshot{Budget: 900, Base: policy.Base{Valid: true, Prompt: 5000, Messages: 5},
+			Relays: []policy.RelaySnapshot{{Occ: 1, Ref: b, Bytes: 77, Keep: chat.Trial}}, Pending: []int{1}},
+		Images: []session.Decided{
+			{Msg: 2, Part: 0, Nested: 1, Ref: a, Keep: chat.Kept, Cost: 1334},
+			{Msg: 3, Part: 1, Nested: -1, Ref: b, Keep: chat.Removed, Reason: "overflow"},
+			{Msg: 6, Part: 0, Nested: 0, Ref: b, Keep: chat.Trial, Occ: 1},
+		},
+		Keep: policy.KeepState{Base: policy.Base{Valid: true, Prompt: 5000, Messages: 5}}, LastUsage: chat.Usage{Prompt: 5000, Output: 12},
+		LastActivity: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+}
+
 func stripSeq(es []session.Entry) []session.Entry {
 	out := make([]session.Entry, len(es))
 	for i, e := range es {
@@ -257,6 +273,40 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("proxied decisions round-trip, per tenant, and expire when idle", func(t *testing.T) {
+		s := h.New(t)
+		if _, err := s.LoadProxied(ctx, "alpha", "k1"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("an unknown key: %v", err)
+		}
+		p := sampleProxied()
+		if err := s.SaveProxied(ctx, "alpha", "k1", p); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.LoadProxied(ctx, "alpha", "k1")
+		if err != nil || !reflect.DeepEqual(got, p) {
+			t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, p)
+		}
+		if _, err := s.LoadProxied(ctx, "beta", "k1"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("another tenant read alpha's decisions: %v", err)
+		}
+		p.Messages = 9
+		if err := s.SaveProxied(ctx, "alpha", "k1", p); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.LoadProxied(ctx, "alpha", "k1"); got.Messages != 9 {
+			t.Fatalf("a save did not replace: %+v", got)
+		}
+		if n, err := s.ExpireProxied(ctx, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+			t.Fatalf("expired %d fresh conversations (%v)", n, err)
+		}
+		if n, err := s.ExpireProxied(ctx, time.Now().Add(time.Hour)); err != nil || n != 1 {
+			t.Fatalf("expired %d idle conversations, want 1 (%v)", n, err)
+		}
+		if _, err := s.LoadProxied(ctx, "alpha", "k1"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("an expired conversation still loads: %v", err)
+		}
+	})
+
 	if h.Reopen != nil {
 		t.Run("a restarted process resumes exactly", func(t *testing.T) {
 			s := h.New(t)
@@ -272,6 +322,12 @@ func Run(t *testing.T, h Harness) {
 			}
 			if !reflect.DeepEqual(before, after) {
 				t.Fatalf("after restart:\n got %+v\nwant %+v", after, before)
+			}
+			if err := s.SaveProxied(ctx, "alpha", "k1", sampleProxied()); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := h.Reopen(t).LoadProxied(ctx, "alpha", "k1"); err != nil || !reflect.DeepEqual(got, sampleProxied()) {
+				t.Fatalf("proxied decisions after restart: %v %+v", err, got)
 			}
 		})
 	}

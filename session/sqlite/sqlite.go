@@ -263,6 +263,41 @@ func (s *Store) Delete(ctx context.Context, tenant string, id session.ID) error 
 	return nil
 }
 
+func (s *Store) LoadProxied(ctx context.Context, tenant, key string) (session.Proxied, error) {
+	var st string
+	err := s.db.QueryRowContext(ctx, `SELECT state FROM proxied WHERE tenant = ? AND key = ?`, tenant, key).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return session.Proxied{}, fmt.Errorf("proxied %s: %w", key, session.ErrNotFound)
+	}
+	if err != nil {
+		return session.Proxied{}, fmt.Errorf("load proxied: %w", err)
+	}
+	return session.DecodeProxied([]byte(st))
+}
+
+func (s *Store) SaveProxied(ctx context.Context, tenant, key string, p session.Proxied) error {
+	b, err := session.EncodeProxied(p)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO proxied (tenant, key, updated_at, state) VALUES (?, ?, ?, ?)
+		ON CONFLICT (tenant, key) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state`,
+		tenant, key, s.now().UnixNano(), string(b))
+	if err != nil {
+		return fmt.Errorf("save proxied: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) ExpireProxied(ctx context.Context, idleBefore time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM proxied WHERE updated_at < ?`, idleBefore.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("expire proxied: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
