@@ -46,6 +46,17 @@ type Config struct {
 	// decode (default 200 M); ShrinkPixelsAtOnce those decoded at a time
 	// across requests (default 100 M).
 	ShrinkPixelsPerRequest, ShrinkPixelsAtOnce int64
+	// KeepLowWater is the share of the keep budget an eviction batch comes
+	// down to (default 0.5: room for several more images before the next
+	// batch, each of which breaks the provider's cached prefix once).
+	KeepLowWater float64
+	// CacheTTL is how long the provider keeps a prompt cache warm (default
+	// 5 minutes): a proxied conversation idle longer evicts at once, since
+	// the batch then breaks nothing.
+	CacheTTL time.Duration
+	// ProxyMaxImages caps the image decisions kept per proxied
+	// conversation (default 10,000); past it they start over.
+	ProxyMaxImages int
 }
 
 // Hints are what an upstream says of itself, over the model profile: a

@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_http_requests_total",
 			Help: "HTTP requests served, by route and status code."}, []string{"route", "code"}),
 		images: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_images_total",
-			Help: "Images by event (attached, stored, kept, removed, refused) and reason code."}, []string{"event", "reason"}),
+			Help: "Images by event (stored, sent, not_sent, trial, kept, ephemeral, removed, shrunk, refused) and reason code."}, []string{"event", "reason"}),
 		imageBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_image_bytes_total",
 			Help: "Image bytes by event (stored, attached)."}, []string{"event"}),
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_upstream_requests_total",
@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_compactions_total",
 			Help: "Compactions by kind (summary, micro)."}, []string{"kind"}),
 		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_overflow_retries_total",
-			Help: "Replays after prompt-too-long or a cut completion, by outcome."}, []string{"outcome"}),
+			Help: "Replays after prompt-too-long or a cut completion, by reason (overflow, compaction) and outcome (ok, failed; replayed by the sessions engine)."}, []string{"reason", "outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "imgctx_gateway_added_latency_seconds",
 			Help:    "Time the gateway adds to a proxied request, upstream time excluded.",
 			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3}}),
@@ -61,10 +61,10 @@ func (m *Metrics) usage(u *chat.Usage) {
 // engineEvent turns the engine's decisions into counts.
 func (m *Metrics) engineEvent(e engine.Event) {
 	switch e.Kind {
-	case "kept", "removed", "stored", "shrunk":
+	case "kept", "removed", "stored", "shrunk", "ephemeral":
+		// An ephemeral image is still sent in its turn; its removal at the
+		// turn's end is the one "removed" count.
 		m.images.WithLabelValues(e.Kind, string(e.Reason)).Inc()
-	case "ephemeral":
-		m.images.WithLabelValues("removed", string(e.Reason)).Inc()
 	case "refused":
 		m.images.WithLabelValues("refused", string(e.Reason)).Inc()
 	case "compacted":
@@ -74,6 +74,6 @@ func (m *Metrics) engineEvent(e engine.Event) {
 		}
 		m.compactions.WithLabelValues(kind).Inc()
 	case "retried":
-		m.overflow.WithLabelValues(string(e.Reason)).Inc()
+		m.overflow.WithLabelValues(string(e.Reason), "replayed").Inc()
 	}
 }

@@ -131,18 +131,18 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	}
 	s.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
 	profile := s.engine.ProfileWith(sp.Model, up.Hints)
-	key := tenant + "/" + r.Header.Get("X-Imgctx-Session")
-	out := s.applyBudget(key, msgs, profile)
-	shrinker := s.engine.ShrinkerFor(tenant)
-	out, removed, shrunk := policy.CheckProviderRules(ctx, out, profile.Limits, shrinker)
-	if err := engine.ShrinkRefusal(shrinker); err != nil {
+	fw, err := s.engine.Forward(ctx, engine.ProxyRequest{Tenant: tenant, Key: conversationKey(tenant, format, r.Header, sp),
+		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: s.keepFor(r),
+		Text: textOf(format, sp, profile), Estimate: estimateOf(sp)})
+	if err != nil {
 		fail(w, sh, err)
 		return
 	}
-	s.count(removed)
-	for range shrunk {
-		s.metrics.images.WithLabelValues("shrunk", string(reason.ProviderLimit)).Inc()
-	}
+	defer func() {
+		if err := fw.Close(context.WithoutCancel(ctx)); err != nil {
+			s.log.Error("proxy: persisting the conversation's decisions", "err", err)
+		}
+	}()
 	stripUsage := false
 	var edits []wire.Edit
 	if format == upstream.OpenAI && sp.Stream {
@@ -154,32 +154,36 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		}
 	}
 	req := upstream.Request{Path: r.URL.Path, Query: r.URL.RawQuery, Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
-	if req.Body, err = s.splice(ctx, tenant, format, sp, asIs, msgs, out, edits); err != nil {
-		fail(w, sh, err)
-		return
-	}
-	req.Body = req.Body.Tracked(&readers)
-	pre := time.Since(start)
-	resp, err := up.Client.Send(ctx, req)
-	s.countUpstream(format, resp, err)
-	var we *wire.Error
-	if errors.As(err, &we) && we.Kind == wire.PromptTooLong {
-		// Replay once without the older images, and only with a body that
-		// differs: an identical replay would fail again.
-		again, n := s.dropOlder(key, out)
-		if n > 0 {
-			if req.Body, err = s.splice(ctx, tenant, format, sp, asIs, msgs, again, edits); err == nil {
-				req.Body = req.Body.Tracked(&readers)
-				resp, err = up.Client.Send(ctx, req)
-				s.countUpstream(format, resp, err)
-			}
-			outcome := "ok"
-			if err != nil {
-				outcome = "failed"
-			}
-			s.metrics.overflow.WithLabelValues(outcome).Inc()
+	send := func() (*http.Response, error) {
+		shrinker := s.engine.ShrinkerFor(tenant)
+		out, removed, shrunk := policy.CheckProviderRules(ctx, fw.Messages, profile.Limits, shrinker)
+		if err := engine.ShrinkRefusal(shrinker); err != nil {
+			return nil, err
 		}
+		s.countSent(fw, removed, len(shrunk))
+		if req.Body, err = s.splice(ctx, tenant, format, sp, asIs, msgs, out, edits); err != nil {
+			return nil, err
+		}
+		req.Body = req.Body.Tracked(&readers)
+		resp, err := up.Client.Send(ctx, req)
+		s.countUpstream(format, resp, err)
+		return resp, err
 	}
+	pre := time.Since(start)
+	resp, err := send()
+	var we *wire.Error
+	if errors.As(err, &we) && we.Kind == wire.PromptTooLong && fw.Overflow() {
+		// Replay once, without the kept images and the user's older
+		// ones: a body that differs. With nothing left to remove the
+		// upstream's error is the answer at once.
+		resp, err = send()
+		outcome := "ok"
+		if err != nil {
+			outcome = "failed"
+		}
+		s.metrics.overflow.WithLabelValues(string(reason.Overflow), outcome).Inc()
+	}
+	s.logRemovals(tenant, sp.Model, fw)
 	if err != nil {
 		fail(w, sh, err)
 		return
@@ -188,7 +192,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	copyHeader(w.Header(), resp.Header)
 	if sp.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		s.metrics.latency.Observe(pre.Seconds())
-		s.streamThrough(w, resp, format, stripUsage)
+		u, cut := s.streamThrough(w, resp, format, stripUsage)
+		fw.Observe(u, cut)
 		return
 	}
 	// Not a stream (asked for or not): the answer as it came.
@@ -207,8 +212,123 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	post := time.Now()
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
-	s.recordUsage(format, b)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush() // the answer is the client's before the decisions are persisted
+	}
 	s.metrics.latency.Observe((pre + time.Since(post)).Seconds())
+	if resp.StatusCode/100 == 2 {
+		u, cut := answerUsage(format, b)
+		s.metrics.usage(u)
+		fw.Observe(u, cut)
+	}
+}
+
+// keepFor is the keep-turn-images switch of a proxied request: on unless
+// the client says X-Imgctx-Keep-Turn-Images: off (or the config turns it
+// off for every conversation). Like the sessions API's, it takes effect
+// at the next turn.
+func (s *Server) keepFor(r *http.Request) bool {
+	switch strings.ToLower(r.Header.Get("X-Imgctx-Keep-Turn-Images")) {
+	case "off", "false", "0":
+		return false
+	case "on", "true", "1":
+		return true
+	}
+	return !s.cfg.ProxyKeepOff
+}
+
+// textOf counts what messages[from:] of a proxied request bill as text: each
+// is decoded from its own bytes (the view carries no text), its text
+// counted with the profile's tokenizer, plus each message's framing.
+func textOf(format upstream.Format, sp *wire.Spliced, p tokens.Profile) func(int) int {
+	decode := openai.DecodeMessage
+	if format == upstream.Anthropic {
+		decode = anthropic.DecodeMessage
+	}
+	counter := tokens.CounterFor(p.Tokenizer)
+	return func(from int) int {
+		n := 0
+		for _, m := range sp.Marks[min(from, len(sp.Marks)):] {
+			n += tokens.MessageFraming
+			msgs, err := decode(sp.Body[m.Start:m.End])
+			if err != nil {
+				continue // the scan read it; a codec it does not suit counts nothing
+			}
+			for _, dm := range msgs {
+				n += policy.TextTokens(dm.Parts, counter)
+			}
+		}
+		return n
+	}
+}
+
+// estimateOf estimates the text of messages[from:] from their bytes, the
+// inline image data left out, at four characters a token.
+func estimateOf(sp *wire.Spliced) func(int) int {
+	return func(from int) int {
+		if from >= len(sp.Marks) {
+			return 0
+		}
+		n := sp.Marks[len(sp.Marks)-1].End - sp.Marks[from].Start
+		for _, sl := range sp.Slots[sp.Marks[from].Slots:] {
+			n -= sl.Data.End - sl.Data.Start
+		}
+		return n/tokens.CharsPerToken + tokens.MessageFraming*(len(sp.Marks)-from)
+	}
+}
+
+// answerUsage is the usage of a non-streamed answer and whether its
+// completion was cut.
+func answerUsage(format upstream.Format, b []byte) (*chat.Usage, bool) {
+	if format == upstream.Anthropic {
+		r, err := anthropic.DecodeResponse(b)
+		if err != nil {
+			return anthropic.ResponseUsage(b), false
+		}
+		return r.Usage, r.Cut
+	}
+	r, err := openai.DecodeResponse(b)
+	if err != nil {
+		return openai.ResponseUsage(b), false
+	}
+	return r.Usage, r.Cut
+}
+
+// countSent counts one attempt's images: every one not sent with its
+// reason (removed now or before), those shrunk to a provider limit, those
+// sent.
+func (s *Server) countSent(fw *engine.Forwarded, rules []policy.Removal, shrunk int) {
+	for _, r := range append(append([]policy.Removal(nil), fw.NotSent...), rules...) {
+		s.metrics.images.WithLabelValues("not_sent", string(r.Reason)).Inc()
+	}
+	for range shrunk {
+		s.metrics.images.WithLabelValues("shrunk", string(reason.ProviderLimit)).Inc()
+	}
+	sent := 0
+	for _, m := range fw.Messages {
+		sent += len(m.Images())
+	}
+	s.metrics.images.WithLabelValues("sent", "").Add(float64(sent - len(rules)))
+}
+
+// logRemovals writes one line for a request that removed images.
+func (s *Server) logRemovals(tenant, model string, fw *engine.Forwarded) {
+	by := map[reason.Code]int{}
+	first := 0
+	for _, ev := range fw.Events {
+		if ev.Kind == "removed" {
+			by[ev.Reason]++
+			first++
+		}
+	}
+	if first == 0 {
+		return
+	}
+	attrs := []any{"tenant", tenant, "model", clip(model), "removed", first, "not_sent", len(fw.NotSent)}
+	for code, n := range by {
+		attrs = append(attrs, "reason_"+string(code), n)
+	}
+	s.log.Info("proxy: images removed", attrs...)
 }
 
 func (s *Server) countUpstream(format upstream.Format, resp *http.Response, err error) {
@@ -380,19 +500,12 @@ func writeText(w *wire.BodyWriter, format upstream.Format, text string, cache []
 	}
 }
 
-func (s *Server) recordUsage(format upstream.Format, b []byte) {
-	if format == upstream.Anthropic {
-		s.metrics.usage(anthropic.ResponseUsage(b))
-		return
-	}
-	s.metrics.usage(openai.ResponseUsage(b))
-}
-
 // streamThrough forwards server-sent events as they come, one flush per
-// event, and records the usage they carry. A client that goes away cancels
-// the request context, which stops the upstream read. With stripUsage, the
-// usage-only chunk imgctx asked for is kept from the client.
-func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, format upstream.Format, stripUsage bool) {
+// event, and returns the usage they carry and whether the completion was
+// cut. A client that goes away cancels the request context, which stops
+// the upstream read. With stripUsage, the usage-only chunk imgctx asked
+// for is kept from the client.
+func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, format upstream.Format, stripUsage bool) (*chat.Usage, bool) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
@@ -413,125 +526,30 @@ func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, forma
 			}
 		}
 		if _, err := w.Write(ev.Raw); err != nil {
-			return // the client went away
+			return nil, false // the client went away: nothing to measure
 		}
 		if flusher != nil {
 			flusher.Flush()
 		}
 	}
 	if format == upstream.Anthropic {
-		s.metrics.usage(as.Response().Usage)
-	} else {
-		s.metrics.usage(ostream.Response().Usage)
+		if !as.Done() {
+			return nil, false // cut off: no measurement
+		}
+		r := as.Response()
+		s.metrics.usage(r.Usage)
+		return r.Usage, r.Cut
 	}
+	if !ostream.Done() {
+		return nil, false
+	}
+	r := ostream.Response()
+	s.metrics.usage(r.Usage)
+	return r.Usage, r.Cut
 }
 
 // usageOnly reports whether a chunk is the one include_usage adds: no
 // choices, a usage object.
 func usageOnly(data []byte) bool {
 	return bytes.Contains(data, []byte(`"usage":{`)) && bytes.Contains(data, []byte(`"choices":[]`))
-}
-
-func (s *Server) count(removed []policy.Removal) {
-	for _, r := range removed {
-		s.metrics.images.WithLabelValues("removed", string(r.Reason)).Inc()
-	}
-}
-
-// lastUser is the index of the last user message: its images are the
-// request's own and are not history.
-func lastUser(msgs []chat.Message) int {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == chat.User {
-			return i
-		}
-	}
-	return len(msgs)
-}
-
-// asKept marks history images (before the last user message) as kept at
-// their estimated cost, so the policy's eviction can rank and remove them;
-// images removed before in the same session become markers again first.
-func (s *Server) asKept(key string, msgs []chat.Message, p tokens.Profile) ([]chat.Message, int) {
-	s.mu.Lock()
-	gone := s.stable[key]
-	s.mu.Unlock()
-	last := lastUser(msgs)
-	total := 0
-	out := make([]chat.Message, len(msgs))
-	for i, m := range msgs {
-		if i >= last {
-			out[i] = m
-			continue
-		}
-		m = m.Clone()
-		mark := func(parts []chat.Part) {
-			for j, q := range parts {
-				img, ok := q.(chat.Image)
-				if !ok {
-					continue
-				}
-				if gone[img.Ref.String()] {
-					mk, _ := chat.MarkerFor(img, string(reason.Budget))
-					parts[j] = mk
-					continue
-				}
-				cost, err := tokens.ImageTokens(p, img.Width, img.Height, img.Detail)
-				if err != nil {
-					cost = tokens.DefaultImageTokenEstimate
-				}
-				img.Keep, img.Cost = chat.Kept, cost
-				total += cost
-				parts[j] = img
-			}
-		}
-		mark(m.Parts)
-		for _, q := range m.Parts {
-			if tr, ok := q.(chat.ToolResult); ok {
-				mark(tr.Parts)
-			}
-		}
-		out[i] = m
-	}
-	return out, total
-}
-
-// remember records removed refs for the session, so a removed image stays
-// removed at the same place in later requests.
-func (s *Server) remember(key string, removed []policy.Removal) {
-	if len(removed) == 0 || strings.HasSuffix(key, "/") {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stable[key] == nil {
-		if len(s.stable) > 100_000 { // bounded: forget everything rather than grow without end
-			s.stable = map[string]map[string]bool{}
-		}
-		s.stable[key] = map[string]bool{}
-	}
-	for _, r := range removed {
-		s.stable[key][r.Ref.String()] = true
-	}
-}
-
-// applyBudget removes history images past the image budget, oldest first,
-// in one batch down to the low-water mark, as markers with reason budget.
-func (s *Server) applyBudget(key string, msgs []chat.Message, p tokens.Profile) []chat.Message {
-	marked, total := s.asKept(key, msgs, p)
-	budget := int(s.cfg.ImageBudgetFraction * float64(p.ContextWindow))
-	out, removed, _ := policy.EvictImages(marked, policy.Pressure{Estimate: total, Threshold: budget}, reason.Budget)
-	s.remember(key, removed)
-	s.count(removed)
-	return out
-}
-
-// dropOlder replaces every history image by a marker (reason overflow) and
-// says how many it removed.
-func (s *Server) dropOlder(key string, msgs []chat.Message) ([]chat.Message, int) {
-	marked, _ := s.asKept(key, msgs, tokens.Profile{Image: tokens.ImageRule{Rule: "fixed", Tokens: 1}})
-	out, removed := policy.RemoveKept(marked, reason.Overflow)
-	s.remember(key, removed)
-	s.count(removed)
-	return out, len(removed)
 }

@@ -140,14 +140,16 @@ func TestOpenAISDKPromptTooLongRetriedOnce(t *testing.T) {
 	if countImages(got[1]) != 1 || !bytes.Contains(got[1], []byte("(overflow)]")) {
 		t.Fatalf("the replay: %d images, marker %v", countImages(got[1]), bytes.Contains(got[1], []byte("overflow")))
 	}
-	if m := metric(t, g, "imgctx_overflow_retries_total"); !strings.Contains(m, `outcome="ok"} 1`) {
+	if m := metric(t, g, "imgctx_overflow_retries_total"); !strings.Contains(m, `{outcome="ok",reason="overflow"} 1`) {
 		t.Fatalf("metrics:\n%s", m)
 	}
 }
 
-// History images past the budget leave as markers with the reason, and
-// with X-Imgctx-Session the same ones stay removed in later requests.
-func TestOpenAISDKBudgetMarkersStable(t *testing.T) {
+// The user's images are not under the keep budget: they all go while the
+// window has room. Under window pressure the older ones leave, oldest
+// first, in one batch (reason budget), and stay removed where they were —
+// without any session header.
+func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	raw, _ := samplePNG(t)
 	shots := make([]string, 3)
@@ -162,26 +164,32 @@ func TestOpenAISDKBudgetMarkersStable(t *testing.T) {
 		openai.UserMessage("summarise"),
 	}
 	client := openaiClient(g, "x")
-	sess := option.WithHeader("X-Imgctx-Session", "s-1")
-	if _, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "tiny-vl", Messages: history}, sess); err != nil {
-		t.Fatal(err)
+	send := func(msgs []openai.ChatCompletionMessageParamUnion) []byte {
+		t.Helper()
+		if _, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "tiny-vl", Messages: msgs}); err != nil {
+			t.Fatal(err)
+		}
+		got := g.up.received()
+		return got[len(got)-1]
 	}
-	first := g.up.received()[0]
-	// Budget 2,000 tokens: 3 × 1,105 is over; down to 1,800, the two oldest go.
-	if countImages(first) != 1 || bytes.Count(first, []byte("(budget)]")) != 2 {
-		t.Fatalf("%d images, %d budget markers", countImages(first), bytes.Count(first, []byte("(budget)]")))
+	// Budget 2,000 tokens (tiny-vl: a 20,000-token window), 3 × 1,105 of
+	// user images: all sent.
+	if first := send(history); countImages(first) != 3 || bytes.Contains(first, []byte("removed")) {
+		t.Fatalf("%d images sent of 3", countImages(first))
 	}
-	// Next request: the newest old image is dropped by the client; the
-	// removed ones stay removed where they were.
-	next := append(history[:6:6], openai.UserMessage("again"))
-	if _, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "tiny-vl", Messages: next}, sess); err != nil {
-		t.Fatal(err)
+	// A long paste passes the threshold (16,000): the estimate is the
+	// measured 3,050 plus ~14,000 of text; down to 15,000 the two oldest go.
+	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage(strings.Repeat("log line ", 56000/9)))
+	second := send(history)
+	if countImages(second) != 1 || bytes.Count(second, []byte("(budget)]")) != 2 || !bytes.Contains(second, []byte(shots[2][40:200])) {
+		t.Fatalf("%d images, %d budget markers; want the newest kept", countImages(second), bytes.Count(second, []byte("(budget)]")))
 	}
-	second := g.up.received()[1]
-	if bytes.Count(second, []byte("(budget)]")) != 2 || !bytes.HasPrefix(second, first[:bytes.Index(first, []byte(`"content":"ok"`))]) {
-		t.Fatal("the removals moved between requests of one session")
+	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage("again"))
+	third := send(history)
+	if !bytes.HasPrefix(third, second[:bytes.LastIndex(second, []byte(`]`))-1]) {
+		t.Fatal("the removals moved between requests of one conversation")
 	}
-	if m := metric(t, g, "imgctx_images_total"); !strings.Contains(m, `event="removed",reason="budget"} 2`) {
+	if m := metric(t, g, "imgctx_images_total"); !strings.Contains(m, `event="removed",reason="budget"} 2`) || !strings.Contains(m, `event="not_sent",reason="budget"} 4`) {
 		t.Fatalf("metrics:\n%s", m)
 	}
 }

@@ -65,9 +65,9 @@ type Config struct {
 	MinBodyRate int64
 	// RequestTimeout bounds one request, upstream included; default 10 min.
 	RequestTimeout time.Duration
-	// ImageBudgetFraction is the share of the context window that the
-	// history images of a proxied request may use; default 0.10.
-	ImageBudgetFraction float64
+	// ProxyKeepOff turns keep-turn-images off for proxied conversations
+	// (a client can still say X-Imgctx-Keep-Turn-Images: on).
+	ProxyKeepOff bool
 	// MaxMessages and MaxParts bound the messages and content parts of one
 	// proxied request (413 past them); defaults 10,000 and 50,000.
 	MaxMessages, MaxParts int
@@ -88,8 +88,7 @@ type Server struct {
 	reg           prometheus.Gatherer
 
 	mu       sync.Mutex
-	stable   map[string]map[string]bool // tenant/session → refs removed for budget, kept removed
-	spans    map[spanKey]seenSpan       // base64 spans seen, by a hash of their text
+	spans    map[spanKey]seenSpan // base64 spans seen, by a hash of their text
 	bodies   bodyPool
 	resumes  map[resumeKey]resumed // each conversation's last scan
 	spanSeed maphash.Seed
@@ -116,9 +115,6 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Minute
 	}
-	if cfg.ImageBudgetFraction <= 0 {
-		cfg.ImageBudgetFraction = 0.10
-	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = 64 << 20
 	}
@@ -126,8 +122,8 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
-		perTenant: map[string]tenantLoad{}, stable: map[string]map[string]bool{},
-		spans: map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}, spanSeed: maphash.MakeSeed()}
+		perTenant: map[string]tenantLoad{},
+		spans:     map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}, spanSeed: maphash.MakeSeed()}
 	// Engine decisions feed the metrics, and still reach any sink the
 	// caller had set.
 	if prev := e.Sink; prev != nil {

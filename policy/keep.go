@@ -25,6 +25,9 @@ func (c KeepConfig) fraction() float64 {
 	return 0.10
 }
 
+// Budget is what kept images may cost in a window of that many tokens.
+func (c KeepConfig) Budget(window int) int { return int(c.fraction() * float64(window)) }
+
 func (c KeepConfig) minShare() int {
 	if c.MinShare > 0 {
 		return c.MinShare
@@ -134,7 +137,7 @@ func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: k.off, Message: i, Cost: img.Cost})
 		return markerFor(img, k.off), true
 	})
-	k.budget = int(k.t.Config.fraction()*float64(k.t.Profile.ContextWindow)) - KeptCost(out)
+	k.budget = k.t.Config.Budget(k.t.Profile.ContextWindow) - KeptCost(out)
 	if len(removed) > 0 {
 		k.base.Valid = false // the prefix changed: the old prompt size no longer applies
 	}

@@ -37,16 +37,32 @@ type Spliced struct {
 	// Marks are the messages' extents and hashes, for the next scan
 	// (Resume); Resumed is how many messages this scan took over from the
 	// previous one.
-	Marks   []Mark
-	Resumed int
-	prev    *Resume
-	limits  ScanOptions
-	parts   int
+	Marks      []Mark
+	Resumed    int
+	prev       *Resume
+	limits     ScanOptions
+	compaction bool // the message being scanned holds a compaction block
+	parts      int
 	// Found, when set, is called with each slot as the scan reads it, so
 	// the caller can start work on it (hashing its base64) while the scan
 	// goes on. Its Pos may still change (an OpenAI tool message's slots move
 	// into the tool result once the message is read).
 	Found func(Slot)
+}
+
+// Compaction notes that the message being scanned holds a provider
+// compaction block: the provider ignores what comes before it.
+func (s *Spliced) Compaction() { s.compaction = true }
+
+// Compacted is the index of the last message holding a compaction block,
+// 0 when none: images before it are not sent.
+func (s *Spliced) Compacted() int {
+	for i := len(s.Marks) - 1; i > 0; i-- {
+		if s.Marks[i].Compaction {
+			return i
+		}
+	}
+	return 0
 }
 
 // Add appends a slot and reports it to Found.
@@ -109,10 +125,12 @@ type Resume struct {
 	Marks    []Mark
 }
 
-// Mark is one message: its extent, the slots before it, a hash of its bytes.
+// Mark is one message: its extent, the slots before it, a hash of its
+// bytes, and whether it holds a provider compaction block.
 type Mark struct {
 	Start, End, Slots int
 	Hash              uint64
+	Compaction        bool
 }
 
 // resumeSeed keys the hashes: unknown outside this process, so a client
@@ -184,9 +202,10 @@ func WalkMessages(s *Spliced, at int, element func(vs int) (int, error)) (int, e
 			return vs, &TooMany{What: "messages", Limit: s.limits.maxMessages()}
 		}
 		slots := len(s.Slots)
+		s.compaction = false
 		ve, err := element(vs)
 		if err == nil {
-			s.Marks = append(s.Marks, Mark{Start: vs, End: ve, Slots: slots, Hash: maphash.Bytes(resumeSeed, b[vs:ve])})
+			s.Marks = append(s.Marks, Mark{Start: vs, End: ve, Slots: slots, Hash: maphash.Bytes(resumeSeed, b[vs:ve]), Compaction: s.compaction})
 		}
 		return ve, err
 	})

@@ -101,7 +101,7 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := gateway.New(gateway.Config{Keys: keys, PassClientKey: cfg.Auth.PassClientKey, MaxBodyBytes: cfg.Server.MaxBodyBytes,
-		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout, ImageBudgetFraction: cfg.Keep.BudgetFraction,
+		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout,
 		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse,
 		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
 		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate}, e, reg, a.log)

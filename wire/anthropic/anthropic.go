@@ -867,3 +867,7 @@ func DecodeError(status int, h http.Header, body []byte) *wire.Error {
 	classifyMessage(e)
 	return e
 }
+
+// DecodeMessage reads one wire message (a user message of tool results and
+// other blocks gives more than one, as in DecodeRequest).
+func DecodeMessage(raw []byte) ([]chat.Message, error) { return decodeMessage(raw) }

@@ -136,6 +136,9 @@ func scanBlock(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	blk := wire.Span{Start: at, End: end}
 	opaque := chat.Opaque{Wire: Wire}
 	t, _ := jsonspan.String(b, typ.Start, typ.End)
+	if t == "compaction" && pos.Nested < 0 {
+		s.Compaction()
+	}
 	if t != "tool_result" {
 		s.Slots = s.Slots[:slots] // a content list of another block type is the provider's
 	}

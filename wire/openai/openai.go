@@ -615,3 +615,12 @@ func DecodeError(status int, h http.Header, body []byte) *wire.Error {
 	}
 	return e
 }
+
+// DecodeMessage reads one wire message.
+func DecodeMessage(raw []byte) ([]chat.Message, error) {
+	m, err := decodeMessage(raw)
+	if err != nil {
+		return nil, err
+	}
+	return []chat.Message{m}, nil
+}

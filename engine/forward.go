@@ -1,0 +1,484 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+)
+
+// ProxyRequest is one request of a drop-in client: the whole history, as
+// the gateway read it. The engine decides what of its images goes
+// upstream; the gateway writes the bytes.
+type ProxyRequest struct {
+	Tenant string
+	// Key names the conversation: a hash of its identity and of its first
+	// messages (the gateway's), never a client's raw value.
+	Key     string
+	Model   string
+	Profile tokens.Profile
+	// Messages is the view: images and documents filled in (by ref, an
+	// image inside a tool result with Origin FromTool), everything else
+	// opaque.
+	Messages []chat.Message
+	// Text counts what messages[from:] bill as text, framing included (the
+	// view carries no text). It is called only to measure a request.
+	Text func(from int) int
+	// Estimate is a cheap estimate of the text tokens of messages[from:],
+	// for window pressure.
+	Estimate func(from int) int
+	// Compacted is the index of the last message holding a provider
+	// compaction block, -1 when none: images before it are not sent.
+	Compacted int
+	// Keep is the keep-turn-images switch for this conversation.
+	Keep bool
+}
+
+// Forwarded is a proxied request between Forward and Close: what to send,
+// and what was not sent. Observe the answer, Overflow on prompt-too-long,
+// and Close in every case (it persists the decisions and releases the
+// conversation).
+type Forwarded struct {
+	// Messages is what goes upstream: the view with each image not sent
+	// replaced by its marker.
+	Messages []chat.Message
+	// NotSent is every image of the request not sent, with its reason —
+	// removed by this request or an earlier one — once each.
+	NotSent []policy.Removal
+	// Events are the decisions this request made (first removals, relays,
+	// measurements, retries).
+	Events []Event
+
+	e      *Engine
+	r      ProxyRequest
+	st     session.Proxied
+	kt     *policy.KeepTurn
+	turnAt int
+	unlock func()
+	closed bool
+}
+
+func (e *Engine) proxyMaxImages() int {
+	if e.ProxyMaxImages > 0 {
+		return e.ProxyMaxImages
+	}
+	return 10_000
+}
+
+func (e *Engine) lowWater() float64 {
+	if e.KeepLowWater > 0 && e.KeepLowWater < 1 {
+		return e.KeepLowWater
+	}
+	return 0.5
+}
+
+func (e *Engine) cacheTTL() time.Duration {
+	if e.CacheTTL > 0 {
+		return e.CacheTTL
+	}
+	return 5 * time.Minute
+}
+
+// Forward decides a proxied request with the same turn model as Call:
+// the turn starts at the human's last message; tool images in it are
+// relayed (trial, measured from the usage of the answer that first showed
+// them, kept within the budget or ephemeral); images of earlier turns go
+// as decided then (kept, or a marker with the reason, never rewritten);
+// window pressure removes kept images first, then the user's images of
+// earlier turns, oldest first, in one batch down to the low-water mark.
+// Calls for one conversation are serialised until Close.
+func (e *Engine) Forward(ctx context.Context, r ProxyRequest) (*Forwarded, error) {
+	e.once.Do(e.init)
+	f := &Forwarded{e: e, r: r, unlock: e.locks.lock("proxy/" + r.Tenant + "/" + r.Key)}
+	st, err := e.Sessions.LoadProxied(ctx, r.Tenant, r.Key)
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		st = session.Proxied{TurnAt: -1}
+	case err != nil:
+		f.unlock()
+		return nil, fmt.Errorf("load proxied conversation: %w", err)
+	}
+	now := e.now()
+	cold := st.LastActivity.IsZero() || now.Sub(st.LastActivity) > e.cacheTTL() || (st.Model != "" && st.Model != r.Model)
+	f.st = st
+	f.turnAt = humanTurn(r.Messages)
+	live := f.applyDecisions()
+
+	setting := policy.Turn{Config: e.Keep, Profile: r.Profile, Thread: chat.Main, Switch: r.Keep, State: st.Keep,
+		Counter: tokens.CounterFor(r.Profile.Tokenizer), Storer: storer{e.Images, r.Tenant}}
+	if f.turnAt == st.TurnAt && st.Turn != nil {
+		f.kt = policy.ResumeTurn(setting, *st.Turn)
+	} else {
+		if st.Turn != nil {
+			// The human spoke again: the last turn is over.
+			var removed []policy.Removal
+			live, removed, setting.State = policy.ResumeTurn(setting, *st.Turn).Finish(live)
+			f.removed(removed)
+		}
+		live = f.adopt(live)
+		live = f.evictForBudget(live, cold, &setting.State)
+		f.kt = policy.StartTurn(setting)
+		var removed []policy.Removal
+		live, removed = f.kt.Start(live)
+		f.removed(removed)
+	}
+	live = f.relayTurn(live)
+	live = f.kt.Rewritten(live)
+	live = f.relieve(live)
+	f.send(live)
+	return f, nil
+}
+
+// pos is where an image sits in the client's history: message, part, and
+// the part inside that tool result (-1 when not in one).
+type pos struct{ msg, part, nested int }
+
+// eachImage calls fn with every image of msgs and its place.
+func eachImage(msgs []chat.Message, fn func(pos, chat.Image)) {
+	for i, m := range msgs {
+		for j, p := range m.Parts {
+			switch p := p.(type) {
+			case chat.Image:
+				fn(pos{i, j, -1}, p)
+			case chat.ToolResult:
+				for k, q := range p.Parts {
+					if img, ok := q.(chat.Image); ok {
+						fn(pos{i, j, k}, img)
+					}
+				}
+			}
+		}
+	}
+}
+
+// editImages returns msgs with fn's replacement for each image it changes;
+// msgs is never modified (messages and part slices are copied on write).
+func editImages(msgs []chat.Message, fn func(pos, chat.Image) (chat.Part, bool)) []chat.Message {
+	out := msgs
+	copied := map[int]bool{}
+	put := func(at pos, p chat.Part) {
+		if !copied[at.msg] {
+			if len(copied) == 0 {
+				out = append([]chat.Message(nil), msgs...)
+			}
+			copied[at.msg] = true
+			out[at.msg] = out[at.msg].Clone()
+		}
+		if at.nested < 0 {
+			out[at.msg].Parts[at.part] = p
+			return
+		}
+		tr := out[at.msg].Parts[at.part].(chat.ToolResult)
+		tr.Parts[at.nested] = p
+		out[at.msg].Parts[at.part] = tr
+	}
+	eachImage(msgs, func(at pos, img chat.Image) {
+		if p, ok := fn(at, img); ok {
+			put(at, p)
+		}
+	})
+	return out
+}
+
+// humanTurn is the index of the last message carrying the human's input: a
+// user message that is not only tool results (text riding next to tool
+// results — reminders — belongs to the turn in progress). -1 when none.
+func humanTurn(msgs []chat.Message) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if m.Role != chat.User || len(m.Parts) == 0 {
+			continue
+		}
+		human := true
+		for _, p := range m.Parts {
+			if _, ok := p.(chat.ToolResult); ok {
+				human = false
+			}
+		}
+		if human {
+			return i
+		}
+	}
+	return -1
+}
+
+// applyDecisions puts what was decided before back at its place: kept
+// images with their measured cost, markers for removed ones (counted as
+// not sent), the open turn's relays with their occurrence. A decision whose
+// place now holds another image (the client rewrote its history) is
+// dropped. Images before a provider compaction block are not sent.
+func (f *Forwarded) applyDecisions() []chat.Message {
+	decided := make(map[pos]session.Decided, len(f.st.Images))
+	for _, d := range f.st.Images {
+		decided[pos{d.Msg, d.Part, d.Nested}] = d
+	}
+	return editImages(f.r.Messages, func(at pos, img chat.Image) (chat.Part, bool) {
+		if at.msg < f.r.Compacted {
+			f.removed([]policy.Removal{{Ref: img.Ref, Of: "image", Reason: reason.Compaction, Message: at.msg}})
+			mk, _ := chat.MarkerFor(img, string(reason.Compaction))
+			return mk, true
+		}
+		d, ok := decided[at]
+		if !ok || d.Ref != img.Ref {
+			return nil, false
+		}
+		switch d.Keep {
+		case chat.Removed:
+			f.NotSent = append(f.NotSent, policy.Removal{Ref: img.Ref, Of: "image", Reason: d.Reason, Message: at.msg})
+			mk, _ := chat.MarkerFor(img, string(d.Reason))
+			return mk, true
+		case chat.Kept:
+			img.Keep, img.Cost, img.Occ = chat.Kept, d.Cost, d.Occ
+		default:
+			img.Keep, img.Occ = d.Keep, d.Occ
+		}
+		return img, true
+	})
+}
+
+// adopt takes the tool images of earlier turns that have no decision (a
+// conversation imgctx joins mid-way, or whose decisions expired) as kept
+// at their estimated cost: they stay, within the budget like any other.
+func (f *Forwarded) adopt(live []chat.Message) []chat.Message {
+	return editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
+		if at.msg >= f.turnAt || img.Origin != chat.FromTool || img.Keep != "" {
+			return nil, false
+		}
+		img.Keep, img.Cost = chat.Kept, f.imageCost(img)
+		return img, true
+	})
+}
+
+func (f *Forwarded) imageCost(img chat.Image) int {
+	if img.Cost > 0 {
+		return img.Cost
+	}
+	if n, err := tokens.ImageTokens(f.r.Profile, img.Width, img.Height, img.Detail); err == nil {
+		return n
+	}
+	return tokens.DefaultImageTokenEstimate
+}
+
+func (f *Forwarded) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWindow) }
+
+// evictForBudget runs at a turn's start. Kept images over the budget (a
+// smaller window, adopted images) leave, oldest first, down to the
+// low-water mark in one batch, so that several more fit before the next
+// batch; with the provider's cache cold anyway (idle past its TTL, another
+// model), the batch runs as soon as the kept images pass the low-water
+// mark, since it breaks nothing then.
+func (f *Forwarded) evictForBudget(live []chat.Message, cold bool, st *policy.KeepState) []chat.Message {
+	budget := f.budget()
+	low := int(f.e.lowWater() * float64(budget))
+	threshold := budget
+	if cold {
+		threshold = low
+	}
+	out, removed, _ := policy.EvictImages(live, policy.Pressure{Estimate: policy.KeptCost(live), Threshold: threshold, LowWater: max(low, 1)}, reason.Budget)
+	if len(removed) > 0 {
+		f.removed(removed)
+		st.Base.Valid = false
+	}
+	return out
+}
+
+// relayTurn hands the tool images of the current turn to keeping: one seen
+// before keeps its occurrence (applyDecisions put it back); a new one is
+// relayed.
+func (f *Forwarded) relayTurn(live []chat.Message) []chat.Message {
+	return editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
+		if at.msg <= f.turnAt || img.Origin != chat.FromTool || img.Occ > 0 || img.Keep == chat.Kept {
+			return nil, false
+		}
+		img = f.kt.Relay(img)
+		if img.Keep == chat.Trial {
+			f.emit(Event{Kind: "stored", Ref: img.Ref, Detail: "trial"})
+		}
+		return img, true
+	})
+}
+
+// relieve applies window pressure before sending: past the compaction
+// threshold, kept images leave first, then the user's images of earlier
+// turns (never the current turn's), oldest first, in one batch down to
+// the low-water mark. The proxy cannot summarise (the client owns the
+// history): what is still too long is the upstream's to refuse.
+func (f *Forwarded) relieve(live []chat.Message) []chat.Message {
+	est := f.estimate(live)
+	limit := f.e.threshold(f.r.Profile.ContextWindow)
+	if est <= limit {
+		return live
+	}
+	budget := f.budget()
+	p := policy.Pressure{Estimate: est, Threshold: limit, LowWater: limit - budget + int(f.e.lowWater()*float64(budget))}
+	live, removed, after := policy.EvictImages(live, p, reason.Budget)
+	if after > p.LowWater {
+		var more []policy.Removal
+		live, more = f.removeHistory(live, after-p.LowWater, false, reason.Budget)
+		removed = append(removed, more...)
+	}
+	if len(removed) > 0 {
+		f.removed(removed)
+		f.kt.InvalidateBase()
+	}
+	return live
+}
+
+// removeHistory removes the user's images of earlier turns, oldest first,
+// until need tokens are freed, or all of them.
+func (f *Forwarded) removeHistory(live []chat.Message, need int, all bool, why reason.Code) ([]chat.Message, []policy.Removal) {
+	var removed []policy.Removal
+	out := editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
+		if at.msg >= f.turnAt || img.Keep != "" || (need <= 0 && !all) {
+			return nil, false
+		}
+		cost := f.imageCost(img)
+		need -= cost
+		removed = append(removed, policy.Removal{Ref: img.Ref, Of: "image", Reason: why, Message: at.msg, Cost: cost})
+		mk, _ := chat.MarkerFor(img, string(why))
+		return mk, true
+	})
+	return out, removed
+}
+
+// estimate is the next prompt's size: the last measured prompt plus what
+// was appended since, or an estimate of it all.
+func (f *Forwarded) estimate(live []chat.Message) int {
+	from, n := 0, 0
+	if b := f.kt.Snapshot().Base; b.Valid && b.Messages <= len(live) {
+		from, n = b.Messages, b.Prompt
+	}
+	if f.r.Estimate != nil {
+		n += f.r.Estimate(from)
+	}
+	eachImage(live[from:], func(_ pos, img chat.Image) { n += f.imageCost(img) })
+	return n
+}
+
+// send records the request about to go out for measurement.
+func (f *Forwarded) send(live []chat.Message) {
+	text := 0
+	if from, ok := f.kt.Appended(len(live)); ok && f.r.Text != nil && hasTrial(live) {
+		text = f.r.Text(from)
+	}
+	f.kt.SendingText(live, text)
+	f.Messages = live
+}
+
+func hasTrial(msgs []chat.Message) bool {
+	trial := false
+	eachImage(msgs, func(_ pos, img chat.Image) { trial = trial || img.Keep == chat.Trial })
+	return trial
+}
+
+func (f *Forwarded) emit(ev Event) {
+	f.Events = append(f.Events, ev)
+	if f.e.Sink != nil {
+		f.e.Sink(ev)
+	}
+}
+
+// removed records first removals: not sent, and an event each.
+func (f *Forwarded) removed(rs []policy.Removal) {
+	for _, r := range rs {
+		f.NotSent = append(f.NotSent, r)
+		f.emit(Event{Kind: "removed", Ref: r.Ref, Reason: r.Reason, Tokens: r.Cost, Detail: r.Of})
+	}
+}
+
+// Observe takes the upstream's answer to the request: its usage measures
+// the trial images it showed for the first time (nil usage or a cut
+// completion: no measurement).
+func (f *Forwarded) Observe(u *chat.Usage, cut bool) {
+	f.kt.Observe(u, cut)
+	f.Messages = f.kt.Rewritten(f.Messages)
+	for _, ev := range f.kt.Events() {
+		f.emit(Event{Kind: ev.Kind, Ref: ev.Ref, Reason: ev.Reason, Tokens: ev.Cost})
+	}
+	if u != nil {
+		f.st.LastUsage = *u
+	}
+}
+
+// Overflow answers a prompt-too-long: the request without its kept images
+// and the user's images of earlier turns, in one batch (reason overflow).
+// It reports false when there is nothing left to remove — the upstream's
+// error is then the answer; an identical replay would fail again.
+func (f *Forwarded) Overflow() bool {
+	live, removed := policy.RemoveKept(f.Messages, reason.Overflow)
+	live, more := f.removeHistory(live, 0, true, reason.Overflow)
+	removed = append(removed, more...)
+	if len(removed) == 0 {
+		return false
+	}
+	f.removed(removed)
+	// Not to the sink: the gateway counts the replay with its outcome.
+	f.Events = append(f.Events, Event{Kind: "retried", Reason: reason.Overflow, Detail: fmt.Sprintf("prompt too long: replay without %d images", len(removed))})
+	f.kt.InvalidateBase()
+	f.send(live)
+	return true
+}
+
+// Close persists the decisions (whether or not the upstream answered: a
+// retry must see the same body) and releases the conversation.
+func (f *Forwarded) Close(ctx context.Context) error {
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	defer f.unlock()
+	snap := f.kt.Snapshot()
+	st := session.Proxied{Model: f.r.Model, Messages: len(f.r.Messages), TurnAt: f.turnAt, Turn: &snap,
+		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
+	before := f.r.Messages
+	eachImage(f.Messages, func(at pos, img chat.Image) {
+		switch {
+		case img.Keep == chat.Kept:
+			st.Images = append(st.Images, session.Decided{Msg: at.msg, Part: at.part, Nested: at.nested, Ref: img.Ref, Keep: chat.Kept, Cost: img.Cost, Occ: img.Occ})
+		case img.Occ > 0:
+			st.Images = append(st.Images, session.Decided{Msg: at.msg, Part: at.part, Nested: at.nested, Ref: img.Ref, Keep: img.Keep, Occ: img.Occ})
+		}
+	})
+	for i, m := range f.Messages {
+		for j, p := range m.Parts {
+			st.Images = appendMarker(st.Images, before, pos{i, j, -1}, p)
+			if tr, ok := p.(chat.ToolResult); ok {
+				for k, q := range tr.Parts {
+					st.Images = appendMarker(st.Images, before, pos{i, j, k}, q)
+				}
+			}
+		}
+	}
+	if len(st.Images) > f.e.proxyMaxImages() {
+		f.e.log().Warn("proxied conversation over its decision cap: its decisions start over", "images", len(st.Images), "cap", f.e.proxyMaxImages())
+		st = session.Proxied{TurnAt: -1, LastActivity: st.LastActivity}
+	}
+	return f.e.Sessions.SaveProxied(ctx, f.r.Tenant, f.r.Key, st)
+}
+
+// appendMarker records a removal: a marker where the client sent an image.
+func appendMarker(ds []session.Decided, before []chat.Message, at pos, p chat.Part) []session.Decided {
+	mk, ok := p.(chat.Marker)
+	if !ok || mk.Of != "image" {
+		return ds
+	}
+	var was chat.Part = before[at.msg].Parts[at.part]
+	if at.nested >= 0 {
+		tr, ok := was.(chat.ToolResult)
+		if !ok || at.nested >= len(tr.Parts) {
+			return ds
+		}
+		was = tr.Parts[at.nested]
+	}
+	img, ok := was.(chat.Image)
+	if !ok {
+		return ds
+	}
+	return append(ds, session.Decided{Msg: at.msg, Part: at.part, Nested: at.nested, Ref: img.Ref, Keep: chat.Removed, Reason: reason.Code(mk.Reason)})
+}
