@@ -284,7 +284,7 @@ func (a *agentRig) counter(event, code string) int {
 // assistant's content appended as it came, tool results (with screenshots,
 // and sometimes a reminder text block beside them) in a user message.
 type agent struct {
-	t       *testing.T
+	t       tester
 	rig     *agentRig
 	header  map[string]string
 	first   string
@@ -294,6 +294,13 @@ type agent struct {
 	sent    [][]byte // the upstream bodies, one per request
 	images  []int    // images the client sent, per request
 	png     []byte
+}
+
+// tester is what the agent needs of a *testing.T or a *rapid.T.
+type tester interface {
+	Helper()
+	Fatal(...any)
+	Fatalf(string, ...any)
 }
 
 func newAgent(t *testing.T, rig *agentRig, first string) *agent {

@@ -154,13 +154,17 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		}
 	}
 	req := upstream.Request{Path: r.URL.Path, Query: r.URL.RawQuery, Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
+	// rules and shrunk are the last attempt's: what it did not send for a
+	// provider rule, and how many it shrank.
+	var rules []policy.Removal
+	var shrunk int
 	send := func() (*http.Response, error) {
 		shrinker := s.engine.ShrinkerFor(tenant)
-		out, removed, shrunk := policy.CheckProviderRules(ctx, fw.Messages, profile.Limits, shrinker)
+		out, removed, resized := policy.CheckProviderRules(ctx, fw.Messages, profile.Limits, shrinker)
 		if err := engine.ShrinkRefusal(shrinker); err != nil {
 			return nil, err
 		}
-		s.countSent(fw, removed, len(shrunk))
+		rules, shrunk = removed, len(resized)
 		if req.Body, err = s.splice(ctx, tenant, format, sp, asIs, msgs, out, edits); err != nil {
 			return nil, err
 		}
@@ -183,6 +187,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		}
 		s.metrics.overflow.WithLabelValues(string(reason.Overflow), outcome).Inc()
 	}
+	s.countSent(fw, rules, shrunk)
 	s.logRemovals(tenant, sp.Model, fw)
 	if err != nil {
 		fail(w, sh, err)
@@ -294,9 +299,9 @@ func answerUsage(format upstream.Format, b []byte) (*chat.Usage, bool) {
 	return r.Usage, r.Cut
 }
 
-// countSent counts one attempt's images: every one not sent with its
-// reason (removed now or before), those shrunk to a provider limit, those
-// sent.
+// countSent counts a request's images once, as its last attempt sent
+// them: every one not sent with its reason (removed now or before), those
+// shrunk to a provider limit, those sent.
 func (s *Server) countSent(fw *engine.Forwarded, rules []policy.Removal, shrunk int) {
 	for _, r := range append(append([]policy.Removal(nil), fw.NotSent...), rules...) {
 		s.metrics.images.WithLabelValues("not_sent", string(r.Reason)).Inc()

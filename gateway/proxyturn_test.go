@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"testing"
 
@@ -35,7 +36,7 @@ func (g *agent) decisions() session.Proxied {
 	for k, v := range g.header {
 		h.Set(k, v)
 	}
-	p, err := g.rig.sessions.LoadProxied(g.t.Context(), "default", conversationKey("default", upstream.Anthropic, h, sp))
+	p, err := g.rig.sessions.LoadProxied(context.Background(), "default", conversationKey("default", upstream.Anthropic, h, sp))
 	if err != nil {
 		g.t.Fatal(err)
 	}
