@@ -3,11 +3,18 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/session/sqlite"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
@@ -189,5 +196,140 @@ func TestProxyReminderBesideAToolResultStaysInTheTurn(t *testing.T) {
 	}
 	if n, cost := kept(g.decisions()); n != 2 || cost != 2*1334 {
 		t.Fatalf("%d kept at %d; want both at 1334, shared pro rata", n, cost)
+	}
+}
+
+// Killed and restarted mid-turn over its SQLite file, the gateway sends
+// what an uninterrupted one sends: the decisions, the open turn's relays
+// and the measurement base are all in the session store.
+func TestProxyRestartMidTurnSendsTheSameBodies(t *testing.T) {
+	script := func(g *agent, restart func()) {
+		g.start()
+		g.send(reply{tools: 2})
+		g.results(2, true, false)
+		g.send(reply{tools: 1})
+		restart()
+		g.results(1, false, false)
+		g.send(reply{tools: 1})
+		g.results(1, false, true)
+		g.send(reply{})
+		g.human("And the next page?")
+		g.send(reply{tools: 1})
+		g.results(1, false, false)
+		g.send(reply{})
+	}
+	open := func(path string) session.Store {
+		s, err := sqlite.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	dir := t.TempDir()
+	steady := newAgent(t, newAgentRig(t, 30_000, open(filepath.Join(dir, "a.db"))), "Check the site.")
+	script(steady, func() {})
+	// The first process is abandoned, not closed: nothing is flushed for it.
+	path := filepath.Join(dir, "b.db")
+	rig := newAgentRig(t, 30_000, open(path))
+	killed := newAgent(t, rig, "Check the site.")
+	script(killed, func() {
+		rig.sessions = open(path)
+		rig.restart(t)
+	})
+	if len(steady.sent) != len(killed.sent) {
+		t.Fatalf("%d requests against %d", len(killed.sent), len(steady.sent))
+	}
+	for i := range steady.sent {
+		if !bytes.Equal(steady.sent[i], killed.sent[i]) {
+			t.Fatalf("request %d differs after the restart", i+1)
+		}
+	}
+	if !bytes.Contains(steady.sent[5], []byte("(budget)]")) {
+		t.Fatal("the script should reach a turn with removals, or it proves little")
+	}
+}
+
+// One static X-Imgctx-Session for two conversations that open differently
+// keeps two sets of decisions.
+func TestProxyStaticHeaderNeverMergesConversations(t *testing.T) {
+	rig := newAgentRig(t, 30_000, &session.Mem{})
+	a, b := newAgent(t, rig, "Check the login page."), newAgent(t, rig, "Check the billing page.")
+	for _, g := range []*agent{a, b} {
+		g.header["X-Imgctx-Session"] = "my-agent"
+	}
+	a.start()
+	a.send(reply{tools: 1})
+	a.results(2, false, false)
+	a.send(reply{})
+	b.start()
+	b.send(reply{tools: 1})
+	b.results(1, false, false)
+	b.send(reply{})
+	if n, _ := kept(a.decisions()); n != 2 {
+		t.Fatalf("conversation a keeps %d", n)
+	}
+	if p := b.decisions(); len(p.Images) != 1 || p.Images[0].Keep != chat.Kept {
+		t.Fatalf("conversation b holds a's decisions: %+v", p.Images)
+	}
+}
+
+// A client value of any size costs a hash: 10,000 conversations each with
+// its own 64 KB session id leave the gateway's heap where it was (the
+// decisions are on disk, keyed by 64 hex digits).
+func TestProxyLargeSessionIDsLeaveMemoryFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 requests")
+	}
+	dir := t.TempDir()
+	store, err := sqlite.Open(filepath.Join(dir, "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig := newAgentRig(t, 200_000, store)
+	body := []byte(`{"model":"agent-1","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	send := func(from, to int) {
+		id := bytes.Repeat([]byte("s"), 64<<10)
+		for i := from; i < to; i++ {
+			copy(id, fmt.Sprintf("%08d", i))
+			req, _ := http.NewRequest("POST", rig.srv.URL+"/v1/messages", bytes.NewReader(body))
+			req.Header.Set("X-Imgctx-Session", string(id))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("request %d: %d", i, resp.StatusCode)
+				return
+			}
+		}
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	send(0, 500)
+	before := heap()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() { send(500+w*2500, 500+(w+1)*2500) })
+	}
+	wg.Wait()
+	if after := heap(); after > before+8<<20 {
+		t.Fatalf("heap grew from %d to %d bytes over 10,000 conversations", before, after)
+	}
+	var disk int64
+	for _, f := range []string{"s.db", "s.db-wal"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			disk += fi.Size()
+		}
+	}
+	if disk > 16<<20 { // the raw ids alone would be 655 MB
+		t.Fatalf("the decisions of 10,500 conversations take %d bytes on disk", disk)
 	}
 }

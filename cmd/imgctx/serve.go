@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 	"github.com/imgctx/imgctx/internal/config"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sqlite"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,7 +85,8 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	e := &engine.Engine{
 		Config: engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction},
 			Compact: policy.CompactConfig{ImageTokenEstimate: cfg.Compaction.ImageTokenEstimate}, Limits: cfg.MediaLimits(),
-			ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce},
+			ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce,
+			KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages},
 		Images:   images,
 		Sessions: sessions,
 		Profiles: profiles,
@@ -104,8 +107,35 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 		MaxConcurrent: cfg.Server.MaxConcurrent, RequestTimeout: cfg.Server.RequestTimeout,
 		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse,
 		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
-		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate}, e, reg, a.log)
-	return srv, func() { sessions.Close() }, nil
+		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate,
+		ProxyKeepOff: !cfg.Proxy.KeepTurnImages}, e, reg, a.log)
+	stop := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
+	return srv, func() { stop(); sessions.Close() }, nil
+}
+
+// expireProxied deletes the decisions of proxied conversations idle past
+// the expiry, at start and then every tenth of it (at most hourly), so
+// client input cannot grow the database without end. It returns a stop.
+func expireProxied(s session.Store, idle time.Duration, log *slog.Logger) func() {
+	done := make(chan struct{})
+	every := max(min(idle/10, time.Hour), time.Millisecond)
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			if n, err := s.ExpireProxied(context.Background(), time.Now().Add(-idle)); err != nil {
+				log.Error("expiring idle proxied conversations", "err", err)
+			} else if n > 0 {
+				log.Info("expired idle proxied conversations", "count", n, "idle_expiry", idle)
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // upstreamTransport keeps connections to the upstreams open for as many

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/imgctx/imgctx/internal/config"
+	"github.com/imgctx/imgctx/session"
 )
 
 // lineWriter hands the first line matching re to found.
@@ -97,5 +99,24 @@ func TestUpstreamPasswordIsRedacted(t *testing.T) {
 	}
 	if got := redact("http://127.0.0.1:11434"); got != "http://127.0.0.1:11434" {
 		t.Fatalf("redact changed a URL without a password: %s", got)
+	}
+}
+
+// serve sweeps idle proxied conversations from the start.
+func TestServeExpiresIdleProxiedConversations(t *testing.T) {
+	s := &session.Mem{}
+	ctx := context.Background()
+	s.SaveProxied(ctx, "default", "old", session.Proxied{})
+	stop := expireProxied(s, time.Nanosecond, slog.New(slog.DiscardHandler))
+	defer stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := s.LoadProxied(ctx, "default", "old"); err != nil {
+			return // swept
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an idle proxied conversation was never swept")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

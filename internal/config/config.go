@@ -34,6 +34,7 @@ type Config struct {
 	Server     Server           `yaml:"server"`
 	Auth       Auth             `yaml:"auth"`
 	Keep       Keep             `yaml:"keep"`
+	Proxy      Proxy            `yaml:"proxy"`
 	Store      Store            `yaml:"store"`
 	Media      Media            `yaml:"media"`
 	Upstream   Upstream         `yaml:"upstream"`
@@ -79,7 +80,16 @@ type Auth struct {
 
 // Keep configures keeping tool images across turns.
 type Keep struct {
-	BudgetFraction float64 `yaml:"budget_fraction" doc:"share of the context window kept images may use (and history images of proxied requests)"`
+	BudgetFraction float64       `yaml:"budget_fraction" doc:"share of the context window kept tool images may use"`
+	LowWater       float64       `yaml:"low_water" doc:"share of the keep budget an eviction batch comes down to, so several more images fit before the next batch"`
+	CacheTTL       time.Duration `yaml:"cache_ttl" doc:"how long the provider keeps a prompt cache warm; a proxied conversation idle longer evicts at its next turn at once"`
+}
+
+// Proxy configures proxied conversations (the drop-in routes).
+type Proxy struct {
+	KeepTurnImages bool          `yaml:"keep_turn_images" doc:"keep tool images across turns in proxied conversations (a client may say X-Imgctx-Keep-Turn-Images: on or off)"`
+	IdleExpiry     time.Duration `yaml:"idle_expiry" doc:"a proxied conversation's decisions are deleted after this long without a request"`
+	MaxImages      int           `yaml:"max_images" doc:"image decisions kept per proxied conversation; past it they start over"`
 }
 
 // Store configures the image store.
@@ -136,7 +146,8 @@ func Defaults() Config {
 		DataDir: "./imgctx-data",
 		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 32 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second,
 			MaxMessages: 10_000, MaxParts: 50_000, MaxInflight: 256 << 20, BodyTimeout: 10 * time.Second, MinBodyRate: 1 << 20},
-		Keep: Keep{BudgetFraction: 0.10},
+		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.5, CacheTTL: 5 * time.Minute},
+		Proxy: Proxy{KeepTurnImages: true, IdleExpiry: 24 * time.Hour, MaxImages: 10_000},
 		Media: Media{
 			MaxImageBytes:     media.DefaultMaxBytes,
 			MaxPixels:         media.DefaultMaxPixels,
@@ -359,6 +370,12 @@ func (c Config) Validate() error {
 	if c.Keep.BudgetFraction <= 0 || c.Keep.BudgetFraction >= 1 {
 		errs = append(errs, fmt.Errorf("keep.budget_fraction: must be between 0 and 1 (got %v)", c.Keep.BudgetFraction))
 	}
+	if c.Keep.LowWater <= 0 || c.Keep.LowWater >= 1 {
+		errs = append(errs, fmt.Errorf("keep.low_water: must be between 0 and 1 (got %v)", c.Keep.LowWater))
+	}
+	positive("keep.cache_ttl", int64(c.Keep.CacheTTL))
+	positive("proxy.idle_expiry", int64(c.Proxy.IdleExpiry))
+	positive("proxy.max_images", int64(c.Proxy.MaxImages))
 	if _, err := c.APIKeys(); err != nil {
 		errs = append(errs, err)
 	}
