@@ -9,6 +9,7 @@
 package engine
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,9 @@ type Config struct {
 	// ProxyMaxImages caps the image decisions kept per proxied
 	// conversation (default 10,000); past it they start over.
 	ProxyMaxImages int
+	// ProxyCached is how many proxied conversations are held in memory in
+	// front of the session store (default 4,096, about 2 KB each).
+	ProxyCached int
 }
 
 // Hints are what an upstream says of itself, over the model profile: a
@@ -166,6 +170,7 @@ type Engine struct {
 	meta        *metaCache
 	profMu      sync.Mutex
 	profiles    map[string]tokens.Profile
+	proxied     *proxiedCache
 }
 
 // Event is one decision the engine made, for logs, metrics and the caller.
@@ -202,6 +207,11 @@ func (e *Engine) init() {
 	e.b64 = newBase64Cache(e.Base64CacheBytes)
 	e.meta = &metaCache{max: 100_000, m: map[blob.Ref]media.Info{}}
 	e.profiles = map[string]tokens.Profile{}
+	cached := e.ProxyCached
+	if cached <= 0 {
+		cached = 4096
+	}
+	e.proxied = &proxiedCache{max: cached, m: map[string]*list.Element{}, order: list.New()}
 	at := e.ShrinkPixelsAtOnce
 	if at <= 0 {
 		at = 100_000_000

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -57,10 +56,10 @@ type Forwarded struct {
 
 	e      *Engine
 	r      ProxyRequest
+	en     *proxiedEntry
 	st     session.Proxied
 	kt     *policy.KeepTurn
 	turnAt int
-	unlock func()
 	closed bool
 }
 
@@ -92,18 +91,20 @@ func (e *Engine) cacheTTL() time.Duration {
 // as decided then (kept, or a marker with the reason, never rewritten);
 // window pressure removes kept images first, then the user's images of
 // earlier turns, oldest first, in one batch down to the low-water mark.
-// Calls for one conversation are serialised until Close.
+//
+// The decisions of one conversation are serialised, not its upstream
+// calls: requests of one conversation come one at a time from an agent;
+// concurrent ones (a load test re-sending one body) are decided from the
+// same state, and the last to finish records its decisions.
 func (e *Engine) Forward(ctx context.Context, r ProxyRequest) (*Forwarded, error) {
 	e.once.Do(e.init)
-	f := &Forwarded{e: e, r: r, unlock: e.locks.lock("proxy/" + r.Tenant + "/" + r.Key)}
-	st, err := e.Sessions.LoadProxied(ctx, r.Tenant, r.Key)
-	switch {
-	case errors.Is(err, session.ErrNotFound):
-		st = session.Proxied{TurnAt: -1}
-	case err != nil:
-		f.unlock()
-		return nil, fmt.Errorf("load proxied conversation: %w", err)
+	f := &Forwarded{e: e, r: r, en: e.proxied.entry(r.Tenant, r.Key)}
+	f.en.mu.Lock()
+	defer f.en.mu.Unlock()
+	if err := f.en.load(ctx, e.Sessions); err != nil {
+		return nil, err
 	}
+	st := f.en.st
 	now := e.now()
 	cold := st.LastActivity.IsZero() || now.Sub(st.LastActivity) > e.cacheTTL() || (st.Model != "" && st.Model != r.Model)
 	f.st = st
@@ -425,14 +426,13 @@ func (f *Forwarded) Overflow() bool {
 	return true
 }
 
-// Close persists the decisions (whether or not the upstream answered: a
-// retry must see the same body) and releases the conversation.
+// Close records the decisions (whether or not the upstream answered: a
+// retry must see the same body), in the session store when they changed.
 func (f *Forwarded) Close(ctx context.Context) error {
 	if f.closed {
 		return nil
 	}
 	f.closed = true
-	defer f.unlock()
 	snap := f.kt.Snapshot()
 	st := session.Proxied{Model: f.r.Model, Messages: len(f.r.Messages), TurnAt: f.turnAt, Turn: &snap,
 		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
@@ -459,7 +459,9 @@ func (f *Forwarded) Close(ctx context.Context) error {
 		f.e.log().Warn("proxied conversation over its decision cap: its decisions start over", "images", len(st.Images), "cap", f.e.proxyMaxImages())
 		st = session.Proxied{TurnAt: -1, LastActivity: st.LastActivity}
 	}
-	return f.e.Sessions.SaveProxied(ctx, f.r.Tenant, f.r.Key, st)
+	f.en.mu.Lock()
+	defer f.en.mu.Unlock()
+	return f.en.save(ctx, f.e.Sessions, st)
 }
 
 // appendMarker records a removal: a marker where the client sent an image.

@@ -42,9 +42,9 @@ type pricedUpstream struct {
 	srv     *httptest.Server
 
 	mu       sync.Mutex
-	bodies   [][]byte
-	prompts  []int
-	images   []int // image tokens billed per request
+	answered int    // requests answered
+	body     []byte // the last one answered
+	images   int    // and the image tokens billed for it
 	prev     []block
 	written  int // cache-written tokens, all requests
 	read     int
@@ -195,10 +195,9 @@ func (u *pricedUpstream) handle(w http.ResponseWriter, r *http.Request) {
 	u.prev = blocks
 	u.read += cached
 	u.written += prompt - cached
-	u.bodies = append(u.bodies, body)
-	u.prompts = append(u.prompts, prompt)
-	u.images = append(u.images, images)
-	n := len(u.bodies)
+	u.answered++
+	u.body, u.images = body, images
+	n := u.answered
 	var content []string
 	stop := "end_turn"
 	if u.next.tools == 0 {
@@ -218,10 +217,7 @@ func (u *pricedUpstream) handle(w http.ResponseWriter, r *http.Request) {
 func (u *pricedUpstream) last() ([]byte, int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if len(u.bodies) == 0 {
-		return nil, 0
-	}
-	return u.bodies[len(u.bodies)-1], u.images[len(u.images)-1]
+	return u.body, u.images
 }
 
 // agentRig is a gateway in front of a pricedUpstream, on stores the test
@@ -231,6 +227,7 @@ type agentRig struct {
 	sessions session.Store
 	images   imagestore.Store
 	profile  tokens.Profile
+	cached   int // engine.ProxyCached
 	server   *Server
 	srv      *httptest.Server
 	reg      *prometheus.Registry
@@ -250,7 +247,7 @@ func (a *agentRig) restart(t *testing.T) {
 		a.srv.Close()
 	}
 	tbl, _ := tokens.Default().With(a.profile)
-	e := &engine.Engine{Images: a.images, Sessions: a.sessions, Profiles: tbl,
+	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached}, Images: a.images, Sessions: a.sessions, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.Anthropic, BaseURL: a.up.srv.URL, APIKey: "k", MaxRetries: -1}}
 	a.reg = prometheus.NewRegistry()
 	a.server = New(Config{MaxBodyBytes: 64 << 20}, e, a.reg, discardLogger())

@@ -274,8 +274,9 @@ func TestProxyStaticHeaderNeverMergesConversations(t *testing.T) {
 }
 
 // A client value of any size costs a hash: 10,000 conversations each with
-// its own 64 KB session id leave the gateway's heap where it was (the
-// decisions are on disk, keyed by 64 hex digits).
+// its own 64 KB session id leave the gateway's heap where it was (a bounded
+// number of conversations is held in memory, the rest is on disk, keyed by
+// 64 hex digits).
 func TestProxyLargeSessionIDsLeaveMemoryFlat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 requests")
@@ -286,6 +287,8 @@ func TestProxyLargeSessionIDsLeaveMemoryFlat(t *testing.T) {
 		t.Fatal(err)
 	}
 	rig := newAgentRig(t, 200_000, store)
+	rig.cached = 512
+	rig.restart(t)
 	body := []byte(`{"model":"agent-1","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	send := func(from, to int) {
@@ -313,14 +316,14 @@ func TestProxyLargeSessionIDsLeaveMemoryFlat(t *testing.T) {
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
-	send(0, 500)
+	send(0, 1000) // past the 512 conversations held in memory
 	before := heap()
 	var wg sync.WaitGroup
 	for w := range 4 {
-		wg.Go(func() { send(500+w*2500, 500+(w+1)*2500) })
+		wg.Go(func() { send(1000+w*2500, 1000+(w+1)*2500) })
 	}
 	wg.Wait()
-	if after := heap(); after > before+8<<20 {
+	if after := heap(); after > before+2<<20 {
 		t.Fatalf("heap grew from %d to %d bytes over 10,000 conversations", before, after)
 	}
 	var disk int64

@@ -109,8 +109,13 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
 		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate,
 		ProxyKeepOff: !cfg.Proxy.KeepTurnImages}, e, reg, a.log)
-	stop := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
-	return srv, func() { stop(); sessions.Close() }, nil
+	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
+	stopFlush := every(time.Second, func() {
+		if err := e.FlushProxied(context.Background()); err != nil {
+			a.log.Error("writing proxied conversations' measurement bases", "err", err)
+		}
+	})
+	return srv, func() { stopExpiry(); stopFlush(); sessions.Close() }, nil
 }
 
 // expireProxied deletes the decisions of proxied conversations idle past
@@ -136,6 +141,26 @@ func expireProxied(s session.Store, idle time.Duration, log *slog.Logger) func()
 		}
 	}()
 	return func() { close(done) }
+}
+
+// every runs fn each period until stopped; the stop runs it a last time.
+func every(period time.Duration, fn func()) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fn()
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // upstreamTransport keeps connections to the upstreams open for as many

@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/session"
+)
+
+// proxiedCache holds the states of recent proxied conversations in front
+// of the session store, so a request costs a map look-up, not a query.
+// The store is written at once when a decision changes (what later bodies
+// carry); a change of the measurement base, the usage or the activity time
+// only is written later (FlushProxied), since any earlier base still
+// measures exactly and a lost one costs at most a measurement.
+type proxiedCache struct {
+	mu    sync.Mutex
+	max   int
+	m     map[string]*list.Element // tenant + "/" + key → *proxiedEntry
+	order *list.List               // front: most recent
+}
+
+// proxiedEntry is one conversation. mu serialises its decisions (Forward)
+// and their recording (Close); the upstream call runs without it.
+type proxiedEntry struct {
+	tenant, key string
+	mu          sync.Mutex
+	loaded      bool
+	st          session.Proxied // the latest state
+	stored      []byte          // the decisions as last written (lazy fields zeroed)
+	storedAt    time.Time       // LastActivity as last written
+	dirty       bool            // st has lazy changes not written yet
+}
+
+func (c *proxiedCache) entry(tenant, key string) *proxiedEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := tenant + "/" + key
+	if el, ok := c.m[k]; ok {
+		c.order.MoveToFront(el)
+		return el.Value.(*proxiedEntry)
+	}
+	en := &proxiedEntry{tenant: tenant, key: key}
+	c.m[k] = c.order.PushFront(en)
+	for c.order.Len() > c.max {
+		// The oldest goes; what it had not written yet is lazy by
+		// definition.
+		old := c.order.Remove(c.order.Back()).(*proxiedEntry)
+		delete(c.m, old.tenant+"/"+old.key)
+	}
+	return en
+}
+
+func (c *proxiedCache) dirty() []*proxiedEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*proxiedEntry
+	for el := c.order.Front(); el != nil; el = el.Next() {
+		out = append(out, el.Value.(*proxiedEntry))
+	}
+	return out
+}
+
+// load fills the entry from the store the first time; the caller holds mu.
+func (en *proxiedEntry) load(ctx context.Context, s session.Store) error {
+	if en.loaded {
+		return nil
+	}
+	st, err := s.LoadProxied(ctx, en.tenant, en.key)
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		st = session.Proxied{TurnAt: -1}
+	case err != nil:
+		return fmt.Errorf("load proxied conversation: %w", err)
+	}
+	en.st, en.stored, en.storedAt, en.loaded = st, decisionsOf(st), st.LastActivity, true
+	return nil
+}
+
+// save records a new state: written now when its decisions changed or its
+// activity time is a minute old in the store, else marked for the next
+// flush. The caller holds mu.
+func (en *proxiedEntry) save(ctx context.Context, s session.Store, st session.Proxied) error {
+	en.st = st
+	d := decisionsOf(st)
+	if bytes.Equal(d, en.stored) && st.LastActivity.Sub(en.storedAt) < time.Minute {
+		en.dirty = true
+		return nil
+	}
+	return en.write(ctx, s, d)
+}
+
+func (en *proxiedEntry) write(ctx context.Context, s session.Store, d []byte) error {
+	if err := s.SaveProxied(ctx, en.tenant, en.key, en.st); err != nil {
+		return err
+	}
+	en.stored, en.storedAt, en.dirty = d, en.st.LastActivity, false
+	return nil
+}
+
+// decisionsOf is a state without what may be written late: the measurement
+// base, the usage, the counts and the activity time.
+func decisionsOf(st session.Proxied) []byte {
+	st.Messages, st.LastUsage, st.LastActivity, st.Keep.Base = 0, chat.Usage{}, time.Time{}, policy.Base{}
+	if st.Turn != nil {
+		t := *st.Turn
+		t.Base, t.Text, t.Sent = policy.Base{}, 0, 0
+		st.Turn = &t
+	}
+	b, _ := json.Marshal(st)
+	return b
+}
+
+// FlushProxied writes what proxied conversations changed and did not write
+// yet (their measurement bases and activity times). The gateway calls it
+// every second and at shutdown.
+func (e *Engine) FlushProxied(ctx context.Context) error {
+	e.once.Do(e.init)
+	var errs []error
+	for _, en := range e.proxied.dirty() {
+		en.mu.Lock()
+		if en.dirty {
+			errs = append(errs, en.write(ctx, e.Sessions, decisionsOf(en.st)))
+		}
+		en.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
