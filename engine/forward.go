@@ -220,13 +220,16 @@ func (f *Forwarded) applyDecisions() []chat.Message {
 		decided[pos{d.Msg, d.Part, d.Nested}] = d
 	}
 	return editImages(f.r.Messages, func(at pos, img chat.Image) (chat.Part, bool) {
-		if at.msg < f.r.Compacted {
+		d, ok := decided[at]
+		if ok && d.Ref != img.Ref {
+			ok = false
+		}
+		if at.msg < f.r.Compacted && (!ok || d.Keep != chat.Removed) {
 			f.removed([]policy.Removal{{Ref: img.Ref, Of: "image", Reason: reason.Compaction, Message: at.msg}})
 			mk, _ := chat.MarkerFor(img, string(reason.Compaction))
 			return mk, true
 		}
-		d, ok := decided[at]
-		if !ok || d.Ref != img.Ref {
+		if !ok {
 			return nil, false
 		}
 		switch d.Keep {

@@ -118,6 +118,8 @@ func (u *pricedUpstream) price(body []byte) (blocks []block, images int, err err
 			switch b.Type {
 			case "text":
 				blocks = append(blocks, block{string(key), c.Count(b.Text)})
+			case "compaction": // the provider's summary of what came before
+				blocks = append(blocks, block{string(key), c.Count(string(b.Content))})
 			case "tool_use":
 				blocks = append(blocks, block{string(key), c.Count(b.Name) + c.Count(string(b.Input))})
 			case "tool_result":

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	asdk "github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sqlite"
@@ -334,5 +337,110 @@ func TestProxyLargeSessionIDsLeaveMemoryFlat(t *testing.T) {
 	}
 	if disk > 16<<20 { // the raw ids alone would be 655 MB
 		t.Fatalf("the decisions of 10,500 conversations take %d bytes on disk", disk)
+	}
+}
+
+// Before a provider compaction block the provider reads nothing, so the
+// images there are not sent (reason compaction) and counted.
+func TestProxyImagesBeforeACompactionBlockAreNotSent(t *testing.T) {
+	g := newAgent(t, newAgentRig(t, 200_000, &session.Mem{}), "Look at this.")
+	raw, _ := samplePNG(t)
+	data := base64.StdEncoding.EncodeToString(raw)
+	g.msgs = []string{
+		`{"role":"user","content":[{"type":"text","text":"Look at this."},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + data + `"}}]}`,
+		`{"role":"assistant","content":[{"type":"text","text":"A login form."}]}`,
+		`{"role":"user","content":[{"type":"text","text":"Go on."}]}`,
+		`{"role":"assistant","content":[{"type":"compaction","content":"The user showed a login form."},{"type":"text","text":"Going on."}]}`,
+		`{"role":"user","content":[{"type":"text","text":"And then?"}]}`,
+	}
+	g.send(reply{})
+	sent := g.sent[0]
+	if bytes.Contains(sent, []byte(data[:200])) || !bytes.Contains(sent, []byte(`(compaction)]`)) {
+		t.Fatal("an image before the compaction block was sent")
+	}
+	if !bytes.Contains(sent, []byte(`{"type":"compaction","content":"The user showed a login form."}`)) {
+		t.Fatal("the compaction block did not pass as it came")
+	}
+	if n := g.rig.counter("not_sent", "compaction"); n != 1 {
+		t.Fatalf("counted %d images not sent for compaction; want 1", n)
+	}
+	g.human("More?")
+	g.send(reply{})
+	if g.rig.counter("not_sent", "compaction") != 2 || g.rig.counter("removed", "compaction") != 1 {
+		t.Fatal("the image is not sent on every request, and removed once")
+	}
+}
+
+// The seed's cases again with the official Anthropic SDK as the client:
+// the reply appended as the SDK gives it back (Message.ToParam), tool
+// results with a screenshot, a new question at the next turn.
+func TestProxySeedWithTheAnthropicSDK(t *testing.T) {
+	run := func(window int, keep string) (*agentRig, [][]byte) {
+		rig := newAgentRig(t, window, &session.Mem{})
+		client := asdk.NewClient(aoption.WithBaseURL(rig.srv.URL), aoption.WithAPIKey("k"), aoption.WithMaxRetries(0),
+			aoption.WithHeader("X-Imgctx-Keep-Turn-Images", keep))
+		raw, _ := samplePNG(t)
+		msgs := []asdk.MessageParam{asdk.NewUserMessage(asdk.NewTextBlock("Open the login page."))}
+		var sent [][]byte
+		call := func(next reply) *asdk.Message {
+			rig.up.mu.Lock()
+			rig.up.next = next
+			rig.up.mu.Unlock()
+			m, err := client.Messages.New(t.Context(), asdk.MessageNewParams{Model: "agent-1", MaxTokens: 256, Messages: msgs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := rig.up.last()
+			sent = append(sent, body)
+			msgs = append(msgs, m.ToParam())
+			return m
+		}
+		shot := 0
+		answer := func(m *asdk.Message) {
+			var results []asdk.ContentBlockParamUnion
+			for _, b := range m.Content {
+				if b.Type != "tool_use" {
+					continue
+				}
+				shot++
+				img := asdk.NewImageBlockBase64("image/png", base64.StdEncoding.EncodeToString(distinctPNG(raw, shot)))
+				results = append(results, asdk.ContentBlockParamUnion{OfToolResult: &asdk.ToolResultBlockParam{ToolUseID: b.ID,
+					Content: []asdk.ToolResultBlockParamContentUnion{{OfText: &asdk.TextBlockParam{Text: "captured"}}, {OfImage: img.OfImage}}}})
+			}
+			msgs = append(msgs, asdk.NewUserMessage(results...))
+		}
+		answer(call(reply{tools: 1}))
+		answer(call(reply{tools: 1}))
+		call(reply{})
+		msgs = append(msgs, asdk.NewUserMessage(asdk.NewTextBlock("And the next page?")))
+		call(reply{})
+		return rig, sent
+	}
+	// 200k window: both kept at the billed cost; the switch changes
+	// nothing in the turn, and takes both away at the next turn when off.
+	on, onSent := run(200_000, "on")
+	_, offSent := run(200_000, "off")
+	for i := range 3 {
+		if !bytes.Equal(onSent[i], offSent[i]) {
+			t.Fatalf("request %d of the turn differs with the switch on and off", i+1)
+		}
+	}
+	if bytes.Count(onSent[3], []byte(`"type":"image"`)) != 2 || on.counter("kept", "") != 2 {
+		t.Fatalf("switch on: %d images at the next turn, %d kept", bytes.Count(onSent[3], []byte(`"type":"image"`)), on.counter("kept", ""))
+	}
+	// The opening message went as the SDK sent it: the key is found from it.
+	sp, _ := anthropic.Scan(onSent[0], wire.ScanOptions{})
+	if p, err := on.sessions.LoadProxied(t.Context(), "default", conversationKey("default", upstream.Anthropic, http.Header{}, sp)); err != nil {
+		t.Fatal(err)
+	} else if n, cost := kept(p); n != 2 || cost != 2*1334 {
+		t.Fatalf("%d kept at %d tokens; want 2 at the billed 1334 each", n, cost)
+	}
+	if bytes.Count(offSent[3], []byte(`(key_off)]`)) != 2 {
+		t.Fatal("switch off: the next turn still carries the tool images")
+	}
+	// 20k window, budget 2,000: the second is ephemeral, a marker next turn.
+	small, smallSent := run(20_000, "on")
+	if bytes.Count(smallSent[2], []byte(`"type":"image"`)) != 2 || bytes.Count(smallSent[3], []byte(`(budget)]`)) != 1 || small.counter("removed", "budget") != 1 {
+		t.Fatal("over the budget: the image was not sent through its turn, or not a counted marker at the next")
 	}
 }
