@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
@@ -37,7 +38,7 @@ func agentProfile(window int) tokens.Profile {
 // written), refuses a prompt over its window, and answers what the test
 // scripted: tool calls, or text.
 type pricedUpstream struct {
-	t       *testing.T
+	t       testing.TB
 	profile tokens.Profile
 	srv     *httptest.Server
 
@@ -48,6 +49,7 @@ type pricedUpstream struct {
 	prev     []block
 	written  int // cache-written tokens, all requests
 	read     int
+	breaks   int   // requests that did not begin with all of the previous one
 	next     reply // the next answer
 	overflow int   // refuse prompts over this many tokens (0: the window)
 	calls    int
@@ -64,7 +66,7 @@ type block struct {
 	cost int
 }
 
-func newPriced(t *testing.T, p tokens.Profile) *pricedUpstream {
+func newPriced(t testing.TB, p tokens.Profile) *pricedUpstream {
 	u := &pricedUpstream{t: t, profile: p}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.handle))
 	t.Cleanup(u.srv.Close)
@@ -194,6 +196,9 @@ func (u *pricedUpstream) handle(w http.ResponseWriter, r *http.Request) {
 	for i := 0; i < len(blocks) && i < len(u.prev) && blocks[i] == u.prev[i]; i++ {
 		cached += blocks[i].cost
 	}
+	if i := len(u.prev); i > 0 && (len(blocks) < i || cached < sum(u.prev)) {
+		u.breaks++
+	}
 	u.prev = blocks
 	u.read += cached
 	u.written += prompt - cached
@@ -216,6 +221,21 @@ func (u *pricedUpstream) handle(w http.ResponseWriter, r *http.Request) {
 		n, strings.Join(content, ","), stop, prompt-cached-max(prompt-cached-3, 0), max(prompt-cached-3, 0), cached)
 }
 
+func sum(bs []block) int {
+	n := 0
+	for _, b := range bs {
+		n += b.cost
+	}
+	return n
+}
+
+// expire empties the emulated cache, as a provider's TTL would.
+func (u *pricedUpstream) expire() {
+	u.mu.Lock()
+	u.prev = nil
+	u.mu.Unlock()
+}
+
 func (u *pricedUpstream) last() ([]byte, int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -230,12 +250,14 @@ type agentRig struct {
 	images   imagestore.Store
 	profile  tokens.Profile
 	cached   int // engine.ProxyCached
+	lowWater float64
+	clock    func() time.Time
 	server   *Server
 	srv      *httptest.Server
 	reg      *prometheus.Registry
 }
 
-func newAgentRig(t *testing.T, window int, sessions session.Store) *agentRig {
+func newAgentRig(t testing.TB, window int, sessions session.Store) *agentRig {
 	a := &agentRig{profile: agentProfile(window), sessions: sessions, images: imagestore.Verified{Store: &imagestore.Mem{}}}
 	a.up = newPriced(t, a.profile)
 	a.restart(t)
@@ -244,12 +266,12 @@ func newAgentRig(t *testing.T, window int, sessions session.Store) *agentRig {
 
 // restart builds a new gateway and engine over the same stores, as a
 // restarted process would.
-func (a *agentRig) restart(t *testing.T) {
+func (a *agentRig) restart(t testing.TB) {
 	if a.srv != nil {
 		a.srv.Close()
 	}
 	tbl, _ := tokens.Default().With(a.profile)
-	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached}, Images: a.images, Sessions: a.sessions, Profiles: tbl,
+	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.Anthropic, BaseURL: a.up.srv.URL, APIKey: "k", MaxRetries: -1}}
 	a.reg = prometheus.NewRegistry()
 	a.server = New(Config{MaxBodyBytes: 64 << 20}, e, a.reg, discardLogger())
@@ -293,6 +315,9 @@ type agent struct {
 	sent    [][]byte // the upstream bodies, one per request
 	images  []int    // images the client sent, per request
 	png     []byte
+	// direct, when set, sends to the upstream itself, each body first
+	// passed through it (a client-side policy to compare with).
+	direct func([]byte) []byte
 }
 
 // tester is what the agent needs of a *testing.T or a *rapid.T.
@@ -302,7 +327,7 @@ type tester interface {
 	Fatalf(string, ...any)
 }
 
-func newAgent(t *testing.T, rig *agentRig, first string) *agent {
+func newAgent(t testing.TB, rig *agentRig, first string) *agent {
 	raw, _ := samplePNG(t)
 	return &agent{t: t, rig: rig, first: first, png: raw, header: map[string]string{}}
 }
@@ -327,7 +352,11 @@ func (g *agent) post(next reply) (*http.Response, []byte) {
 	g.rig.up.next = next
 	g.rig.up.mu.Unlock()
 	body := g.body()
-	req, _ := http.NewRequest("POST", g.rig.srv.URL+"/v1/messages", bytes.NewReader(body))
+	url, out := g.rig.srv.URL, body
+	if g.direct != nil {
+		url, out = g.rig.up.srv.URL, g.direct(body)
+	}
+	req, _ := http.NewRequest("POST", url+"/v1/messages", bytes.NewReader(out))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	for k, v := range g.header {

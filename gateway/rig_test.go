@@ -207,7 +207,7 @@ func (g *gw) do(t *testing.T, method, path, key string, body []byte, header ...s
 	return resp, b
 }
 
-func samplePNG(t *testing.T) (raw []byte, b64 string) {
+func samplePNG(t testing.TB) (raw []byte, b64 string) {
 	raw, err := os.ReadFile("../testdata/screenshot.png")
 	if err != nil {
 		t.Fatal(err)
