@@ -474,3 +474,23 @@ func TestHintsOverrideTheProfile(t *testing.T) {
 		t.Fatalf("events %+v", r.events)
 	}
 }
+
+// Within a turn the Anthropic requests are byte-identical with the switch
+// on or off, cache breakpoints included: an image kept mid-turn does not
+// move a breakpoint until the next turn.
+func TestSwitchChangesNoBreakpointInsideATurn(t *testing.T) {
+	run := func(keep bool) [][]byte {
+		r := newRig(t, upstream.Anthropic, 100000, reply{toolCall: "screenshot"}, reply{toolCall: "screenshot"}, reply{text: "Done."})
+		id := r.session(t, keep)
+		res := r.call(t, id, user("Open the login page."))
+		res = r.call(t, id, toolResult(t, res, screenshot(640, 400, 3)))
+		r.call(t, id, toolResult(t, res, screenshot(640, 400, 4)))
+		return r.up.requests
+	}
+	on, off := run(true), run(false)
+	for i := range on {
+		if !bytes.Equal(on[i], off[i]) {
+			t.Fatalf("request %d of the turn differs with the switch on and off:\n on %s\noff %s", i+1, on[i], off[i])
+		}
+	}
+}

@@ -78,9 +78,11 @@ func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
 }
 
 // encode writes msgs as a request in the upstream's format. With
-// breakpoints (Anthropic), the system prompt, the last message holding a
-// kept image and the newest message are marked for the prompt cache, so
-// system, tools and kept images sit in the cached prefix.
+// breakpoints (Anthropic), the system prompt, the last message before this
+// turn holding a kept image and the newest message are marked for the
+// prompt cache, so system, tools and kept images sit in the cached prefix.
+// An image kept during the turn moves no breakpoint until the next turn:
+// within a turn the requests are the same with the switch on or off.
 func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool) ([]byte, error) {
 	model := c.meta.Settings.Model
 	src := c.e.ImageSource(ctx, c.tenant)
@@ -92,7 +94,7 @@ func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool
 		var cache anthropic.Cache
 		if breakpoints {
 			cache.System = len(msgs) > 0 && msgs[0].Role == chat.System
-			for i := len(msgs) - 1; i >= 0; i-- {
+			for i := min(len(msgs), c.st.TurnStart) - 1; i >= 0; i-- {
 				if holdsKept(msgs[i]) {
 					cache.Messages = append(cache.Messages, i)
 					break
