@@ -159,6 +159,7 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/sessions", "sessions_create", openaiShape, s.createSession)
 	route("GET /v1/sessions/{id}", "sessions_get", openaiShape, s.getSession)
 	route("DELETE /v1/sessions/{id}", "sessions_delete", openaiShape, s.deleteSession)
+	route("PATCH /v1/sessions/{id}", "sessions_patch", openaiShape, s.patchSession)
 	route("POST /v1/sessions/{id}/turn", "sessions_turn", openaiShape, s.turn)
 	route("GET /v1/sessions/{id}/export", "sessions_export", openaiShape, s.exportSession)
 	route("GET /v1/sessions/{id}/keepimg", "keepimg", openaiShape, s.keepimg)

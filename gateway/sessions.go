@@ -1,13 +1,18 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
@@ -158,6 +163,47 @@ func dropUnkept(parts []chat.Part) []chat.Part {
 	return out
 }
 
+// patchSession changes a session's settings: {"keep_turn_images": false}
+// and/or {"model": "…"}. As the seed says of its switch, turning keeping
+// off takes effect at the next turn's start (kept images leave then,
+// caption and marker kept); the turn in progress goes on as it began. A new
+// model is used from the next request.
+func (s *Server) patchSession(w http.ResponseWriter, r *http.Request, tenant string) {
+	var req struct {
+		Model          *string `json:"model"`
+		KeepTurnImages *bool   `json:"keep_turn_images"`
+	}
+	body, err := s.readBody(r)
+	if err == nil {
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.DisallowUnknownFields()
+		err = d.Decode(&req)
+	}
+	if err != nil || (req.Model != nil && (*req.Model == "" || len(*req.Model) > maxModelName)) {
+		fail(w, openaiShape, reason.New(reason.Invalid, `body must be {"keep_turn_images": true|false, "model": "…"} (either or both)`))
+		return
+	}
+	id := session.ID(r.PathValue("id"))
+	snap, err := s.engine.Sessions.Load(r.Context(), tenant, id)
+	if err != nil {
+		fail(w, openaiShape, err)
+		return
+	}
+	st := snap.Meta.Settings
+	if req.Model != nil {
+		st.Model = *req.Model
+	}
+	if req.KeepTurnImages != nil {
+		st.KeepTurnImages = *req.KeepTurnImages
+	}
+	m, err := s.engine.Sessions.SetSettings(r.Context(), tenant, id, st)
+	if err != nil {
+		fail(w, openaiShape, err)
+		return
+	}
+	replyJSON(w, http.StatusOK, sessionJSON(m))
+}
+
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, tenant string) {
 	if err := s.engine.Sessions.Delete(r.Context(), tenant, session.ID(r.PathValue("id"))); err != nil {
 		fail(w, openaiShape, err)
@@ -188,12 +234,11 @@ func (s *Server) keepimg(w http.ResponseWriter, r *http.Request, tenant string) 
 		return
 	}
 	p := s.engine.Profile(snap.Meta.Settings.Model)
-	frac := s.engine.Keep.BudgetFraction
-	if frac <= 0 {
-		frac = 0.10
-	}
 	used := policy.KeptCost(snap.State.Live)
-	budget := int(frac * float64(p.ContextWindow))
+	budget := 0
+	if snap.Meta.Thread == chat.Main && snap.Meta.Settings.KeepTurnImages {
+		budget = s.engine.Keep.Budget(p.ContextWindow) // nothing can be kept elsewhere
+	}
 	replyJSON(w, http.StatusOK, map[string]any{
 		"vision_enabled": p.Vision, "engine_sees_images": !snap.State.Keep.EngineBlind,
 		"keep_turn_images": snap.Meta.Settings.KeepTurnImages, "main_thread": snap.Meta.Thread == chat.Main,
@@ -201,10 +246,35 @@ func (s *Server) keepimg(w http.ResponseWriter, r *http.Request, tenant string) 
 	})
 }
 
+// storeRefusal refuses, before anything is read, an image keepimg/store
+// cannot take: a remote or other URL, a malformed ref, unreadable base64,
+// bytes that are not an image. why is "" when the image may go on.
+func storeRefusal(url string) (status int, why, msg string) {
+	switch {
+	case strings.HasPrefix(url, "http://") || strings.HasPrefix(url, "https://"):
+		return http.StatusUnprocessableEntity, "remote_url", "remote URLs are not stored here; send the image inline"
+	case strings.HasPrefix(url, engine.RefScheme):
+		if _, err := blob.Parse(strings.TrimPrefix(url, engine.RefScheme)); err != nil {
+			return http.StatusBadRequest, "bad_ref", "malformed imgctx: ref: " + err.Error()
+		}
+		return 0, "", ""
+	case len(url) >= 5 && strings.EqualFold(url[:5], "data:"):
+		d, err := media.ParseDataURL(url)
+		if err != nil {
+			return http.StatusBadRequest, "unreadable_base64", err.Error()
+		}
+		if mt, kind, ok := media.Sniff(d.Data); ok && kind != media.KindImage {
+			return http.StatusUnsupportedMediaType, "not_an_image", mt + " sent as an image"
+		}
+		return 0, "", ""
+	}
+	return http.StatusUnprocessableEntity, "unsupported_url", "only inline data: URLs and imgctx: refs are stored here"
+}
+
 // keepimgStore stores the one image a message carries and returns the
 // message rewritten by ref, with its weight in bytes; or a refusal with a
-// reason: text only, remote URL, unknown format, unreadable base64, two
-// images.
+// reason: text only, two images, remote or other URL, malformed or unknown
+// ref, unreadable base64, not an image, unknown format, too large.
 func (s *Server) keepimgStore(w http.ResponseWriter, r *http.Request, tenant string) {
 	if _, err := s.engine.Sessions.Load(r.Context(), tenant, session.ID(r.PathValue("id"))); err != nil {
 		fail(w, openaiShape, err)
@@ -234,26 +304,26 @@ func (s *Server) keepimgStore(w http.ResponseWriter, r *http.Request, tenant str
 	refuse := func(status int, why, msg string) {
 		replyJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error", "code": why, "param": nil}, "refused": why})
 	}
-	switch {
-	case len(imgs) == 0:
+	if len(imgs) == 0 {
 		refuse(http.StatusUnprocessableEntity, "text_only", "the message carries no image")
 		return
-	case len(imgs) > 1:
+	}
+	if len(imgs) > 1 {
 		refuse(http.StatusUnprocessableEntity, "two_images", fmt.Sprintf("the message carries %d images; send exactly one", len(imgs)))
 		return
-	case strings.HasPrefix(imgs[0].URL, "http://") || strings.HasPrefix(imgs[0].URL, "https://"):
-		refuse(http.StatusUnprocessableEntity, "remote_url", "remote URLs are not stored here; send the image inline")
+	}
+	if status, why, msg := storeRefusal(imgs[0].URL); why != "" {
+		refuse(status, why, msg)
 		return
 	}
 	msgs, err := s.engine.Ingest(r.Context(), tenant, req.Messages)
 	if err != nil {
-		status, _ := classify(err)
-		why := "unknown_format"
-		if status == http.StatusBadRequest {
-			why = "unreadable_base64"
-		}
-		if reason.Of(err) == reason.TooLarge {
-			why = "too_large"
+		status, why := http.StatusUnsupportedMediaType, "unknown_format"
+		switch {
+		case errors.Is(err, engine.ErrUnknownRef):
+			status, why = http.StatusNotFound, "unknown_ref"
+		case reason.Of(err) == reason.TooLarge:
+			status, why = http.StatusRequestEntityTooLarge, "too_large"
 		}
 		refuse(status, why, err.Error())
 		return

@@ -136,6 +136,10 @@ func TestKeepimgStore(t *testing.T) {
 		{"unreadable base64", msg(img("data:image/png;base64,@@@@")), 400, "unreadable_base64"},
 		{"two images", msg(img("data:image/png;base64,"+b64) + "," + img("data:image/png;base64,"+b64)), 422, "two_images"},
 		{"five-character URL", msg(img("data:")), 400, "unreadable_base64"},
+		{"a PDF sent as an image", msg(img("data:image/png;base64,JVBERi0xLjQKJSVFT0YK")), 415, "not_an_image"},
+		{"malformed ref", msg(img("imgctx:sha256-nothex")), 400, "bad_ref"},
+		{"unknown ref", msg(img("imgctx:sha256-" + strings.Repeat("ab", 32))), 404, "unknown_ref"},
+		{"file URL", msg(img("file:///etc/passwd")), 422, "unsupported_url"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,6 +157,15 @@ func TestKeepimgStore(t *testing.T) {
 	}
 	if n := g.stored(t, "default"); n != 1 {
 		t.Fatalf("%d images stored; refusals must store nothing", n)
+	}
+	// Where nothing can be kept (a sub-agent's thread, the switch off),
+	// there is no budget to report.
+	for _, create := range []string{`{"model":"gpt-4o","thread":"sub"}`, `{"model":"gpt-4o","keep_turn_images":false}`} {
+		_, body := g.do(t, "POST", "/v1/sessions", "", []byte(create))
+		_, body = g.do(t, "GET", "/v1/sessions/"+decodeJSON(t, body)["id"].(string)+"/keepimg", "", nil)
+		if k := decodeJSON(t, body); k["budget"].(float64) != 0 || k["available"].(float64) != 0 {
+			t.Fatalf("%s: keepimg %v", create, k)
+		}
 	}
 }
 
@@ -185,5 +198,40 @@ func TestSessionsAPICrossFormatCarriesOnlyTheUpstreamsFields(t *testing.T) {
 	want := `{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"` + pdf + `"},"title":"spec.pdf"`
 	if !strings.Contains(sent, want) || !strings.Contains(sent, `"text":"Summarise <this> & that."`) {
 		t.Fatalf("the upstream body lacks the native document or the text as written:\n%s", sent)
+	}
+}
+
+// The switch turned off mid-session (seed: "clé retirée: l'image part au
+// début du tour suivant, légende et marque gardées"): the open turn goes
+// on as it began, its screenshot kept; the next turn starts without it.
+func TestPatchTurnsKeepingOffAtTheNextTurn(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	g.up.toolCalls = []string{"screenshot"}
+	_, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o","keep_turn_images":true}`))
+	id := decodeJSON(t, body)["id"].(string)
+	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"Open the login page."}]}`))
+	resp, body := g.do(t, "PATCH", "/v1/sessions/"+id, "", []byte(`{"keep_turn_images":false}`))
+	if resp.StatusCode != 200 || decodeJSON(t, body)["keep_turn_images"] != false {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	_, b64 := samplePNG(t)
+	tool := fmt.Sprintf(`{"messages":[{"role":"tool","tool_call_id":"call_1","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`, b64)
+	_, body = g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(tool))
+	if !bytes.Contains(body, []byte(`"kind":"kept"`)) {
+		t.Fatalf("the open turn did not go on as it began: %s", body)
+	}
+	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"And now?"}]}`))
+	got := g.up.received()
+	last := got[len(got)-1]
+	if countImages(last) != 0 || !bytes.Contains(last, []byte("(key_off)]")) {
+		t.Fatalf("the next turn still carries the kept image: %d images", countImages(last))
+	}
+	for _, bad := range []string{`{"keep_turn_images":"no"}`, `{"colour":"blue"}`, `{"model":""}`, `not json`} {
+		if resp, _ := g.do(t, "PATCH", "/v1/sessions/"+id, "", []byte(bad)); resp.StatusCode != 400 {
+			t.Errorf("%s: %d", bad, resp.StatusCode)
+		}
+	}
+	if resp, _ := g.do(t, "PATCH", "/v1/sessions/s_000000000000000000000000", "", []byte(`{"keep_turn_images":true}`)); resp.StatusCode != 404 {
+		t.Errorf("unknown session: %d", resp.StatusCode)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/imagestore"
 )
 
@@ -124,6 +125,17 @@ func (m *Mem) Append(_ context.Context, tenant string, id ID, entries []Entry, s
 	}
 	s.state, s.meta.Updated = state, now
 	return out, nil
+}
+
+func (m *Mem) SetSettings(_ context.Context, tenant string, id ID, st chat.Settings) (Meta, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.lookup(tenant, id)
+	if err != nil {
+		return Meta{}, err
+	}
+	s.meta.Settings, s.meta.Updated = st, m.now()
+	return s.meta, nil
 }
 
 func (m *Mem) List(_ context.Context, tenant string) ([]Meta, error) {

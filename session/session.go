@@ -80,6 +80,9 @@ type Store interface {
 	// Append adds entries to the log and replaces the state, atomically. It
 	// assigns the entries' sequence numbers and returns them as stored.
 	Append(ctx context.Context, tenant string, id ID, entries []Entry, st State) ([]Entry, error)
+	// SetSettings replaces a session's settings (model, keep switch) and
+	// returns its meta; the engine reads them at the next turn's start.
+	SetSettings(ctx context.Context, tenant string, id ID, st chat.Settings) (Meta, error)
 	// List returns the tenant's sessions, oldest first.
 	List(ctx context.Context, tenant string) ([]Meta, error)
 	// Delete removes a session and its log; a missing one is ErrNotFound.

@@ -273,6 +273,22 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("settings change, for the tenant only", func(t *testing.T) {
+		s := h.New(t)
+		m, _ := s.Create(ctx, meta)
+		want := chat.Settings{Model: "claude-opus-4-1", KeepTurnImages: false}
+		got, err := s.SetSettings(ctx, "alpha", m.ID, want)
+		if err != nil || got.Settings != want || got.ID != m.ID || got.Thread != m.Thread {
+			t.Fatalf("set settings: %v %+v", err, got)
+		}
+		if snap, _ := s.Load(ctx, "alpha", m.ID); snap.Meta.Settings != want {
+			t.Fatalf("loaded settings %+v", snap.Meta.Settings)
+		}
+		if _, err := s.SetSettings(ctx, "beta", m.ID, want); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("another tenant changed alpha's session: %v", err)
+		}
+	})
+
 	t.Run("proxied decisions round-trip, per tenant, and expire when idle", func(t *testing.T) {
 		s := h.New(t)
 		if _, err := s.LoadProxied(ctx, "alpha", "k1"); !errors.Is(err, session.ErrNotFound) {

@@ -237,6 +237,28 @@ func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entrie
 	return out, nil
 }
 
+func (s *Store) SetSettings(ctx context.Context, tenant string, id session.ID, st chat.Settings) (session.Meta, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return session.Meta{}, fmt.Errorf("set settings: %w", err)
+	}
+	defer tx.Rollback()
+	meta, _, err := s.meta(ctx, tx, tenant, id)
+	if err != nil {
+		return session.Meta{}, err
+	}
+	meta.Settings, meta.Updated = st, s.now()
+	m, _ := json.Marshal(metaJSON{meta.Thread, st.Model, st.KeepTurnImages})
+	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET meta = ?, updated_at = ? WHERE tenant = ? AND id = ?`,
+		string(m), meta.Updated.UnixNano(), tenant, string(id)); err != nil {
+		return session.Meta{}, fmt.Errorf("set settings: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return session.Meta{}, fmt.Errorf("set settings: %w", err)
+	}
+	return meta, nil
+}
+
 func (s *Store) List(ctx context.Context, tenant string) ([]session.Meta, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id FROM sessions WHERE tenant = ? ORDER BY created_at, id`, tenant)
 	if err != nil {
