@@ -397,6 +397,9 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 		if c.st.Turn == nil {
 			return fmt.Errorf("%w: the open turn has no saved state", ErrBadTurn)
 		}
+		if err := answersOpenCalls(c.st.Live, incoming); err != nil {
+			return err
+		}
 		c.turn = policy.ResumeTurn(c.keepTurn(), *c.st.Turn)
 	case c.st.TurnOpen:
 		return fmt.Errorf("%w: the last reply called tools; send their results (role tool) first", ErrBadTurn)
@@ -405,6 +408,32 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 	}
 	for _, m := range incoming {
 		c.st.Live = append(c.st.Live, c.relay(m))
+	}
+	return nil
+}
+
+// answersOpenCalls checks that every tool result answers a call the last
+// reply made: a result for another call would reach the upstream as a
+// request it must refuse, or worse, be taken as the answer to a call
+// nobody made.
+func answersOpenCalls(live, incoming []chat.Message) error {
+	open := map[string]bool{}
+	for i := len(live) - 1; i >= 0; i-- {
+		if live[i].Role == chat.Assistant {
+			for _, p := range live[i].Parts {
+				if tc, ok := p.(chat.ToolCall); ok {
+					open[tc.ID] = true
+				}
+			}
+			break
+		}
+	}
+	for _, m := range incoming {
+		for _, p := range m.Parts {
+			if tr, ok := p.(chat.ToolResult); ok && !open[tr.CallID] {
+				return fmt.Errorf("%w: a tool result for call %q, which the last reply did not make", ErrBadTurn, tr.CallID)
+			}
+		}
 	}
 	return nil
 }

@@ -2,16 +2,20 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire"
 )
 
 // Seed keep-turn-images.md, "La boucle du tour" and "Le vrai hôte", and the
@@ -492,5 +496,82 @@ func TestSwitchChangesNoBreakpointInsideATurn(t *testing.T) {
 		if !bytes.Equal(on[i], off[i]) {
 			t.Fatalf("request %d of the turn differs with the switch on and off:\n on %s\noff %s", i+1, on[i], off[i])
 		}
+	}
+}
+
+// fullStore is an image store whose disk is full: it refuses every write.
+type fullStore struct{ imagestore.Store }
+
+func (fullStore) Put(context.Context, string, blob.Ref, []byte) error {
+	return errors.New("no space left on device")
+}
+
+// Seed keep-turn-images, "rangement refusé": a tool image the store
+// refuses is no error. It is sent inline through its turn, ephemeral,
+// keeping stops for the rest of the turn, and the next turn has its
+// marker (reason refused).
+func TestStoreRefusalAtRelayLeavesTheImageEphemeral(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000, reply{toolCall: "screenshot"}, reply{toolCall: "screenshot"}, reply{text: "Done."}, reply{text: "ok"})
+			r.engine.Images = fullStore{r.engine.Images}
+			id := r.session(t, true)
+			res := r.call(t, id, user("Open the login page."))
+			shot := screenshot(640, 400, 9)
+			res = r.call(t, id, toolResult(t, res, shot))
+			r.call(t, id, toolResult(t, res, screenshot(640, 400, 10)))
+			b64 := shot[strings.Index(shot, ",")+1:]
+			if !bytes.Contains(r.up.requests[1], []byte(b64[:400])) || !bytes.Contains(r.up.requests[2], []byte(b64[:400])) {
+				t.Fatal("the refused image was not sent through its turn")
+			}
+			if !hasEvent(r.events, "refused", "refused") {
+				t.Fatal("no refused event")
+			}
+			r.call(t, id, user("And now?"))
+			last := r.up.requests[len(r.up.requests)-1]
+			if bytes.Contains(last, []byte(b64[:400])) || bytes.Count(last, []byte("(refused)]")) != 2 {
+				t.Fatalf("the next turn: %d refused markers", bytes.Count(last, []byte("(refused)]")))
+			}
+		})
+	}
+}
+
+// A tool result must answer a call the last reply made.
+func TestToolResultForACallNotMadeIsRefused(t *testing.T) {
+	r := newRig(t, upstream.OpenAI, 100000, reply{toolCall: "screenshot"}, reply{text: "Done."})
+	id := r.session(t, true)
+	r.call(t, id, user("Open the login page."))
+	stray := []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "call_nobody_made", Parts: []chat.Part{chat.Text{Text: "?"}}}}}}
+	if _, err := r.engine.Call(t.Context(), "acme", id, stray); !errors.Is(err, ErrBadTurn) {
+		t.Fatalf("a result for a call not made: %v", err)
+	}
+	if n := len(r.up.requests); n != 1 {
+		t.Fatalf("%d upstream requests; the stray result must not be sent", n)
+	}
+}
+
+// When the summariser's own request is too long, the client is told that
+// the context is full — not handed the summariser's upstream error as if
+// its own request had been refused.
+func TestSummarisersOverflowIsNotTheRequestsError(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000)
+			id := r.session(t, false)
+			for range 3 {
+				r.up.replies = append(r.up.replies, reply{text: strings.Repeat("Seen. ", 100)})
+				r.call(t, id, user(strings.Repeat("look ", 800)))
+			}
+			r.up.overflowAt = 100
+			r.up.summaryOverflow = true
+			_, err := r.engine.Call(t.Context(), "acme", id, user("And now?"))
+			var we *wire.Error
+			if !errors.Is(err, ErrContextFull) || errors.As(err, &we) || !strings.Contains(err.Error(), "summary request") {
+				t.Fatalf("got %v; want ErrContextFull naming the summary request", err)
+			}
+			if len(r.up.summaries) != 1 {
+				t.Fatalf("%d summary requests", len(r.up.summaries))
+			}
+		})
 	}
 }

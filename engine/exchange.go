@@ -143,8 +143,8 @@ func (c *call) relieve(ctx context.Context) error {
 		return nil
 	}
 	err := c.compact(ctx)
-	if errors.Is(err, policy.ErrNotWorthCompacting) {
-		return nil // nothing to summarise yet: let the upstream decide
+	if errors.Is(err, policy.ErrNotWorthCompacting) || errors.Is(err, ErrContextFull) {
+		return nil // nothing to summarise yet, or too much to: let the upstream decide
 	}
 	return err
 }

@@ -58,6 +58,8 @@ type scripted struct {
 	imageTokens []int    // of which image tokens
 	overflowAt  int      // answer prompt-too-long above this many tokens (0: the window)
 	failNext    int      // answer 503 this many times first
+	// summaryOverflow answers the summariser's requests prompt-too-long.
+	summaryOverflow bool
 }
 
 func newScripted(t *testing.T, format upstream.Format, p tokens.Profile, replies ...reply) *scripted {
@@ -130,6 +132,15 @@ func (s *scripted) handle(w http.ResponseWriter, r *http.Request) {
 	msgs := s.decode(body)
 	if len(msgs) > 0 && msgs[0].Role == chat.System && msgs[0].TextContent() == SummaryPrompt {
 		s.summaries = append(s.summaries, body)
+		if s.summaryOverflow {
+			w.WriteHeader(400)
+			if s.format == upstream.Anthropic {
+				io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 300000 tokens > 200000 maximum"}}`)
+			} else {
+				io.WriteString(w, `{"error":{"message":"This model's maximum context length is 200000 tokens. However, your messages resulted in 300000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`)
+			}
+			return
+		}
 		s.answer(w, reply{text: "Summary: the user asked for screenshots of the login page."}, 200, 20)
 		return
 	}

@@ -27,7 +27,7 @@ func (e *Engine) Ingest(ctx context.Context, tenant string, msgs []chat.Message)
 	out := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		m = m.Clone()
-		if err := e.ingestParts(ctx, tenant, m.Parts); err != nil {
+		if err := e.ingestParts(ctx, tenant, m.Parts, false); err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
 		out[i] = m
@@ -35,7 +35,8 @@ func (e *Engine) Ingest(ctx context.Context, tenant string, msgs []chat.Message)
 	return out, nil
 }
 
-func (e *Engine) ingestParts(ctx context.Context, tenant string, parts []chat.Part) error {
+// ingestParts ingests parts in place; inTool says they are a tool result's.
+func (e *Engine) ingestParts(ctx context.Context, tenant string, parts []chat.Part, inTool bool) error {
 	for i, p := range parts {
 		switch p := p.(type) {
 		case chat.Image:
@@ -49,10 +50,20 @@ func (e *Engine) ingestParts(ctx context.Context, tenant string, parts []chat.Pa
 			if in.Kind != media.KindImage {
 				return reason.New(reason.Invalid, in.MediaType+" sent as an image")
 			}
+			p.MediaType, p.Bytes, p.Width, p.Height = in.MediaType, in.Bytes, in.Width, in.Height
 			if err := e.store(ctx, tenant, in, data); err != nil {
-				return err
+				if !inTool || reason.Of(err) != reason.Refused || data == nil {
+					return err
+				}
+				// Seed keep-turn-images, "rangement refusé": a tool image
+				// the store refuses stays inline, ephemeral, for its turn
+				// only (relaying it stops keeping for the turn); it is a
+				// marker from the next turn on.
+				e.log().Warn("the image store refused a tool image: it is sent this turn only", "err", err)
+				parts[i] = p
+				continue
 			}
-			p.URL, p.Ref, p.MediaType, p.Bytes, p.Width, p.Height = "", in.Ref, in.MediaType, in.Bytes, in.Width, in.Height
+			p.URL, p.Ref = "", in.Ref
 			parts[i] = p
 		case chat.Document:
 			if p.URL == "" {
@@ -68,7 +79,7 @@ func (e *Engine) ingestParts(ctx context.Context, tenant string, parts []chat.Pa
 			p.URL, p.Ref, p.MediaType, p.Pages = "", in.Ref, in.MediaType, in.Pages
 			parts[i] = p
 		case chat.ToolResult:
-			if err := e.ingestParts(ctx, tenant, p.Parts); err != nil {
+			if err := e.ingestParts(ctx, tenant, p.Parts, true); err != nil {
 				return err
 			}
 		}

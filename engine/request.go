@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
 	"github.com/imgctx/imgctx/wire/openai"
 )
@@ -137,8 +139,14 @@ func (s summariser) Summarise(ctx context.Context, msgs []chat.Message) (string,
 		return "", err
 	}
 	r, err := s.c.roundTrip(ctx, body)
+	var we *wire.Error
+	if errors.As(err, &we) && we.Kind == wire.PromptTooLong {
+		// The summariser's own overflow is not the main request's: the
+		// client must not read it as an answer to what it sent.
+		return "", fmt.Errorf("%w: the summary request itself is too long for the model (%s)", ErrContextFull, we.Message)
+	}
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("the summary request: %w", err)
 	}
 	var b strings.Builder
 	for _, p := range r.message.Parts {
@@ -263,6 +271,10 @@ func (e *Engine) Base64(ctx context.Context, tenant string, ref blob.Ref) (strin
 func (e *Engine) ImageSource(ctx context.Context, tenant string) func(chat.Image) (mediaType, base64Data, url string, err error) {
 	return func(img chat.Image) (string, string, string, error) {
 		if !img.Ref.Valid() {
+			// Not stored (the store refused a tool image): inline as it came.
+			if _, b64, ok := strings.Cut(img.URL, ";base64,"); ok && strings.HasPrefix(strings.ToLower(img.URL), "data:") {
+				return img.MediaType, b64, "", nil
+			}
 			return "", "", img.URL, nil
 		}
 		data, err := e.Base64(ctx, tenant, img.Ref)

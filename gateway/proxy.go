@@ -402,10 +402,18 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	asIs := make([]bool, len(sp.Slots))
 	found := make([]*spanKey, len(sp.Slots))
 	for i, slot := range sp.Slots {
-		if err := s.commit(ctx, tenant, read[i]); err != nil {
-			return nil, nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
-		}
 		in := read[i].in
+		if err := s.commit(ctx, tenant, read[i]); err != nil {
+			if slot.Pos.Nested < 0 || slot.Kind != "image" || !read[i].canonical {
+				return nil, nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
+			}
+			// Seed keep-turn-images, "rangement refusé": a tool image the
+			// store refuses goes on as it came, ephemeral (relaying it
+			// finds it unstored and stops keeping for the turn).
+			s.log.Warn("the image store refused a tool image: it is sent as it came, this turn only", "err", err)
+		} else if slot.Via == "base64" && read[i].data == nil {
+			s.metrics.images.WithLabelValues("deduplicated", "").Inc() // re-sent: recognised, not stored again
+		}
 		asIs[i], found[i] = read[i].canonical, read[i].key
 		if slot.Kind == "document" {
 			wire.Put(msgs, slot.Pos, chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +16,9 @@ import (
 
 	asdk "github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sqlite"
 	"github.com/imgctx/imgctx/upstream"
@@ -442,5 +445,35 @@ func TestProxySeedWithTheAnthropicSDK(t *testing.T) {
 	small, smallSent := run(20_000, "on")
 	if bytes.Count(smallSent[2], []byte(`"type":"image"`)) != 2 || bytes.Count(smallSent[3], []byte(`(budget)]`)) != 1 || small.counter("removed", "budget") != 1 {
 		t.Fatal("over the budget: the image was not sent through its turn, or not a counted marker at the next")
+	}
+}
+
+// refusingStore is an image store whose disk is full.
+type refusingStore struct{ imagestore.Store }
+
+func (refusingStore) Put(context.Context, string, blob.Ref, []byte) error {
+	return errors.New("no space left on device")
+}
+
+// A tool image the store refuses is no error on the drop-in route either:
+// it goes as it came through its turn, and is a marker (refused) after.
+func TestProxyStoreRefusalLeavesTheToolImageEphemeral(t *testing.T) {
+	rig := newAgentRig(t, 200_000, &session.Mem{})
+	rig.images = refusingStore{rig.images}
+	rig.restart(t)
+	g := newAgent(t, rig, "Open the login page.")
+	g.start()
+	g.send(reply{tools: 1})
+	g.results(1, false, false)
+	g.send(reply{tools: 1})
+	g.results(0, false, false)
+	g.send(reply{})
+	if bytes.Count(g.sent[1], []byte(`"type":"image"`)) != 1 || bytes.Count(g.sent[2], []byte(`"type":"image"`)) != 1 {
+		t.Fatal("the refused tool image was not sent through its turn")
+	}
+	g.human("And now?")
+	g.send(reply{})
+	if bytes.Count(g.sent[3], []byte(`(refused)]`)) != 1 {
+		t.Fatal("no refused marker at the next turn")
 	}
 }
