@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"media":                {"blob", "mimetype", "reason"},
 	"tokens":               {"blob", "chat"},
 	"policy":               {"blob", "chat", "mimetype", "reason", "tokens"},
-	"session":              {"chat", "imagestore", "policy"},
+	"session":              {"blob", "chat", "imagestore", "policy", "reason"},
 	"session/sessiontest":  {"blob", "chat", "policy", "session"},
 	"session/sqlite":       {"chat", "imagestore", "session"},
 	"wire":                 {"blob", "chat", "mimetype", "wire/jsonspan"},
@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"scripts/agentcheck":   {},
 	"scripts/attack":       {},
 	"internal/bodies":      {},
-	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "session/sqlite", "tokens", "upstream"},
+	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "session", "session/sqlite", "tokens", "upstream"},
 }
 
 // forbiddenStd are standard packages a pure layer must not use.

@@ -3,12 +3,12 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"strings"
 
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
-	"github.com/imgctx/imgctx/wire/jsonspan"
 )
 
 // fingerprintBytes bounds what of each opening message names a
@@ -49,8 +49,8 @@ func conversationID(h http.Header, sp *wire.Spliced) string {
 		return "prompt_cache_key:" + v
 	}
 	if span, ok := sp.Top["metadata"]; ok {
-		if u, ok := wire.Member(sp.Body[span.Start:span.End], "user_id"); ok {
-			id, _ := jsonspan.String(u, 0, len(u))
+		var id string
+		if wire.DecodeMember(sp.Body[span.Start:span.End], "user_id", &id) {
 			// Claude Code: user_<hash>_account_<uuid>_session_<uuid>, or a
 			// JSON object with a session_id.
 			if _, session, ok := strings.Cut(id, "_session_"); ok {
@@ -67,10 +67,9 @@ func conversationID(h http.Header, sp *wire.Spliced) string {
 
 // topString is a top-level string member of the body, "" when absent.
 func topString(sp *wire.Spliced, name string) string {
-	span, ok := sp.Top[name]
-	if !ok || sp.Body[span.Start] != '"' {
-		return ""
+	var v string
+	if span, ok := sp.Top[name]; ok {
+		json.Unmarshal(sp.Body[span.Start:span.End], &v)
 	}
-	v, _ := jsonspan.String(sp.Body, span.Start, span.End)
 	return v
 }
