@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -233,5 +234,27 @@ func TestPatchTurnsKeepingOffAtTheNextTurn(t *testing.T) {
 	}
 	if resp, _ := g.do(t, "PATCH", "/v1/sessions/s_000000000000000000000000", "", []byte(`{"keep_turn_images":true}`)); resp.StatusCode != 404 {
 		t.Errorf("unknown session: %d", resp.StatusCode)
+	}
+}
+
+// An image over the budget is decided ephemeral mid-turn and removed at
+// the turn's end: one decision each in the metrics, one removal.
+func TestSessionsCountARemovalOnce(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	g.up.toolCalls = []string{"screenshot", "screenshot", "screenshot"}
+	_, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"tiny-vl"}`)) // budget 2,000
+	id := decodeJSON(t, body)["id"].(string)
+	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"Go."}]}`))
+	raw, _ := samplePNG(t)
+	for i := range 3 {
+		tool := fmt.Sprintf(`{"messages":[{"role":"tool","tool_call_id":"call_1","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`,
+			base64.StdEncoding.EncodeToString(distinctPNG(raw, i)))
+		if resp, body := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(tool)); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	m := metric(t, g, "imgctx_images_total")
+	if !strings.Contains(m, `event="removed",reason="budget"} 1`) || !strings.Contains(m, `event="ephemeral",reason="budget"} 1`) || !strings.Contains(m, `event="kept",reason=""} 2`) {
+		t.Fatalf("metrics:\n%s", m)
 	}
 }
