@@ -284,8 +284,8 @@ func TestProxyStaticHeaderNeverMergesConversations(t *testing.T) {
 // number of conversations is held in memory, the rest is on disk, keyed by
 // 64 hex digits).
 func TestProxyLargeSessionIDsLeaveMemoryFlat(t *testing.T) {
-	if testing.Short() {
-		t.Skip("10,000 requests")
+	if testing.Short() || raceEnabled {
+		t.Skip("10,000 requests: a test of volume, run without -short and -race")
 	}
 	dir := t.TempDir()
 	store, err := sqlite.Open(filepath.Join(dir, "s.db"))
