@@ -477,3 +477,62 @@ func TestProxyStoreRefusalLeavesTheToolImageEphemeral(t *testing.T) {
 		t.Fatal("no refused marker at the next turn")
 	}
 }
+
+// The reactive net and a cut completion, with the Anthropic SDK as the
+// client: prompt too long is answered by one replay without the kept
+// image; a cut completion measures nothing and its image leaves at the
+// next turn, unmeasured.
+func TestProxyReactiveNetAndCutWithTheAnthropicSDK(t *testing.T) {
+	rig := newAgentRig(t, 200_000, &session.Mem{})
+	client := asdk.NewClient(aoption.WithBaseURL(rig.srv.URL), aoption.WithAPIKey("k"), aoption.WithMaxRetries(0))
+	raw, _ := samplePNG(t)
+	msgs := []asdk.MessageParam{asdk.NewUserMessage(asdk.NewTextBlock("Open the login page."))}
+	call := func(next reply) (*asdk.Message, error) {
+		rig.up.mu.Lock()
+		rig.up.next = next
+		rig.up.mu.Unlock()
+		m, err := client.Messages.New(t.Context(), asdk.MessageNewParams{Model: "agent-1", MaxTokens: 256, Messages: msgs})
+		if err == nil {
+			msgs = append(msgs, m.ToParam())
+		}
+		return m, err
+	}
+	shot := 0
+	answer := func(m *asdk.Message) {
+		shot++
+		img := asdk.NewImageBlockBase64("image/png", base64.StdEncoding.EncodeToString(distinctPNG(raw, shot)))
+		msgs = append(msgs, asdk.NewUserMessage(asdk.ContentBlockParamUnion{OfToolResult: &asdk.ToolResultBlockParam{ToolUseID: m.Content[0].ID,
+			Content: []asdk.ToolResultBlockParamContentUnion{{OfImage: img.OfImage}}}}))
+	}
+	m, err := call(reply{tools: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer(m)
+	if _, err := call(reply{}); err != nil {
+		t.Fatal(err)
+	}
+	// Turn 2: the kept screenshot alone is over the upstream's limit.
+	msgs = append(msgs, asdk.NewUserMessage(asdk.NewTextBlock("And now?")))
+	rig.up.overflow = 1000
+	before := rig.up.calls
+	if _, err := call(reply{tools: 1}); err != nil {
+		t.Fatalf("the replay without the kept image failed: %v", err)
+	}
+	if body, _ := rig.up.last(); rig.up.calls-before != 2 || !bytes.Contains(body, []byte("(overflow)]")) {
+		t.Fatalf("%d attempts; the replay has the overflow marker: %v", rig.up.calls-before, bytes.Contains(body, []byte("(overflow)]")))
+	}
+	rig.up.overflow = 0
+	// A new screenshot, answered by a cut completion: not measured.
+	answer(&asdk.Message{Content: []asdk.ContentBlockUnion{{ID: fmt.Sprintf("toolu_%d_0", rig.up.answered)}}})
+	if m, err := call(reply{cut: true}); err != nil || m.StopReason != "max_tokens" {
+		t.Fatalf("cut completion: %v %v", err, m)
+	}
+	msgs = append(msgs, asdk.NewUserMessage(asdk.NewTextBlock("Go on.")))
+	if _, err := call(reply{}); err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := rig.up.last(); !bytes.Contains(body, []byte("(unmeasured)]")) || !bytes.Contains(body, []byte("(overflow)]")) {
+		t.Fatal("the next turn lacks the unmeasured marker, or the overflow removal moved")
+	}
+}
