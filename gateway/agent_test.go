@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -251,6 +252,7 @@ type agentRig struct {
 	profile  tokens.Profile
 	cached   int // engine.ProxyCached
 	lowWater float64
+	log      *slog.Logger // nil: discarded
 	clock    func() time.Time
 	server   *Server
 	srv      *httptest.Server
@@ -274,7 +276,11 @@ func (a *agentRig) restart(t testing.TB) {
 	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.Anthropic, BaseURL: a.up.srv.URL, APIKey: "k", MaxRetries: -1}}
 	a.reg = prometheus.NewRegistry()
-	a.server = New(Config{MaxBodyBytes: 64 << 20}, e, a.reg, discardLogger())
+	log := a.log
+	if log == nil {
+		log = discardLogger()
+	}
+	a.server = New(Config{MaxBodyBytes: 64 << 20}, e, a.reg, log)
 	a.srv = httptest.NewServer(a.server.Handler())
 	t.Cleanup(a.srv.Close)
 }

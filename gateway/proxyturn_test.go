@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -121,7 +122,11 @@ func TestProxySwitchChangesNothingInsideTheTurn(t *testing.T) {
 // Over the budget an image stays ephemeral: sent through its turn, a
 // marker from the next turn on, counted once as removed.
 func TestProxyEphemeralBecomesAMarkerNextTurn(t *testing.T) {
-	g := newAgent(t, newAgentRig(t, 20_000, &session.Mem{}), "Open the login page.") // budget 2,000: one screenshot
+	rig := newAgentRig(t, 20_000, &session.Mem{}) // budget 2,000: one screenshot
+	var logs bytes.Buffer
+	rig.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	rig.restart(t)
+	g := newAgent(t, rig, "Open the login page.")
 	g.start()
 	g.send(reply{tools: 1})
 	g.results(1, false, false)
@@ -138,6 +143,10 @@ func TestProxyEphemeralBecomesAMarkerNextTurn(t *testing.T) {
 	}
 	if n := g.rig.counter("removed", "budget"); n != 1 {
 		t.Fatalf("removed counted %d times; want once", n)
+	}
+	// One log line, for the request that removed it.
+	if n := bytes.Count(logs.Bytes(), []byte(`"msg":"proxy: images removed"`)); n != 1 || !bytes.Contains(logs.Bytes(), []byte(`"reason_budget":1`)) {
+		t.Fatalf("%d removal lines:\n%s", n, logs.Bytes())
 	}
 	g.human("Once more.")
 	g.send(reply{})
