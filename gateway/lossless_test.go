@@ -261,3 +261,26 @@ func TestAppendedHistoryIsReadFromWhereItParts(t *testing.T) {
 		t.Fatal("the image was not stored once")
 	}
 }
+
+// A block of another type holding an image block in its content is the
+// provider's: the scanner drops the slot it saw in passing, and the request
+// goes through byte for byte (an early cut matched span keys to slots by
+// order and failed on it).
+func TestImageInsideAnotherBlockTypePassesThrough(t *testing.T) {
+	g := newGW(t, upstream.Anthropic, nil)
+	_, b64 := samplePNG(t)
+	body := []byte(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":[` +
+		`{"type":"search_result","source":"https://example.com","title":"t","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]},` +
+		`{"type":"text","text":"What is this?"}]}]}`)
+	for range 2 { // the second is resumed from the first
+		resp, out := g.do(t, "POST", "/v1/messages", "", body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+	}
+	for i, got := range g.up.received() {
+		if !bytes.Equal(got, body) {
+			t.Fatalf("request %d was not passed byte for byte", i+1)
+		}
+	}
+}

@@ -44,27 +44,38 @@ func scan(format upstream.Format, body []byte, o wire.ScanOptions) (*wire.Splice
 
 // hashAhead names each inline base64 span by its hash while the scan goes
 // on (a re-sent image is then recognised at once): it returns the hook for
-// the scan and a wait that gives the keys, in slot order (nil where a slot
-// is not inline). Nothing is decoded or stored before the scan succeeds.
-func (s *Server) hashAhead(tenant string, body []byte) (func(wire.Slot), func() []*spanKey) {
-	var keys []*spanKey
+// the scan and a wait that gives the keys of the slots the scan kept, in
+// their order (nil where a slot is not inline). A scanner may drop a slot
+// it reported (a block type found to be the provider's), so keys are
+// matched to slots by where their data starts. Nothing is decoded or
+// stored before the scan succeeds.
+func (s *Server) hashAhead(tenant string, body []byte) (func(wire.Slot), func([]wire.Slot) []*spanKey) {
+	keys := map[int]*spanKey{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	found := func(sl wire.Slot) {
 		data := sl.Data.Of(body)
 		if sl.Via != "base64" || len(data) < 4096 {
-			keys = append(keys, nil)
 			return
 		}
 		k := new(spanKey)
-		keys = append(keys, k)
+		keys[sl.Data.Start] = k
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			*k = s.spanKeyOf(tenant, data)
 		})
 	}
-	return found, func() []*spanKey { wg.Wait(); return keys }
+	return found, func(slots []wire.Slot) []*spanKey {
+		wg.Wait()
+		out := make([]*spanKey, len(slots))
+		for i, sl := range slots {
+			if sl.Via == "base64" {
+				out[i] = keys[sl.Data.Start]
+			}
+		}
+		return out
+	}
 }
 
 // proxy serves a drop-in route: the body is read in place (wire.Spliced),
@@ -96,11 +107,17 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	prev := s.resumeFor(rk)
 	found, hashed := s.hashAhead(tenant, body)
 	sp, err := scan(format, body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts})
-	keys := hashed()
+	var keys []*spanKey
 	if err == nil {
 		// The slots taken over from the previous request come first, with
 		// the keys that request found for them.
-		keys = append(append([]*spanKey(nil), prev.keys[:len(sp.Slots)-len(keys)]...), keys...)
+		taken := 0
+		if len(sp.Marks) > 0 && sp.Resumed > 0 {
+			taken = slotsBefore(sp, sp.Resumed)
+		}
+		keys = append(append([]*spanKey(nil), prev.keys[:taken]...), hashed(sp.Slots[taken:])...)
+	} else {
+		hashed(nil)
 	}
 	var tooMany *wire.TooMany
 	if errors.As(err, &tooMany) {
@@ -334,6 +351,14 @@ func (s *Server) logRemovals(tenant, model string, fw *engine.Forwarded) {
 		attrs = append(attrs, "reason_"+string(code), n)
 	}
 	s.log.Info("proxy: images removed", attrs...)
+}
+
+// slotsBefore is how many of sp's slots lie in its first n messages.
+func slotsBefore(sp *wire.Spliced, n int) int {
+	if n < len(sp.Marks) {
+		return sp.Marks[n].Slots
+	}
+	return len(sp.Slots)
 }
 
 func (s *Server) countUpstream(format upstream.Format, resp *http.Response, err error) {

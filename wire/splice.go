@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire/jsonspan"
@@ -267,6 +268,18 @@ func (s *Spliced) Part() error {
 // wire's own messages reader (which fills in the view and the slots). The
 // managed members (messages among them) are guarded against smuggling.
 func ScanRequest(body []byte, o ScanOptions, messages func(s *Spliced, at int) (int, error), managed ...string) (*Spliced, error) {
+	s, err := ScanList(body, o, "messages", messages, managed...)
+	if err == nil {
+		if _, ok := s.Top["messages"]; !ok {
+			return nil, fmt.Errorf("request has no messages")
+		}
+	}
+	return s, err
+}
+
+// ScanList is ScanRequest for a wire whose conversation is the top-level
+// member list (OpenAI Responses: "input"), which may be absent.
+func ScanList(body []byte, o ScanOptions, list string, messages func(s *Spliced, at int) (int, error), managed ...string) (*Spliced, error) {
 	s := &Spliced{Body: body, Top: map[string]Span{}, Found: o.Found, prev: o.Prev, limits: o}
 	start := jsonspan.Skip(body, 0)
 	if start >= len(body) || body[start] != '{' {
@@ -279,7 +292,7 @@ func ScanRequest(body []byte, o ScanOptions, messages func(s *Spliced, at int) (
 		}
 		var ve int
 		var err error
-		if string(key) == "messages" {
+		if string(key) == list {
 			ve, err = messages(s, vs)
 		} else {
 			ve, err = jsonspan.End(body, vs)
@@ -302,11 +315,42 @@ func ScanRequest(body []byte, o ScanOptions, messages func(s *Spliced, at int) (
 	if jsonspan.Skip(body, end) != len(body) {
 		return nil, fmt.Errorf("request body: trailing data after the JSON object")
 	}
-	if _, ok := s.Top["messages"]; !ok {
-		return nil, fmt.Errorf("request has no messages")
-	}
 	s.End = end - 1
 	return s, nil
+}
+
+// URLSlot reads the JSON string at u holding an image's or a file's URL,
+// in place: a data URL's base64 becomes the slot's Data (decoding checks
+// it later), any other URL its URL (an imgctx: ref by ref). ok is false
+// when u is not a string.
+func URLSlot(b []byte, u Span) (slot Slot, ok bool, err error) {
+	if u.End-u.Start < 2 || b[u.Start] != '"' {
+		return Slot{}, false, nil
+	}
+	slot.Source = u
+	raw := b[u.Start+1 : u.End-1] // megabytes of a data URL, used as they stand
+	head := raw[:min(len(raw), 256)]
+	if k := bytes.Index(head, []byte(";base64,")); k > 5 && bytes.HasPrefix(bytes.ToLower(head[:5]), []byte("data:")) {
+		mt := strings.ReplaceAll(string(head[5:k]), `\/`, "/")
+		if semi := strings.IndexByte(mt, ';'); semi >= 0 {
+			mt = mt[:semi]
+		}
+		slot.Via, slot.MediaType = "base64", mt
+		slot.Data = Span{Start: u.Start + 1 + k + len(";base64,"), End: u.End - 1}
+		return slot, true, nil
+	}
+	if err := jsonspan.Check(b, u.Start, u.End); err != nil {
+		return Slot{}, false, err
+	}
+	s, ok := jsonspan.String(b, u.Start, u.End)
+	if !ok {
+		return Slot{}, false, fmt.Errorf("invalid JSON string at byte %d", u.Start)
+	}
+	slot.URL, slot.Via = s, "url"
+	if strings.HasPrefix(slot.URL, "imgctx:") {
+		slot.Via = "ref"
+	}
+	return slot, true, nil
 }
 
 // At returns the part at pos in msgs.

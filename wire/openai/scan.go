@@ -1,9 +1,7 @@
 package openai
 
 import (
-	"bytes"
 	"fmt"
-	"strings"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
@@ -182,34 +180,11 @@ func urlSlot(b []byte, at int, key string) (slot wire.Slot, ok bool, end int, er
 	if err != nil || u.End == 0 {
 		return wire.Slot{}, false, end, err
 	}
-	slot = wire.Slot{Source: u}
-	slot.Detail, _ = jsonspan.String(b, detail.Start, detail.End)
-	if u.End-u.Start < 2 || b[u.Start] != '"' {
-		return wire.Slot{}, false, end, nil
-	}
-	raw := b[u.Start+1 : u.End-1] // megabytes of a data URL, used as they stand
-	head := raw[:min(len(raw), 256)]
-	if k := bytes.Index(head, []byte(";base64,")); k > 5 && bytes.HasPrefix(bytes.ToLower(head[:5]), []byte("data:")) {
-		mt := strings.ReplaceAll(string(head[5:k]), `\/`, "/")
-		if semi := strings.IndexByte(mt, ';'); semi >= 0 {
-			mt = mt[:semi]
-		}
-		slot.Via, slot.MediaType = "base64", mt
-		slot.Data = wire.Span{Start: u.Start + 1 + k + len(";base64,"), End: u.End - 1}
-		return slot, true, end, nil // base64 decoding checks the rest
-	}
-	if err := jsonspan.Check(b, u.Start, u.End); err != nil {
+	slot, ok, err = wire.URLSlot(b, u)
+	if !ok || err != nil {
 		return wire.Slot{}, false, end, err
 	}
-	s, ok := jsonspan.String(b, u.Start, u.End)
-	if !ok {
-		return wire.Slot{}, false, end, fmt.Errorf("invalid JSON string at byte %d", u.Start)
-	}
-	slot.URL = s
-	slot.Via = "url"
-	if strings.HasPrefix(slot.URL, "imgctx:") {
-		slot.Via = "ref"
-	}
+	slot.Detail, _ = jsonspan.String(b, detail.Start, detail.End)
 	return slot, true, end, nil
 }
 
