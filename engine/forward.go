@@ -429,6 +429,11 @@ func (f *Forwarded) Overflow() bool {
 	return true
 }
 
+// Discard ends a request whose decisions are not the conversation's: a
+// token count or a compaction asked of the provider gets the images the
+// real request would get, and changes nothing.
+func (f *Forwarded) Discard() { f.closed = true }
+
 // Close records the decisions (whether or not the upstream answered: a
 // retry must see the same body), in the session store when they changed.
 func (f *Forwarded) Close(ctx context.Context) error {

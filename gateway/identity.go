@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 )
 
@@ -23,9 +22,9 @@ const fingerprintBytes = 16 << 10
 // always part of the key, so one static header configured for every call
 // of an agent never merges two conversations. The key is a hash: a client
 // value of any size costs 64 bytes of state.
-func conversationKey(tenant string, format upstream.Format, h http.Header, sp *wire.Spliced) string {
+func conversationKey(tenant, wireName string, h http.Header, sp *wire.Spliced) string {
 	d := sha256.New()
-	d.Write([]byte(tenant + "\x00" + string(format) + "\x00"))
+	d.Write([]byte(tenant + "\x00" + wireName + "\x00"))
 	d.Write([]byte(conversationID(h, sp)))
 	d.Write([]byte{0})
 	for i, m := range sp.Marks {

@@ -20,8 +20,6 @@ import (
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
-	"github.com/imgctx/imgctx/wire/anthropic"
-	"github.com/imgctx/imgctx/wire/openai"
 )
 
 // maxModelName bounds a model name: no provider has a longer one, and the
@@ -33,13 +31,6 @@ func shapeOf(format upstream.Format) shape {
 		return anthropicShape
 	}
 	return openaiShape
-}
-
-func scan(format upstream.Format, body []byte, o wire.ScanOptions) (*wire.Spliced, error) {
-	if format == upstream.Anthropic {
-		return anthropic.Scan(body, o)
-	}
-	return openai.Scan(body, o)
 }
 
 // hashAhead names each inline base64 span by its hash while the scan goes
@@ -84,9 +75,12 @@ func (s *Server) hashAhead(tenant string, body []byte) (func(wire.Slot), func([]
 // rewritten. Everything else — other blocks, roles, fields, the query,
 // the client's headers — goes upstream as it came, and the upstream's
 // answer (headers, status, body, stream) comes back as it came.
-func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, format upstream.Format) {
+//
+// A side request (record false: a token count, a compaction) gets the
+// images the conversation's next request would get and records nothing.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d *dialect, record bool) {
 	start := time.Now()
-	sh := shapeOf(format)
+	sh := d.shape
 	body, err := s.readBodyInto(r, s.bodies.get)
 	if err != nil {
 		fail(w, sh, err)
@@ -103,10 +97,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 			}()
 		}()
 	}
-	rk := s.resumeKeyOf(tenant, format, r.Header, body)
+	rk := s.resumeKeyOf(tenant, d.name, r.Header, body)
 	prev := s.resumeFor(rk)
 	found, hashed := s.hashAhead(tenant, body)
-	sp, err := scan(format, body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts})
+	sp, err := d.scan(body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts})
 	var keys []*spanKey
 	if err == nil {
 		// The slots taken over from the previous request come first, with
@@ -134,7 +128,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 		fail(w, sh, reason.New(reason.Invalid, fmt.Sprintf("model name of %d bytes: the limit is %d", len(sp.Model), maxModelName)))
 		return
 	}
-	up, err := s.pick(format, sp.Model)
+	up, err := s.pick(d.format, sp.Model)
 	if err != nil {
 		fail(w, sh, err)
 		return
@@ -148,12 +142,15 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	}
 	s.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
 	profile := s.engine.ProfileWith(sp.Model, up.Hints)
-	fw, err := s.engine.Forward(ctx, engine.ProxyRequest{Tenant: tenant, Key: conversationKey(tenant, format, r.Header, sp),
+	fw, err := s.engine.Forward(ctx, engine.ProxyRequest{Tenant: tenant, Key: conversationKey(tenant, d.name, r.Header, sp),
 		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: s.keepFor(r),
-		Text: textOf(format, sp, profile), Estimate: estimateOf(sp)})
+		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
 	if err != nil {
 		fail(w, sh, err)
 		return
+	}
+	if !record {
+		fw.Discard()
 	}
 	defer func() {
 		if err := fw.Close(context.WithoutCancel(ctx)); err != nil {
@@ -162,7 +159,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	}()
 	stripUsage := false
 	var edits []wire.Edit
-	if format == upstream.OpenAI && sp.Stream {
+	if d.askUsage && sp.Stream {
 		// The engine measures from usage: ask for it, and keep the extra
 		// chunk from a client that did not.
 		var e *wire.Edit
@@ -182,12 +179,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 			return nil, err
 		}
 		rules, shrunk = removed, len(resized)
-		if req.Body, err = s.splice(ctx, tenant, format, sp, asIs, msgs, out, edits); err != nil {
+		if req.Body, err = s.splice(ctx, tenant, d, sp, asIs, msgs, out, edits); err != nil {
 			return nil, err
 		}
 		req.Body = req.Body.Tracked(&readers)
 		resp, err := up.Client.Send(ctx, req)
-		s.countUpstream(format, resp, err)
+		s.countUpstream(d, resp, err)
 		return resp, err
 	}
 	pre := time.Since(start)
@@ -214,7 +211,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	copyHeader(w.Header(), resp.Header)
 	if sp.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		s.metrics.latency.Observe(pre.Seconds())
-		u, cut := s.streamThrough(w, resp, format, stripUsage)
+		u, cut := s.streamThrough(w, resp, d, stripUsage)
 		fw.Observe(u, cut)
 		return
 	}
@@ -239,7 +236,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, fo
 	}
 	s.metrics.latency.Observe((pre + time.Since(post)).Seconds())
 	if resp.StatusCode/100 == 2 {
-		u, cut := answerUsage(format, b)
+		u, cut := d.answer(b)
 		s.metrics.usage(u)
 		fw.Observe(u, cut)
 	}
@@ -262,11 +259,8 @@ func (s *Server) keepFor(r *http.Request) bool {
 // textOf counts what messages[from:] of a proxied request bill as text: each
 // is decoded from its own bytes (the view carries no text), its text
 // counted with the profile's tokenizer, plus each message's framing.
-func textOf(format upstream.Format, sp *wire.Spliced, p tokens.Profile) func(int) int {
-	decode := openai.DecodeMessage
-	if format == upstream.Anthropic {
-		decode = anthropic.DecodeMessage
-	}
+func textOf(d *dialect, sp *wire.Spliced, p tokens.Profile) func(int) int {
+	decode := d.decode
 	counter := tokens.CounterFor(p.Tokenizer)
 	return func(from int) int {
 		n := 0
@@ -297,23 +291,6 @@ func estimateOf(sp *wire.Spliced) func(int) int {
 		}
 		return n/tokens.CharsPerToken + tokens.MessageFraming*(len(sp.Marks)-from)
 	}
-}
-
-// answerUsage is the usage of a non-streamed answer and whether its
-// completion was cut.
-func answerUsage(format upstream.Format, b []byte) (*chat.Usage, bool) {
-	if format == upstream.Anthropic {
-		r, err := anthropic.DecodeResponse(b)
-		if err != nil {
-			return anthropic.ResponseUsage(b), false
-		}
-		return r.Usage, r.Cut
-	}
-	r, err := openai.DecodeResponse(b)
-	if err != nil {
-		return openai.ResponseUsage(b), false
-	}
-	return r.Usage, r.Cut
 }
 
 // countSent counts a request's images once, as its last attempt sent
@@ -361,7 +338,7 @@ func slotsBefore(sp *wire.Spliced, n int) int {
 	return len(sp.Slots)
 }
 
-func (s *Server) countUpstream(format upstream.Format, resp *http.Response, err error) {
+func (s *Server) countUpstream(d *dialect, resp *http.Response, err error) {
 	status := "error"
 	var we *wire.Error
 	switch {
@@ -370,7 +347,7 @@ func (s *Server) countUpstream(format upstream.Format, resp *http.Response, err 
 	case errors.As(err, &we):
 		status = http.StatusText(we.Status)
 	}
-	s.metrics.upstream.WithLabelValues(string(format), status).Inc()
+	s.metrics.upstream.WithLabelValues(string(d.format), status).Inc()
 }
 
 // includeUsage turns stream_options.include_usage on. It returns the edit
@@ -476,7 +453,7 @@ func (s *Server) readSlot(ctx context.Context, tenant string, body []byte, slot 
 // splice writes the request for the upstream: each slot as the policies
 // left it (unchanged inline data as it came; a ref expanded; a shrunk copy
 // with its resize note; a marker as text), plus edits at the top level.
-func (s *Server) splice(ctx context.Context, tenant string, format upstream.Format, sp *wire.Spliced, asIs []bool, in, out []chat.Message, edits []wire.Edit) (wire.Body, error) {
+func (s *Server) splice(ctx context.Context, tenant string, d *dialect, sp *wire.Spliced, asIs []bool, in, out []chat.Message, edits []wire.Edit) (wire.Body, error) {
 	edits = append([]wire.Edit(nil), edits...)
 	src := s.engine.ImageSource(ctx, tenant)
 	for i, slot := range sp.Slots {
@@ -491,12 +468,12 @@ func (s *Server) splice(ctx context.Context, tenant string, format upstream.Form
 			if err != nil {
 				return wire.Body{}, err
 			}
-			edits = append(edits, sourceEdit(format, slot, mt, b64))
+			edits = append(edits, sourceEdit(d, slot, mt, b64))
 			if p.Ref != was.Ref && was.Width > 0 {
 				note := policy.ResizeNote(was.Width, was.Height, p.Width, p.Height)
 				edits = append(edits, wire.Edit{Start: slot.Part.End, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
 					w.WriteByte(',')
-					writeText(w, format, note, nil)
+					d.text(w, note, nil)
 				}})
 			}
 		case chat.Document:
@@ -507,11 +484,11 @@ func (s *Server) splice(ctx context.Context, tenant string, format upstream.Form
 			if err != nil {
 				return wire.Body{}, err
 			}
-			edits = append(edits, sourceEdit(format, slot, p.MediaType, b64))
+			edits = append(edits, sourceEdit(d, slot, p.MediaType, b64))
 		case chat.Marker:
 			text, cache := p.String(), slot.Cache.Of(sp.Body)
 			edits = append(edits, wire.Edit{Start: slot.Part.Start, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
-				writeText(w, format, text, cache)
+				d.text(w, text, cache)
 			}})
 		default:
 			return wire.Body{}, errors.New("splice: a managed part changed kind")
@@ -520,22 +497,8 @@ func (s *Server) splice(ctx context.Context, tenant string, format upstream.Form
 	return wire.Splice(sp.Body, edits)
 }
 
-func sourceEdit(format upstream.Format, slot wire.Slot, mediaType, b64 string) wire.Edit {
-	return wire.Edit{Start: slot.Source.Start, End: slot.Source.End, Write: func(w *wire.BodyWriter) {
-		if format == upstream.Anthropic {
-			anthropic.WriteSource(w, mediaType, b64)
-		} else {
-			wire.WriteDataURL(w, mediaType, b64)
-		}
-	}}
-}
-
-func writeText(w *wire.BodyWriter, format upstream.Format, text string, cache []byte) {
-	if format == upstream.Anthropic {
-		anthropic.WriteText(w, text, cache)
-	} else {
-		openai.WriteText(w, text)
-	}
+func sourceEdit(d *dialect, slot wire.Slot, mediaType, b64 string) wire.Edit {
+	return wire.Edit{Start: slot.Source.Start, End: slot.Source.End, Write: func(w *wire.BodyWriter) { d.source(w, mediaType, b64) }}
 }
 
 // streamThrough forwards server-sent events as they come, one flush per
@@ -543,25 +506,19 @@ func writeText(w *wire.BodyWriter, format upstream.Format, text string, cache []
 // cut. A client that goes away cancels the request context, which stops
 // the upstream read. With stripUsage, the usage-only chunk imgctx asked
 // for is kept from the client.
-func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, format upstream.Format, stripUsage bool) (*chat.Usage, bool) {
+func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, d *dialect, stripUsage bool) (*chat.Usage, bool) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
 	sr := wire.NewSSEReader(resp.Body)
-	var ostream openai.Stream
-	var as anthropic.Stream
+	events := d.stream()
 	for {
 		ev, err := sr.Next()
 		if err != nil {
 			break
 		}
-		if format == upstream.Anthropic {
-			_ = as.Add(ev.Name, ev.Data)
-		} else {
-			_ = ostream.Add(ev.Data)
-			if stripUsage && usageOnly(ev.Data) {
-				continue
-			}
+		if events.add(ev, stripUsage) {
+			continue
 		}
 		if _, err := w.Write(ev.Raw); err != nil {
 			return nil, false // the client went away: nothing to measure
@@ -570,24 +527,10 @@ func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, forma
 			flusher.Flush()
 		}
 	}
-	if format == upstream.Anthropic {
-		if !as.Done() {
-			return nil, false // cut off: no measurement
-		}
-		r := as.Response()
-		s.metrics.usage(r.Usage)
-		return r.Usage, r.Cut
+	u, cut, done := events.result()
+	if !done {
+		return nil, false // cut off: no measurement
 	}
-	if !ostream.Done() {
-		return nil, false
-	}
-	r := ostream.Response()
-	s.metrics.usage(r.Usage)
-	return r.Usage, r.Cut
-}
-
-// usageOnly reports whether a chunk is the one include_usage adds: no
-// choices, a usage object.
-func usageOnly(data []byte) bool {
-	return bytes.Contains(data, []byte(`"usage":{`)) && bytes.Contains(data, []byte(`"choices":[]`))
+	s.metrics.usage(u)
+	return u, cut
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sqlite"
-	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
 )
@@ -50,7 +49,7 @@ func (g *agent) decisions() session.Proxied {
 	for k, v := range g.header {
 		h.Set(k, v)
 	}
-	p, err := g.rig.sessions.LoadProxied(context.Background(), "default", conversationKey("default", upstream.Anthropic, h, sp))
+	p, err := g.rig.sessions.LoadProxied(context.Background(), "default", conversationKey("default", "anthropic", h, sp))
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -442,7 +441,7 @@ func TestProxySeedWithTheAnthropicSDK(t *testing.T) {
 	}
 	// The opening message went as the SDK sent it: the key is found from it.
 	sp, _ := anthropic.Scan(onSent[0], wire.ScanOptions{})
-	if p, err := on.sessions.LoadProxied(t.Context(), "default", conversationKey("default", upstream.Anthropic, http.Header{}, sp)); err != nil {
+	if p, err := on.sessions.LoadProxied(t.Context(), "default", conversationKey("default", "anthropic", http.Header{}, sp)); err != nil {
 		t.Fatal(err)
 	} else if n, cost := kept(p); n != 2 || cost != 2*1334 {
 		t.Fatalf("%d kept at %d tokens; want 2 at the billed 1334 each", n, cost)

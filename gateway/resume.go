@@ -4,7 +4,6 @@ import (
 	"hash/maphash"
 	"net/http"
 
-	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 )
 
@@ -30,10 +29,10 @@ type resumeKey struct {
 // conversationHeaders are the headers agents name their conversations by.
 var conversationHeaders = []string{"X-Imgctx-Session", "X-Claude-Code-Session-Id", "Session-Id"}
 
-func (s *Server) resumeKeyOf(tenant string, format upstream.Format, h http.Header, body []byte) resumeKey {
+func (s *Server) resumeKeyOf(tenant, wireName string, h http.Header, body []byte) resumeKey {
 	var mh maphash.Hash
 	mh.SetSeed(s.spanSeed)
-	mh.WriteString(string(format))
+	mh.WriteString(wireName)
 	for _, k := range conversationHeaders {
 		mh.WriteString(h.Get(k))
 		mh.WriteByte(0)

@@ -26,7 +26,6 @@ import (
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
-	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -149,9 +148,13 @@ func (s *Server) Handler() http.Handler {
 	route := func(pattern, name string, sh shape, h func(http.ResponseWriter, *http.Request, string)) {
 		mux.Handle(pattern, s.wrap(name, sh, true, h))
 	}
-	route("POST /v1/chat/completions", "chat_completions", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, upstream.OpenAI) })
-	route("POST /v1/messages", "messages", anthropicShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, upstream.Anthropic) })
-	route("POST /v1/messages/count_tokens", "count_tokens", anthropicShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, upstream.Anthropic) })
+	route("POST /v1/chat/completions", "chat_completions", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, chatDialect, true) })
+	route("POST /v1/messages", "messages", anthropicShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, messagesDialect, true) })
+	route("POST /v1/messages/count_tokens", "count_tokens", anthropicShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, messagesDialect, false) })
+	route("POST /v1/responses", "responses", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responsesDialect, true) })
+	route("POST /v1/responses/input_tokens", "responses_input_tokens", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responsesDialect, false) })
+	route("POST /v1/responses/compact", "responses_compact", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responsesDialect, false) })
+	route("GET /v1/responses", "responses_websocket", openaiShape, s.noWebSocket)
 	route("GET /v1/models", "models", openaiShape, s.models)
 	route("GET /v1/models/{id...}", "models", openaiShape, s.models)
 	route("POST /v1/images", "images_post", openaiShape, s.postImage)
@@ -168,7 +171,8 @@ func (s *Server) Handler() http.Handler {
 		path string
 		sh   shape
 	}{
-		{"/v1/chat/completions", openaiShape}, {"/v1/messages", anthropicShape}, {"/v1/messages/count_tokens", anthropicShape}, {"/v1/images", openaiShape},
+		{"/v1/chat/completions", openaiShape}, {"/v1/responses", openaiShape}, {"/v1/responses/input_tokens", openaiShape},
+		{"/v1/responses/compact", openaiShape}, {"/v1/messages", anthropicShape}, {"/v1/messages/count_tokens", anthropicShape}, {"/v1/images", openaiShape},
 		{"/v1/images/{ref}", openaiShape}, {"/v1/sessions", openaiShape}, {"/v1/sessions/{id}", openaiShape},
 		{"/v1/sessions/{id}/turn", openaiShape}, {"/v1/sessions/{id}/export", openaiShape},
 		{"/v1/sessions/{id}/keepimg", openaiShape}, {"/v1/sessions/{id}/keepimg/store", openaiShape},
@@ -183,6 +187,18 @@ func (s *Server) Handler() http.Handler {
 	// Everything else: a JSON 404 in the client's shape, logged and counted.
 	mux.Handle("/", s.wrap("not_found", openaiShape, false, s.notFound))
 	return mux
+}
+
+// noWebSocket answers a WebSocket upgrade on /v1/responses with 426, so a
+// client that tries the WebSocket mode first falls back to HTTP, where the
+// gateway manages its images.
+func (s *Server) noWebSocket(w http.ResponseWriter, r *http.Request, _ string) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		writeError(w, openaiShape, http.StatusMethodNotAllowed, "invalid_request_error", "method GET is not allowed on "+r.URL.Path)
+		return
+	}
+	w.Header().Set("Upgrade", "HTTP/1.1")
+	writeError(w, openaiShape, http.StatusUpgradeRequired, "invalid_request_error", "imgctx serves the Responses API over HTTP, not WebSocket: POST /v1/responses")
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {

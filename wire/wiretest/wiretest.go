@@ -103,7 +103,10 @@ func CheckResume(t *testing.T, scan func([]byte, wire.ScanOptions) (*wire.Splice
 	if err != nil {
 		t.Fatal(err)
 	}
-	arr := full.Top["messages"]
+	arr, ok := full.Top["messages"]
+	if !ok {
+		arr = full.Top["input"] // OpenAI Responses
+	}
 	same := func(what string, b []byte, prev *wire.Resume) {
 		t.Helper()
 		want, err1 := scan(b, wire.ScanOptions{})
