@@ -121,8 +121,8 @@ func TestDecodeItemText(t *testing.T) {
 	for raw, want := range map[string]string{
 		`{"role":"user","content":[{"type":"input_text","text":"hi"},{"type":"input_image","image_url":"data:x"}]}`: "hi",
 		`{"type":"function_call","call_id":"c","name":"shell","arguments":"{\"a\":1}"}`:                             "shell\n{\"a\":1}",
-		`{"type":"function_call_output","call_id":"c","output":"ok"}`:                                                "ok",
-		`{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"saved"}]}`:              "saved",
+		`{"type":"function_call_output","call_id":"c","output":"ok"}`:                                               "ok",
+		`{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"saved"}]}`:             "saved",
 	} {
 		msgs, err := DecodeItem([]byte(raw))
 		if err != nil || msgs[0].TextContent() != want {
