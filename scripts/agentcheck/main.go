@@ -8,13 +8,15 @@
 //
 // claude-code asks to read testdata/screenshot.png (the scripted upstream
 // answers with a Read tool call), so its second request carries the image
-// in a tool_result; qwen-code (OpenAI format) says hello. Between the agent
+// in a tool_result; qwen-code (OpenAI format) says hello; codex (OpenAI
+// Responses) describes the screenshot attached to its prompt. Between the agent
 // and imgctx sits a recording proxy; the upstream records what it gets.
 // One imgctx process serves both, routed by its upstreams list.
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -34,6 +36,7 @@ import (
 var agents = []struct{ pkg, bin string }{
 	{"@anthropic-ai/claude-code@2.1.328", "claude"},
 	{"@qwen-code/qwen-code@0.24.4", "qwen"},
+	{"@openai/codex@0.169.0", "codex"},
 }
 
 // recorded holds request bodies in arrival order, by who saw them.
@@ -129,6 +132,10 @@ func main() {
 	}{
 		{"claude-code 2.1.328 (Anthropic Messages)", []string{"claude", "-p", "Describe screenshot.png", "--output-format", "text"}},
 		{"qwen-code 0.24.4 (OpenAI Chat Completions)", []string{"qwen", "-p", "Say hello"}},
+		{"codex 0.169.0 (OpenAI Responses), screenshot attached", []string{"codex", "exec", "--skip-git-repo-check", "-i", shotPath,
+			"-c", `model="gpt-5.1-codex"`, "-c", `model_provider="imgctx"`,
+			"-c", `model_providers.imgctx={name="imgctx",base_url="` + front + `/v1",wire_api="responses",env_key="OPENAI_API_KEY"}`,
+			"Describe the screenshot"}},
 	}
 	fmt.Println("| agent | answer | requests | byte-identical at the upstream |")
 	fmt.Println("|---|---|---|---|")
@@ -192,6 +199,22 @@ func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 			fmt.Fprintf(w, "data: %s\n\n", ev)
 		}
 		io.WriteString(w, "data: [DONE]\n\n")
+		return
+	}
+	if strings.HasSuffix(r.URL.Path, "/responses") {
+		w.Header().Set("Content-Type", "text/event-stream")
+		item := `{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello from the scripted upstream.","annotations":[]}]}`
+		for _, ev := range []string{
+			`{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","created_at":1,"status":"in_progress","model":"gpt-5.1-codex","output":[]}}`,
+			`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"type":"message","id":"msg_1","status":"in_progress","role":"assistant","content":[]}}`,
+			`{"type":"response.output_text.delta","sequence_number":2,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello from the scripted upstream."}`,
+			`{"type":"response.output_item.done","sequence_number":3,"output_index":0,"item":` + item + `}`,
+			`{"type":"response.completed","sequence_number":4,"response":{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"gpt-5.1-codex","output":[` + item + `],"usage":{"input_tokens":1500,"input_tokens_details":{"cached_tokens":0},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1507}}}`,
+		} {
+			var t struct{ Type string }
+			json.Unmarshal([]byte(ev), &t)
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", t.Type, ev)
+		}
 		return
 	}
 	if strings.HasSuffix(r.URL.Path, "/count_tokens") {
