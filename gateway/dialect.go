@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"bytes"
+	"net/http"
+	"strings"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/gemini"
 	"github.com/imgctx/imgctx/wire/openai"
 	"github.com/imgctx/imgctx/wire/responses"
 )
@@ -31,6 +34,9 @@ type dialect struct {
 	askUsage bool
 	answer   func([]byte) (*chat.Usage, bool)
 	stream   func() eventReader
+	// fromPath, when set, reads what the wire puts in the URL rather than
+	// the body (Gemini: the model, and whether the answer streams).
+	fromPath func(r *http.Request, sp *wire.Spliced)
 }
 
 // eventReader follows a stream's events: skip says an event imgctx asked
@@ -47,6 +53,9 @@ var (
 	messagesDialect = &dialect{name: "anthropic", format: upstream.Anthropic, shape: anthropicShape, scan: anthropic.Scan, decode: anthropic.DecodeMessage,
 		source: anthropic.WriteSource, text: anthropic.WriteText,
 		answer: anthropicAnswer, stream: func() eventReader { return &anthropicEvents{} }}
+	geminiDialect = &dialect{name: "gemini", format: upstream.Gemini, shape: geminiShape, scan: gemini.Scan, decode: gemini.DecodeContent,
+		source: gemini.WriteSource, text: func(w *wire.BodyWriter, text string, _ []byte) { gemini.WriteText(w, text) },
+		answer: geminiAnswer, stream: func() eventReader { return &geminiEvents{} }, fromPath: geminiCall}
 	responsesDialect = &dialect{name: "responses", format: upstream.OpenAI, shape: openaiShape, scan: responses.Scan, decode: responses.DecodeItem,
 		source: dataURL, text: func(w *wire.BodyWriter, text string, _ []byte) { responses.WriteText(w, text) },
 		answer: responsesAnswer, stream: func() eventReader { return &responsesEvents{} }}
@@ -70,6 +79,30 @@ func anthropicAnswer(b []byte) (*chat.Usage, bool) {
 		return anthropic.ResponseUsage(b), false
 	}
 	return r.Usage, r.Cut
+}
+
+func geminiAnswer(b []byte) (*chat.Usage, bool) {
+	u, cut, _ := gemini.DecodeResponse(b)
+	return u, cut
+}
+
+// geminiCall reads /v1beta/models/{model}:{method}: the model, and
+// whether the method streams.
+func geminiCall(r *http.Request, sp *wire.Spliced) {
+	model, method, _ := strings.Cut(r.PathValue("call"), ":")
+	sp.Model, sp.Stream = model, method == "streamGenerateContent"
+}
+
+type geminiEvents struct{ s gemini.Stream }
+
+func (e *geminiEvents) add(ev wire.Event, _ bool) bool {
+	e.s.Add(ev.Data)
+	return false
+}
+
+func (e *geminiEvents) result() (*chat.Usage, bool, bool) {
+	u, cut := e.s.Usage()
+	return u, cut, e.s.Done()
 }
 
 func responsesAnswer(b []byte) (*chat.Usage, bool) {

@@ -27,8 +27,11 @@ import (
 const maxModelName = 256
 
 func shapeOf(format upstream.Format) shape {
-	if format == upstream.Anthropic {
+	switch format {
+	case upstream.Anthropic:
 		return anthropicShape
+	case upstream.Gemini:
+		return geminiShape
 	}
 	return openaiShape
 }
@@ -113,6 +116,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	} else {
 		hashed(nil)
 	}
+	if err == nil && d.fromPath != nil {
+		d.fromPath(r, sp)
+	}
 	var tooMany *wire.TooMany
 	if errors.As(err, &tooMany) {
 		fail(w, sh, reason.New(reason.TooLarge, tooMany.Error()+" (server.max_messages, server.max_parts)"))
@@ -167,7 +173,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 			edits = append(edits, *e)
 		}
 	}
-	req := upstream.Request{Path: r.URL.Path, Query: r.URL.RawQuery, Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
+	req := upstream.Request{Path: r.URL.Path, Query: s.forwardQuery(r), Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
 	// rules and shrunk are the last attempt's: what it did not send for a
 	// provider rule, and how many it shrank.
 	var rules []policy.Removal

@@ -111,8 +111,20 @@ func (s *Server) forwardHeader(r *http.Request) http.Header {
 	if len(s.cfg.Keys) > 0 {
 		h.Del("Authorization")
 		h.Del("X-Api-Key")
+		h.Del("X-Goog-Api-Key")
 	}
 	return h
+}
+
+// forwardQuery is the client's query string, less the gateway key a Gemini
+// client may send as key=.
+func (s *Server) forwardQuery(r *http.Request) string {
+	if len(s.cfg.Keys) == 0 || !r.URL.Query().Has("key") {
+		return r.URL.RawQuery
+	}
+	q := r.URL.Query()
+	q.Del("key")
+	return q.Encode()
 }
 
 // upstreamKey is the key that replaces the configured upstream key for
@@ -142,6 +154,9 @@ func copyHeader(dst, src http.Header) {
 // modelsFormat says which wire a models request speaks: Anthropic clients
 // send anthropic-version.
 func modelsFormat(r *http.Request) upstream.Format {
+	if strings.HasPrefix(r.URL.Path, "/v1beta/") {
+		return upstream.Gemini
+	}
 	if r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != "" && r.Header.Get("Authorization") == "" {
 		return upstream.Anthropic
 	}
@@ -167,6 +182,9 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
 		fail(w, sh, &routeError{http.StatusBadGateway, "api_error", "no upstream configured"})
 		return
 	}
+	if format == upstream.Gemini {
+		ups = ups[:1] // Gemini pages its models its own way: the first upstream's, as it answers
+	}
 	if id := r.PathValue("id"); id != "" {
 		if u, err := s.pick(format, id); err == nil {
 			ups = []*Upstream{u}
@@ -174,7 +192,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
 			ups = ups[:1]
 		}
 	}
-	req := upstream.Request{Method: http.MethodGet, Path: r.URL.Path, Query: r.URL.RawQuery, Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
+	req := upstream.Request{Method: http.MethodGet, Path: r.URL.Path, Query: s.forwardQuery(r), Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
 	if len(ups) == 1 {
 		resp, err := ups[0].Client.Send(r.Context(), req)
 		if err != nil {
@@ -232,7 +250,10 @@ func modelID(raw json.RawMessage) any {
 // notFound answers an unknown route in the shape its client expects.
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request, _ string) {
 	sh := openaiShape
-	if strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != "" {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/v1beta/"):
+		sh = geminiShape
+	case strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != "":
 		sh = anthropicShape
 	}
 	writeError(w, sh, http.StatusNotFound, "not_found_error", "imgctx has no route "+r.Method+" "+r.URL.Path)

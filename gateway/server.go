@@ -139,6 +139,7 @@ type shape int
 const (
 	openaiShape shape = iota
 	anthropicShape
+	geminiShape
 )
 
 // Handler returns the routes. Each path also answers other methods with a
@@ -155,6 +156,9 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/responses/input_tokens", "responses_input_tokens", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responsesDialect, false) })
 	route("POST /v1/responses/compact", "responses_compact", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responsesDialect, false) })
 	route("GET /v1/responses", "responses_websocket", openaiShape, s.noWebSocket)
+	route("POST /v1beta/models/{call}", "gemini", geminiShape, s.gemini)
+	route("GET /v1beta/models", "models", geminiShape, s.models)
+	route("GET /v1beta/models/{id}", "models", geminiShape, s.models)
 	route("GET /v1/models", "models", openaiShape, s.models)
 	route("GET /v1/models/{id...}", "models", openaiShape, s.models)
 	route("POST /v1/images", "images_post", openaiShape, s.postImage)
@@ -199,6 +203,21 @@ func (s *Server) noWebSocket(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	w.Header().Set("Upgrade", "HTTP/1.1")
 	writeError(w, openaiShape, http.StatusUpgradeRequired, "invalid_request_error", "imgctx serves the Responses API over HTTP, not WebSocket: POST /v1/responses")
+}
+
+// gemini serves /v1beta/models/{model}:{method}: generateContent and
+// streamGenerateContent as conversation requests, countTokens as a side
+// request with the same image decisions.
+func (s *Server) gemini(w http.ResponseWriter, r *http.Request, tenant string) {
+	_, method, _ := strings.Cut(r.PathValue("call"), ":")
+	switch method {
+	case "generateContent", "streamGenerateContent":
+		s.proxy(w, r, tenant, geminiDialect, true)
+	case "countTokens":
+		s.proxy(w, r, tenant, geminiDialect, false)
+	default:
+		writeError(w, geminiShape, http.StatusNotFound, "not_found_error", "imgctx has no route POST "+r.URL.Path)
+	}
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
@@ -394,6 +413,12 @@ func (s *Server) authenticate(r *http.Request) (string, bool) {
 	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		key = v
 	}
+	if strings.HasPrefix(r.URL.Path, "/v1beta/") && key == "" {
+		// Gemini clients: x-goog-api-key, or key= in the query.
+		if key = r.Header.Get("x-goog-api-key"); key == "" {
+			key = r.URL.Query().Get("key")
+		}
+	}
 	if key == "" {
 		return "", false
 	}
@@ -512,11 +537,38 @@ func fail(w http.ResponseWriter, sh shape, err error) {
 	writeError(w, sh, status, typ, err.Error())
 }
 
+// googleStatus is the canonical status Google APIs name an HTTP code by.
+func googleStatus(code int) string {
+	switch code {
+	case 400, 413:
+		return "INVALID_ARGUMENT"
+	case 401:
+		return "UNAUTHENTICATED"
+	case 403:
+		return "PERMISSION_DENIED"
+	case 404:
+		return "NOT_FOUND"
+	case 409:
+		return "ABORTED"
+	case 429:
+		return "RESOURCE_EXHAUSTED"
+	case 502, 503:
+		return "UNAVAILABLE"
+	case 504, 408:
+		return "DEADLINE_EXCEEDED"
+	}
+	return "INTERNAL"
+}
+
 func writeError(w http.ResponseWriter, sh shape, status int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	if sh == anthropicShape {
+	switch sh {
+	case anthropicShape:
 		writeJSON(w, map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+		return
+	case geminiShape:
+		writeJSON(w, map[string]any{"error": map[string]any{"code": status, "message": msg, "status": googleStatus(status)}})
 		return
 	}
 	writeJSON(w, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": typ}})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/gemini"
 	"github.com/imgctx/imgctx/wire/openai"
 )
 
@@ -25,6 +26,7 @@ type Format string
 const (
 	OpenAI    Format = "openai"    // /v1/chat/completions: OpenAI, llama.cpp server, vLLM, Ollama, LM Studio
 	Anthropic Format = "anthropic" // /v1/messages
+	Gemini    Format = "gemini"    // /v1beta/models/{model}:generateContent (drop-in routes only)
 )
 
 // Client talks to one upstream. Zero fields take the defaults. Safe for
@@ -73,8 +75,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // DecodeError classifies an error response in the client's format.
 func (c *Client) DecodeError(status int, h http.Header, body []byte) *wire.Error {
-	if c.Format == Anthropic {
+	switch c.Format {
+	case Anthropic:
 		return anthropic.DecodeError(status, h, body)
+	case Gemini:
+		return gemini.DecodeError(status, h, body)
 	}
 	return openai.DecodeError(status, h, body)
 }
@@ -185,9 +190,17 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 		// A configured key replaces whatever credentials the client sent.
 		req.Header.Del("Authorization")
 		req.Header.Del("X-Api-Key")
-		if c.Format == Anthropic {
+		req.Header.Del("X-Goog-Api-Key")
+		switch c.Format {
+		case Anthropic:
 			req.Header.Set("x-api-key", key)
-		} else {
+		case Gemini:
+			req.Header.Set("x-goog-api-key", key)
+			if q := req.URL.Query(); q.Has("key") {
+				q.Del("key")
+				req.URL.RawQuery = q.Encode()
+			}
+		default:
 			req.Header.Set("Authorization", "Bearer "+key)
 		}
 	}

@@ -97,9 +97,14 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 		Log:      a.log,
 	}
 	e.Hints = hints(cfg.Upstream.Vision, cfg.Upstream.ContextWindow)
-	if cfg.Upstream.BaseURL == "" && len(routes) > 0 {
-		// The sessions API runs on the first listed upstream.
-		e.Upstream, e.Hints = routes[0].Client, routes[0].Hints
+	if cfg.Upstream.BaseURL == "" {
+		// The sessions API runs on the first listed upstream it can speak to.
+		for _, r := range routes {
+			if r.Client.Format != upstream.Gemini {
+				e.Upstream, e.Hints = r.Client, r.Hints
+				break
+			}
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -394,7 +394,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("media.fetch.max_redirects: must be 0 to 10 (got %d)", c.Media.Fetch.MaxRedirects))
 	}
 	positive("compaction.image_token_estimate", int64(c.Compaction.ImageTokenEstimate))
-	if c.Upstream.Format != "openai" && c.Upstream.Format != "anthropic" {
+	switch c.Upstream.Format {
+	case "openai", "anthropic":
+	case "gemini":
+		errs = append(errs, errors.New(`upstream.format: gemini serves the drop-in route only; list it under upstreams (the sessions API speaks openai or anthropic)`))
+	default:
 		errs = append(errs, fmt.Errorf("upstream.format: %q is not openai or anthropic", c.Upstream.Format))
 	}
 	if !slices.Contains([]string{"auto", "true", "false"}, c.Upstream.Vision) {
@@ -415,8 +419,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.name: %q is used twice", key, r.Name))
 		}
 		names[r.Name] = true
-		if r.Format != "openai" && r.Format != "anthropic" {
-			errs = append(errs, fmt.Errorf("%s.format: %q is not openai or anthropic", key, r.Format))
+		if r.Format != "openai" && r.Format != "anthropic" && r.Format != "gemini" {
+			errs = append(errs, fmt.Errorf("%s.format: %q is not openai, anthropic or gemini", key, r.Format))
 		}
 		if err := checkBaseURL(r.BaseURL, c.Server.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s.base_url: %w", key, err))

@@ -101,7 +101,8 @@ func TestRefusals(t *testing.T) {
 		{"base URL with /v1", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "https://api.openai.com/v1"}, "write https://api.openai.com (imgctx adds /v1"},
 		{"base URL without scheme", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "api.anthropic.com"}, "write it as https://api.anthropic.com"},
 		{"base URL is the gateway", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "http://localhost:8080"}, "this gateway's own address"},
-		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai or anthropic`},
+		{"gemini as the sessions upstream", "upstream:\n  format: gemini\n", nil, `gemini serves the drop-in route only`},
+		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai, anthropic or gemini`},
 		{"upstream names twice", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9'}\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:10/v1'}\n", nil, `upstreams[1].name: "a" is used twice`},
 		{"upstream keys", "", map[string]string{"IMGCTX_AUTH_UPSTREAM_KEYS": "acme"}, "auth.upstream_keys: entry 1 is not tenant=key"},
 		// A malformed key entry is named by its position: its text is a credential.

@@ -103,9 +103,11 @@ func CheckResume(t *testing.T, scan func([]byte, wire.ScanOptions) (*wire.Splice
 	if err != nil {
 		t.Fatal(err)
 	}
-	arr, ok := full.Top["messages"]
-	if !ok {
-		arr = full.Top["input"] // OpenAI Responses
+	var arr wire.Span
+	for _, list := range []string{"messages", "input", "contents"} { // Chat and Messages, Responses, Gemini
+		if sp, ok := full.Top[list]; ok {
+			arr = sp
+		}
 	}
 	same := func(what string, b []byte, prev *wire.Resume) {
 		t.Helper()
