@@ -575,3 +575,56 @@ func TestSummarisersOverflowIsNotTheRequestsError(t *testing.T) {
 		})
 	}
 }
+
+// A long tool loop under one instruction can be compacted: on
+// prompt-too-long with no kept image to drop, the engine summarises the
+// older tool rounds and the replay succeeds, every call still next to its
+// result.
+func TestLongToolLoopCompactsInsideTheTurn(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000)
+			id := r.session(t, false)
+			r.up.replies = append(r.up.replies, reply{toolCall: "computer"})
+			res := r.call(t, id, user("Book a table for two on Friday."))
+			for range 30 {
+				r.up.replies = append(r.up.replies, reply{toolCall: "computer"})
+				var callID string
+				for _, p := range res.Message.Parts {
+					if tc, ok := p.(chat.ToolCall); ok {
+						callID = tc.ID
+					}
+				}
+				res = r.call(t, id, []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: callID, Name: "computer",
+					Parts: []chat.Part{chat.Text{Text: strings.Repeat("pixel row ", 400)}}}}}})
+			}
+			r.up.overflowAt = r.up.prompts[len(r.up.prompts)-1] - 2000
+			r.up.replies = append(r.up.replies, reply{text: "Booked."})
+			var callID string
+			for _, p := range res.Message.Parts {
+				if tc, ok := p.(chat.ToolCall); ok {
+					callID = tc.ID
+				}
+			}
+			res = r.call(t, id, []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: callID, Name: "computer",
+				Parts: []chat.Part{chat.Text{Text: "done"}}}}}})
+			if res.Message.TextContent() != "Booked." || len(r.up.summaries) != 1 {
+				t.Fatalf("reply %q after %d summaries", res.Message.TextContent(), len(r.up.summaries))
+			}
+			live := r.live(t, id).Live
+			calls := map[string]bool{}
+			for _, m := range live {
+				for _, p := range m.Parts {
+					switch p := p.(type) {
+					case chat.ToolCall:
+						calls[p.ID] = true
+					case chat.ToolResult:
+						if !calls[p.CallID] {
+							t.Fatalf("a result in the live context answers a summarised call %s", p.CallID)
+						}
+					}
+				}
+			}
+		})
+	}
+}

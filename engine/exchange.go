@@ -190,8 +190,13 @@ func (c *call) compact(ctx context.Context) error {
 	rec := res.Record
 	c.st.Live = res.Messages
 	c.turn.InvalidateBase()
-	if c.st.TurnStart >= rec.To {
+	switch {
+	case c.st.TurnStart >= rec.To:
 		c.st.TurnStart -= rec.To - rec.From - 1
+	case c.st.TurnStart >= rec.From:
+		// Cut inside the turn (a long tool loop): the summary, a user
+		// message, now stands for its start.
+		c.st.TurnStart = rec.From
 	}
 	c.entries = append(c.entries, session.Entry{Compaction: &rec})
 	c.removed(res.Removed)

@@ -174,6 +174,11 @@ func Compact(ctx context.Context, msgs []chat.Message, cfg CompactConfig, s Summ
 	split := SplitPoint(msgs, counts, cfg.preserve())
 	start := leadingSystem(msgs)
 	if split < 0 || !WorthCompacting(counts, start, split, cfg.minFraction()) {
+		// One instruction and a long tool loop has no user boundary worth
+		// cutting at: cut between tool rounds instead.
+		split = RoundSplitPoint(msgs, counts, cfg.preserve())
+	}
+	if split < 0 || !WorthCompacting(counts, start, split, cfg.minFraction()) {
 		return Compacted{}, ErrNotWorthCompacting
 	}
 	slim, st := Slim(msgs[start:split])
@@ -238,6 +243,39 @@ func SplitPoint(msgs []chat.Message, counts []int, preserve float64) int {
 			if float64(cum) >= target {
 				return k
 			}
+		}
+		cum += counts[k]
+		for _, p := range msgs[k].Parts {
+			switch p := p.(type) {
+			case chat.ToolCall:
+				open[p.ID] = true
+			case chat.ToolResult:
+				delete(open, p.CallID)
+			}
+		}
+	}
+	return last
+}
+
+// RoundSplitPoint is SplitPoint for a history whose user boundaries leave
+// nothing worth summarising (one instruction, then hundreds of tool calls):
+// it cuts before an assistant message that starts a tool round, where every
+// earlier call has its result, so a call and its result are never parted.
+// The tail keeps at least preserve of the characters, hence the most
+// recent complete rounds and the call in flight. The summary, a user
+// message, then stands before the tail's first assistant message, so the
+// roles still alternate. -1 when there is no such point.
+func RoundSplitPoint(msgs []chat.Message, counts []int, preserve float64) int {
+	start := leadingSystem(msgs)
+	target := (1 - preserve) * float64(sum(counts[start:]))
+	open := map[string]bool{}
+	cum, last := 0, -1
+	for k := start; k < len(msgs); k++ {
+		if k > start+1 && msgs[k].Role == chat.Assistant && len(open) == 0 {
+			if float64(cum) > target {
+				break
+			}
+			last = k
 		}
 		cum += counts[k]
 		for _, p := range msgs[k].Parts {

@@ -351,3 +351,114 @@ func TestBinaryPartsDoNotSkewTheSplit(t *testing.T) {
 		t.Fatalf("one large image moved the split from %d to %d", a, b)
 	}
 }
+
+// toolLoop is one instruction and then rounds of tool calls, each round an
+// assistant message with its calls and a tool message per result, the
+// results large (a screenshot's description, a file), the last round's
+// call still in flight when inFlight. A round whose count is negative has
+// an assistant note between its calls and their results (as a wire with
+// separate reasoning items has), a place no cut may fall.
+func toolLoop(rounds []int, resultChars int, inFlight bool) []chat.Message {
+	msgs := []chat.Message{
+		{Role: chat.System, Parts: []chat.Part{chat.Text{Text: "You operate a browser."}}},
+		{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "Book a table for two on Friday."}}},
+	}
+	id := 0
+	for r, calls := range rounds {
+		var cs []chat.Part
+		var results []chat.Message
+		note := calls < 0
+		for range max(calls, -calls) {
+			id++
+			cid := fmt.Sprintf("call_%d", id)
+			cs = append(cs, chat.ToolCall{ID: cid, Name: "computer", Arguments: `{"action":"screenshot"}`})
+			results = append(results, chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: cid, Name: "computer",
+				Parts: []chat.Part{chat.Text{Text: strings.Repeat("x", resultChars)}}}}})
+		}
+		msgs = append(msgs, chat.Message{Role: chat.Assistant, Parts: cs})
+		if note {
+			msgs = append(msgs, chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: "Waiting for the screen."}}})
+		}
+		if !inFlight || r < len(rounds)-1 {
+			msgs = append(msgs, results...)
+		}
+	}
+	return msgs
+}
+
+// A computer-use session — one instruction, then a long tool loop — has no
+// user boundary to cut at; it compacts between tool rounds.
+func TestCompactSplitsInsideALongToolLoop(t *testing.T) {
+	rounds := make([]int, 60)
+	for i := range rounds {
+		rounds[i] = 1
+	}
+	msgs := toolLoop(rounds, 2000, true) // 120k characters of results, the last call in flight
+	if SplitPoint(msgs, tokens.CharCounts(nil, msgs, 0), 0.3) >= 0 {
+		t.Fatal("the fixture should have no user boundary")
+	}
+	res, err := Compact(t.Context(), msgs, CompactConfig{}, &recorder{})
+	if err != nil {
+		t.Fatalf("a 120k-character single-turn history did not compact: %v", err)
+	}
+	out := res.Messages
+	if out[1].Role != chat.User || out[2].Role != chat.Assistant || res.Record.To-res.Record.From < 80 {
+		t.Fatalf("summary then the tail's first round expected; summarised %d–%d", res.Record.From, res.Record.To)
+	}
+	if last := out[len(out)-1]; last.Role != chat.Assistant {
+		t.Fatal("the call in flight is not the last message any more")
+	}
+}
+
+// Property: over generated tool loops, a compaction never parts a tool call
+// from its result — every result in the tail answers a call in the tail,
+// every call in the tail but the one in flight has its result there — and
+// never summarises less than the guard allows.
+func TestCompactKeepsCallsWithTheirResults(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		rounds := rapid.SliceOfN(rapid.SampledFrom([]int{1, 2, 3, -1, -2}), 1, 40).Draw(rt, "rounds")
+		msgs := toolLoop(rounds, rapid.IntRange(10, 3000).Draw(rt, "chars"), rapid.Bool().Draw(rt, "inFlight"))
+		cfg := CompactConfig{PreserveFraction: rapid.Float64Range(0.1, 0.9).Draw(rt, "preserve")}
+		res, err := Compact(context.Background(), msgs, cfg, &recorder{})
+		if errors.Is(err, ErrNotWorthCompacting) {
+			return
+		}
+		if err != nil {
+			rt.Fatal(err)
+		}
+		calls, results := map[string]bool{}, map[string]bool{}
+		tail := res.Messages[2:]
+		for _, m := range tail {
+			for _, p := range m.Parts {
+				switch p := p.(type) {
+				case chat.ToolCall:
+					calls[p.ID] = true
+				case chat.ToolResult:
+					results[p.CallID] = true
+					if !calls[p.CallID] {
+						rt.Fatalf("a result in the tail answers call %s, which was summarised", p.CallID)
+					}
+				}
+			}
+		}
+		answered := map[string]bool{} // in the whole history: the call in flight has no result
+		for _, m := range msgs {
+			for _, p := range m.Parts {
+				if tr, ok := p.(chat.ToolResult); ok {
+					answered[tr.CallID] = true
+				}
+			}
+		}
+		for i, m := range tail {
+			for _, p := range m.Parts {
+				if tc, ok := p.(chat.ToolCall); ok && answered[tc.ID] && !results[tc.ID] {
+					rt.Fatalf("call %s (message %d of the tail) lost its result", tc.ID, i)
+				}
+			}
+		}
+		counts := tokens.CharCounts(nil, msgs, 0)
+		if !WorthCompacting(counts, res.Record.From, res.Record.To, cfg.minFraction()) {
+			rt.Fatal("a compaction under the guard")
+		}
+	})
+}
