@@ -41,7 +41,7 @@ var allowed = map[string][]string{
 	"upstream":             {"wire", "wire/anthropic", "wire/gemini", "wire/openai"},
 	"engine":               {"blob", "chat", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
 	"gateway":              {"blob", "chat", "engine", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/openai", "wire/responses"},
-	"internal/config":      {"imagestore", "media", "tokens"},
+	"internal/config":      {"imagestore", "media", "policy", "tokens"},
 	"scripts/abmeter":      {"internal/bodies"},
 	"scripts/agentcheck":   {},
 	"scripts/attack":       {},

@@ -242,7 +242,7 @@ func (e *Engine) threshold(window int) int {
 }
 
 func (e *Engine) micro() policy.MicroConfig {
-	if e.Micro.IdleAfter == 0 && e.Micro.CompactableTools == nil {
+	if !e.Micro.Off && e.Micro.IdleAfter == 0 && e.Micro.CompactableTools == nil {
 		return policy.DefaultMicro()
 	}
 	return e.Micro
@@ -397,9 +397,11 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 		if c.st.Turn == nil {
 			return fmt.Errorf("%w: the open turn has no saved state", ErrBadTurn)
 		}
-		if err := answersOpenCalls(c.st.Live, incoming); err != nil {
+		named, err := answersOpenCalls(c.st.Live, incoming)
+		if err != nil {
 			return err
 		}
+		incoming = named
 		c.turn = policy.ResumeTurn(c.keepTurn(), *c.st.Turn)
 	case c.st.TurnOpen:
 		return fmt.Errorf("%w: the last reply called tools; send their results (role tool) first", ErrBadTurn)
@@ -413,29 +415,42 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 }
 
 // answersOpenCalls checks that every tool result answers a call the last
-// reply made: a result for another call would reach the upstream as a
-// request it must refuse, or worse, be taken as the answer to a call
-// nobody made.
-func answersOpenCalls(live, incoming []chat.Message) error {
-	open := map[string]bool{}
+// reply made — a result for another call would reach the upstream as a
+// request it must refuse, or be taken as the answer to a call nobody made —
+// and names each result after its call (neither wire carries the name on
+// the result; microcompaction's tool list needs it).
+func answersOpenCalls(live, incoming []chat.Message) ([]chat.Message, error) {
+	open := map[string]string{} // call id → tool name
 	for i := len(live) - 1; i >= 0; i-- {
 		if live[i].Role == chat.Assistant {
 			for _, p := range live[i].Parts {
 				if tc, ok := p.(chat.ToolCall); ok {
-					open[tc.ID] = true
+					open[tc.ID] = tc.Name
 				}
 			}
 			break
 		}
 	}
-	for _, m := range incoming {
-		for _, p := range m.Parts {
-			if tr, ok := p.(chat.ToolResult); ok && !open[tr.CallID] {
-				return fmt.Errorf("%w: a tool result for call %q, which the last reply did not make", ErrBadTurn, tr.CallID)
+	out := make([]chat.Message, len(incoming))
+	for i, m := range incoming {
+		m = m.Clone()
+		for j, p := range m.Parts {
+			tr, ok := p.(chat.ToolResult)
+			if !ok {
+				continue
+			}
+			name, open := open[tr.CallID]
+			if !open {
+				return nil, fmt.Errorf("%w: a tool result for call %q, which the last reply did not make", ErrBadTurn, tr.CallID)
+			}
+			if tr.Name == "" {
+				tr.Name = name
+				m.Parts[j] = tr
 			}
 		}
+		out[i] = m
 	}
-	return nil
+	return out, nil
 }
 
 // relay hands the images inside tool results to keeping.

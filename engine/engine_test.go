@@ -12,6 +12,7 @@ import (
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/upstream"
@@ -626,5 +627,36 @@ func TestLongToolLoopCompactsInsideTheTurn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A tool result takes its name from the call it answers (neither wire
+// carries it), so microcompaction's tool list fires on results sent
+// without one; with microcompaction off nothing is cleared.
+func TestToolResultsAreNamedAfterTheirCall(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		r := newRig(t, upstream.OpenAI, 100000)
+		now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+		r.engine.Now = func() time.Time { return now }
+		r.engine.Micro = policy.DefaultMicro()
+		r.engine.Micro.KeepRecent.Tool = 0
+		r.engine.Micro.Off = off
+		id := r.session(t, false)
+		r.up.replies = append(r.up.replies, reply{toolCall: "read_file"}, reply{text: "ok"}, reply{text: "back"})
+		res := r.call(t, id, user("Read the file."))
+		var callID string
+		for _, p := range res.Message.Parts {
+			if tc, ok := p.(chat.ToolCall); ok {
+				callID = tc.ID
+			}
+		}
+		r.call(t, id, []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: callID,
+			Parts: []chat.Part{chat.Text{Text: "the whole file"}}}}}})
+		now = now.Add(2 * time.Hour)
+		r.call(t, id, user("I'm back."))
+		last := string(r.up.requests[len(r.up.requests)-1])
+		if cleared := strings.Contains(last, policy.ToolSentinel); cleared == off || strings.Contains(last, "the whole file") != off {
+			t.Fatalf("off=%v: cleared %v", off, cleared)
+		}
 	}
 }

@@ -23,6 +23,13 @@ type MicroConfig struct {
 	KeepRecent MicroKeep
 	// CompactableTools are the tools whose results are cleared whole.
 	CompactableTools []string
+	// Off turns microcompaction off.
+	Off bool
+	// MaxToolBytes, when positive, is a size trigger: once the results of
+	// compactable tools before the turn hold more text than this, the
+	// oldest are cleared (keep_recent still holds) down to half of it,
+	// idle or not.
+	MaxToolBytes int
 }
 
 // MicroKeep holds one keep_recent per category: 1 keeps one tool result,
@@ -65,23 +72,36 @@ type microItem struct {
 // stays. The most recent KeepRecent items of each category stay, and
 // messages from currentTurn on (the turn in progress) are never touched.
 // msgs is not modified; it comes back as is when nothing is cleared.
+//
+// Error results are never cleared (the model needs to know what failed),
+// and empty or already-cleared results take no keep slot. With
+// MaxToolBytes set, a history whose compactable results pass that size is
+// cleared of its oldest ones down to half of it even before the idle time.
 func Microcompact(msgs []chat.Message, idle time.Duration, currentTurn int, cfg MicroConfig) ([]chat.Message, MicroStats) {
 	var st MicroStats
+	if cfg.Off {
+		return msgs, st
+	}
 	after := cfg.IdleAfter
 	if after <= 0 {
 		after = 60 * time.Minute
 	}
-	if idle < after {
-		return msgs, st
-	}
 	var items []microItem
+	size := map[microItem]int{} // text bytes of each compactable result
+	total := 0
 	for i, m := range msgs[:min(currentTurn, len(msgs))] {
 		for j, p := range m.Parts {
 			switch p := p.(type) {
 			case chat.ToolResult:
+				if p.IsError {
+					continue
+				}
 				if p.Name != "" && slices.Contains(cfg.CompactableTools, p.Name) {
-					if !cleared(p) {
-						items = append(items, microItem{i, j, 0})
+					if n := textBytes(p.Parts); !cleared(p) && (n > 0 || hasMedia(p.Parts)) {
+						it := microItem{i, j, 0}
+						items = append(items, it)
+						size[it] = n
+						total += n
 					}
 				} else if hasMedia(p.Parts) {
 					items = append(items, microItem{i, j, 2})
@@ -93,15 +113,32 @@ func Microcompact(msgs []chat.Message, idle time.Duration, currentTurn int, cfg 
 			}
 		}
 	}
+	bySize := cfg.MaxToolBytes > 0 && total > cfg.MaxToolBytes
+	if idle < after && !bySize {
+		return msgs, st
+	}
 	keep := [3]int{cfg.KeepRecent.Tool, cfg.KeepRecent.Media, cfg.KeepRecent.NestedMedia}
 	var seen [3]int
-	clear := map[[2]int]int{} // (msg, part) → kind, oldest items beyond keep_recent
+	clearable := map[microItem]bool{} // the oldest items beyond keep_recent
 	for k := len(items) - 1; k >= 0; k-- {
 		it := items[k]
 		seen[it.kind]++
 		if seen[it.kind] > keep[it.kind] {
-			clear[[2]int{it.msg, it.part}] = it.kind
+			clearable[it] = true
 		}
+	}
+	clear := map[[2]int]int{} // (msg, part) → kind
+	for _, it := range items { // oldest first
+		if !clearable[it] {
+			continue
+		}
+		if idle < after { // the size trigger alone: tool results, down to half
+			if it.kind != 0 || total <= cfg.MaxToolBytes/2 {
+				continue
+			}
+			total -= size[it]
+		}
+		clear[[2]int{it.msg, it.part}] = it.kind
 	}
 	if len(clear) == 0 {
 		return msgs, st
@@ -145,6 +182,16 @@ func Microcompact(msgs []chat.Message, idle time.Duration, currentTurn int, cfg 
 		}
 	}
 	return out, st
+}
+
+func textBytes(parts []chat.Part) int {
+	n := 0
+	for _, p := range parts {
+		if t, ok := p.(chat.Text); ok {
+			n += len(t.Text)
+		}
+	}
+	return n
 }
 
 func cleared(tr chat.ToolResult) bool {

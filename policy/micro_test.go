@@ -129,7 +129,8 @@ func TestMicroLeavesTheCurrentTurn(t *testing.T) {
 }
 
 // Property: after a pass, exactly min(keep_recent, candidates) items of
-// each category are left uncleared before the current turn.
+// each category are left uncleared before the current turn (an empty
+// result is no candidate: it takes no keep slot and stays as it is).
 func TestMicroKeepRecentPerCategory(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		msgs := genHistory(rt)
@@ -145,7 +146,7 @@ func TestMicroKeepRecentPerCategory(t *testing.T) {
 					switch p := p.(type) {
 					case chat.ToolResult:
 						if slices.Contains(cfg.CompactableTools, p.Name) {
-							if !cleared(p) {
+							if !cleared(p) && (textBytes(p.Parts) > 0 || hasMedia(p.Parts)) {
 								tool++
 							}
 						} else if hasMedia(p.Parts) {
@@ -170,4 +171,50 @@ func TestMicroKeepRecentPerCategory(t *testing.T) {
 			rt.Fatalf("stats %+v disagree with what changed", st)
 		}
 	})
+}
+
+// Error results are never cleared; empty and already-cleared results take
+// no keep slot, so keep_recent 1 keeps the newest real result.
+func TestMicroSparesErrorsAndSkipsEmptyResults(t *testing.T) {
+	result := func(id, text string, isErr bool) chat.Message {
+		return chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: id, Name: "shell", IsError: isErr, Parts: []chat.Part{chat.Text{Text: text}}}}}
+	}
+	msgs := []chat.Message{
+		{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "go"}}},
+		result("a", "old output", false),
+		result("b", "permission denied", true),
+		result("c", "newest output", false),
+		result("d", "", false),
+		result("e", ToolSentinel, false),
+	}
+	out, st := Microcompact(msgs, 2*time.Hour, len(msgs), DefaultMicro())
+	text := func(i int) string { return out[i].Parts[0].(chat.ToolResult).Parts[0].(chat.Text).Text }
+	if text(1) != ToolSentinel || text(2) != "permission denied" || text(3) != "newest output" || text(4) != "" || st.Tool != 1 {
+		t.Fatalf("cleared %d: %q %q %q %q", st.Tool, text(1), text(2), text(3), text(4))
+	}
+}
+
+// The size trigger clears the oldest compactable results down to half of
+// the limit before any idle time; keep_recent still holds; Off clears
+// nothing at all.
+func TestMicroSizeTriggerAndOff(t *testing.T) {
+	msgs := []chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "go"}}}}
+	for i := range 6 {
+		msgs = append(msgs, chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: fmt.Sprint(i), Name: "read_file",
+			Parts: []chat.Part{chat.Text{Text: strings.Repeat("x", 1000)}}}}})
+	}
+	cfg := DefaultMicro()
+	cfg.MaxToolBytes = 5000 // 6,000 held: clear down to 2,500
+	out, st := Microcompact(msgs, time.Minute, len(msgs), cfg)
+	if st.Tool != 4 || !cleared(out[4].Parts[0].(chat.ToolResult)) || cleared(out[5].Parts[0].(chat.ToolResult)) {
+		t.Fatalf("cleared %d", st.Tool)
+	}
+	cfg.MaxToolBytes = 10000
+	if _, st := Microcompact(msgs, time.Minute, len(msgs), cfg); st.Tool != 0 {
+		t.Fatal("cleared under the size limit before the idle time")
+	}
+	cfg.Off = true
+	if _, st := Microcompact(msgs, 48*time.Hour, len(msgs), cfg); st.Tool != 0 {
+		t.Fatal("cleared with microcompaction off")
+	}
 }

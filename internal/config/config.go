@@ -20,6 +20,7 @@ import (
 
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/tokens"
 	kyaml "github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/file"
@@ -39,6 +40,7 @@ type Config struct {
 	Media      Media            `yaml:"media"`
 	Upstream   Upstream         `yaml:"upstream"`
 	Compaction Compaction       `yaml:"compaction"`
+	Micro      Micro            `yaml:"micro"`
 	Log        Log              `yaml:"log"`
 	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
 	Upstreams  []Route          `yaml:"upstreams" env:"-"`
@@ -131,13 +133,40 @@ type Upstream struct {
 
 // Compaction configures compaction's estimates.
 type Compaction struct {
-	ImageTokenEstimate int `yaml:"image_token_estimate" env:"IMGCTX_IMAGE_TOKEN_ESTIMATE" doc:"flat token estimate per image or document in compaction's character accounting"`
+	ImageTokenEstimate     int     `yaml:"image_token_estimate" env:"IMGCTX_IMAGE_TOKEN_ESTIMATE" doc:"flat token estimate per image or document in compaction's character accounting"`
+	Threshold              float64 `yaml:"threshold" doc:"share of the context window past which, before a request, kept images leave and then compaction runs"`
+	PreserveFraction       float64 `yaml:"preserve_fraction" doc:"share of the history's characters kept verbatim at its end; the summary covers the rest"`
+	MinCompressionFraction float64 `yaml:"min_compression_fraction" doc:"no summary when the prefix to summarise is under this share of the history"`
+}
+
+// Micro configures microcompaction: clearing stale tool output and media
+// once the provider's cache is cold anyway.
+type Micro struct {
+	IdleAfter             time.Duration `yaml:"idle_after" doc:"how long a session is idle before stale content is cleared; 0 or off turns microcompaction off"`
+	KeepRecentTool        int           `yaml:"keep_recent_tool" doc:"most recent results of compactable tools kept whole"`
+	KeepRecentMedia       int           `yaml:"keep_recent_media" doc:"most recent images and documents of user messages kept"`
+	KeepRecentNestedMedia int           `yaml:"keep_recent_nested_media" doc:"most recent tool results with media (other tools) whose media is kept"`
+	CompactableTools      string        `yaml:"compactable_tools" doc:"tools whose results are cleared whole, comma-separated"`
+	MaxToolBytes          int           `yaml:"max_tool_bytes" doc:"past this many bytes of compactable tool output before the turn, clear the oldest down to half of it, idle or not; 0: no size trigger"`
 }
 
 // Log configures logging.
 type Log struct {
 	Level  string `yaml:"level" doc:"debug, info, warn or error"`
 	Format string `yaml:"format" doc:"text or json"`
+}
+
+// MicroConfig is the engine's microcompaction setting.
+func (c Config) MicroConfig() policy.MicroConfig {
+	m := c.Micro
+	var tools []string
+	for _, t := range strings.Split(m.CompactableTools, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			tools = append(tools, t)
+		}
+	}
+	return policy.MicroConfig{IdleAfter: m.IdleAfter, Off: m.IdleAfter == 0, MaxToolBytes: m.MaxToolBytes, CompactableTools: tools,
+		KeepRecent: policy.MicroKeep{Tool: m.KeepRecentTool, Media: m.KeepRecentMedia, NestedMedia: m.KeepRecentNestedMedia}}
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -158,8 +187,10 @@ func Defaults() Config {
 			Fetch:             Fetch{Timeout: media.DefaultFetchTimeout, MaxBytes: media.DefaultMaxBytes, MaxRedirects: media.DefaultMaxRedirects},
 		},
 		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto", MaxResponse: 64 << 20},
-		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate},
-		Log:        Log{Level: "info", Format: "text"},
+		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate, Threshold: 0.8, PreserveFraction: 0.3, MinCompressionFraction: 0.05},
+		Micro: Micro{IdleAfter: 60 * time.Minute, KeepRecentTool: 1, KeepRecentMedia: 1, KeepRecentNestedMedia: 1,
+			CompactableTools: "read_file,read_many_files,grep,glob,ls,shell,web_fetch,web_search"},
+		Log: Log{Level: "info", Format: "text"},
 	}
 }
 
@@ -231,6 +262,12 @@ func Load(path string, lookup func(string) (string, bool), flags map[string]any)
 	for name, v := range flags {
 		if err := k.Set(name, v); err != nil {
 			return Config{}, fmt.Errorf("flag for %s: %w", name, err)
+		}
+	}
+	if v := k.Get("micro.idle_after"); v != nil {
+		// "off" and a bare 0 turn microcompaction off: no unit needed.
+		if s := strings.TrimSpace(fmt.Sprint(v)); s == "off" || s == "0" {
+			k.Set("micro.idle_after", "0s")
 		}
 	}
 	if err := checkDurations(k); err != nil {
@@ -394,6 +431,25 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("media.fetch.max_redirects: must be 0 to 10 (got %d)", c.Media.Fetch.MaxRedirects))
 	}
 	positive("compaction.image_token_estimate", int64(c.Compaction.ImageTokenEstimate))
+	for _, f := range []struct {
+		key    string
+		v      float64
+		closed bool // 1 allowed
+	}{{"compaction.threshold", c.Compaction.Threshold, true}, {"compaction.preserve_fraction", c.Compaction.PreserveFraction, false},
+		{"compaction.min_compression_fraction", c.Compaction.MinCompressionFraction, false}} {
+		if f.v <= 0 || f.v > 1 || f.v == 1 && !f.closed {
+			errs = append(errs, fmt.Errorf("%s: must be between 0 and 1 (got %v)", f.key, f.v))
+		}
+	}
+	if c.Micro.IdleAfter < 0 {
+		errs = append(errs, fmt.Errorf("micro.idle_after: must not be negative (0 or off turns microcompaction off)"))
+	}
+	for key, v := range map[string]int{"micro.keep_recent_tool": c.Micro.KeepRecentTool, "micro.keep_recent_media": c.Micro.KeepRecentMedia,
+		"micro.keep_recent_nested_media": c.Micro.KeepRecentNestedMedia, "micro.max_tool_bytes": c.Micro.MaxToolBytes} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative (got %d)", key, v))
+		}
+	}
 	switch c.Upstream.Format {
 	case "openai", "anthropic":
 	case "gemini":

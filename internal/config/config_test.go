@@ -101,6 +101,12 @@ func TestRefusals(t *testing.T) {
 		{"base URL with /v1", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "https://api.openai.com/v1"}, "write https://api.openai.com (imgctx adds /v1"},
 		{"base URL without scheme", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "api.anthropic.com"}, "write it as https://api.anthropic.com"},
 		{"base URL is the gateway", "", map[string]string{"IMGCTX_UPSTREAM_BASE_URL": "http://localhost:8080"}, "this gateway's own address"},
+		{"preserve fraction 0", "compaction:\n  preserve_fraction: 0\n", nil, `compaction.preserve_fraction: must be between 0 and 1`},
+		{"preserve fraction 1", "compaction:\n  preserve_fraction: 1\n", nil, `compaction.preserve_fraction: must be between 0 and 1`},
+		{"threshold over 1", "compaction:\n  threshold: 1.5\n", nil, `compaction.threshold: must be between 0 and 1`},
+		{"negative idle", "micro:\n  idle_after: -1m\n", nil, `micro.idle_after: must not be negative`},
+		{"negative keep", "micro:\n  keep_recent_media: -1\n", nil, `micro.keep_recent_media: must not be negative`},
+		{"idle without unit", "micro:\n  idle_after: 30\n", nil, `micro.idle_after: 30 has no unit`},
 		{"gemini as the sessions upstream", "upstream:\n  format: gemini\n", nil, `gemini serves the drop-in route only`},
 		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai, anthropic or gemini`},
 		{"upstream names twice", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9'}\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:10/v1'}\n", nil, `upstreams[1].name: "a" is used twice`},
@@ -174,5 +180,41 @@ func TestKeyErrorsDoNotEchoKeys(t *testing.T) {
 	_, err := Load("", env(map[string]string{"IMGCTX_AUTH_KEYS": "k1=acme,sk-secret-123"}), nil)
 	if err == nil || strings.Contains(err.Error(), "sk-secret-123") || !strings.Contains(err.Error(), "entry 2") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// Microcompaction: off by "off" or 0 (file or environment), on by default
+// with the documented keep counts and tools; the compaction fractions reach
+// the engine's settings.
+func TestMicroAndCompactionSettings(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		env  map[string]string
+		off  bool
+	}{
+		{"", nil, false},
+		{"micro:\n  idle_after: off\n", nil, true},
+		{"micro:\n  idle_after: 0\n", nil, true},
+		{"", map[string]string{"IMGCTX_MICRO_IDLE_AFTER": "off"}, true},
+		{"", map[string]string{"IMGCTX_MICRO_IDLE_AFTER": "15m"}, false},
+	} {
+		path := ""
+		if c.file != "" {
+			path = writeFile(t, c.file)
+		}
+		cfg, err := Load(path, env(c.env), nil)
+		if err != nil {
+			t.Fatalf("%q %v: %v", c.file, c.env, err)
+		}
+		if m := cfg.MicroConfig(); m.Off != c.off || len(m.CompactableTools) != 8 || m.KeepRecent.Tool != 1 {
+			t.Errorf("%q %v: %+v", c.file, c.env, m)
+		}
+	}
+	cfg, err := Load(writeFile(t, "compaction:\n  preserve_fraction: 0.2\nmicro:\n  compactable_tools: ' shell , grep '\n  max_tool_bytes: 200000\n"), env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.MicroConfig(); cfg.Compaction.PreserveFraction != 0.2 || len(m.CompactableTools) != 2 || m.CompactableTools[0] != "shell" || m.MaxToolBytes != 200000 {
+		t.Fatalf("%+v %+v", cfg.Compaction, m)
 	}
 }
