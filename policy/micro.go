@@ -127,7 +127,7 @@ func Microcompact(msgs []chat.Message, idle time.Duration, currentTurn int, cfg 
 			clearable[it] = true
 		}
 	}
-	clear := map[[2]int]int{} // (msg, part) → kind
+	clear := map[[2]int]int{}  // (msg, part) → kind
 	for _, it := range items { // oldest first
 		if !clearable[it] {
 			continue
