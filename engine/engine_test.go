@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -657,6 +658,55 @@ func TestToolResultsAreNamedAfterTheirCall(t *testing.T) {
 		last := string(r.up.requests[len(r.up.requests)-1])
 		if cleared := strings.Contains(last, policy.ToolSentinel); cleared == off || strings.Contains(last, "the whole file") != off {
 			t.Fatalf("off=%v: cleared %v", off, cleared)
+		}
+	}
+}
+
+// Cache-sharing compaction: with the cache warm (the last request within
+// the TTL) the summary is asked on the live context as it was sent, so
+// the summary request begins with the previous request's bytes (the
+// provider reads that prefix from cache, images included); with the clock
+// past the TTL the slimmed side query runs, and no base64 reaches it.
+func TestCompactionSharesTheCacheWhenWarm(t *testing.T) {
+	for _, f := range formats {
+		for _, warm := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/warm=%v", f, warm), func(t *testing.T) {
+				r := newRig(t, f, 100000)
+				now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+				r.engine.Now = func() time.Time { return now }
+				r.engine.Micro = policy.MicroConfig{Off: true}
+				id := r.session(t, false)
+				shot := screenshot(640, 400, 7)
+				r.up.replies = append(r.up.replies, reply{text: "Seen."})
+				r.call(t, id, []chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "Remember this screen."}, chat.Image{URL: shot}}}})
+				for range 4 {
+					r.up.replies = append(r.up.replies, reply{text: strings.Repeat("Noted. ", 200)})
+					r.call(t, id, user(strings.Repeat("log line ", 4000)))
+				}
+				prev := r.up.requests[len(r.up.requests)-1]
+				if !warm {
+					now = now.Add(10 * time.Minute)
+				}
+				r.engine.CompactThreshold = 0.3
+				r.up.replies = append(r.up.replies, reply{text: "Done."})
+				r.call(t, id, user("And now?"))
+				if len(r.up.summaries) != 1 {
+					t.Fatalf("%d summary requests", len(r.up.summaries))
+				}
+				sum := r.up.summaries[0]
+				b64 := shot[strings.Index(shot, ",")+1:]
+				if warm {
+					p, s := stripCacheControl(messagesArray(t, prev)), stripCacheControl(messagesArray(t, sum))
+					p = p[:bytes.LastIndexByte(p, ']')] // every message of the previous request, then more
+					if !bytes.HasPrefix(s, p) || !hasEvent(r.events, "compacted", "cache-sharing") {
+						t.Fatal("the warm summary request does not begin with the previous request")
+					}
+					return
+				}
+				if bytes.Contains(sum, []byte(b64[:200])) || !hasEvent(r.events, "compacted", "slimmed") {
+					t.Fatal("the cold path is not the slimmed side query")
+				}
+			})
 		}
 	}
 }

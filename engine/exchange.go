@@ -46,7 +46,7 @@ func (c *call) exchange(ctx context.Context) (*Result, error) {
 				c.turn.InvalidateBase()
 				c.emit(Event{Kind: "retried", Reason: reason.Overflow, Detail: "completion cut by a full window: replay without kept images"})
 			} else {
-				if err := c.compact(ctx); err != nil {
+				if err := c.compact(ctx, false); err != nil {
 					return nil, err
 				}
 				c.emit(Event{Kind: "retried", Reason: reason.Compaction, Detail: "completion cut by a full window: replay after compaction"})
@@ -112,7 +112,7 @@ func (c *call) reactive(ctx context.Context, step int, cause *wire.Error) (int, 
 		step = 1
 	}
 	if step == 1 {
-		if err := c.compact(ctx); err != nil {
+		if err := c.compact(ctx, false); err != nil {
 			if errors.Is(err, policy.ErrNotWorthCompacting) {
 				return 0, fmt.Errorf("%w: %v", ErrContextFull, cause)
 			}
@@ -142,7 +142,7 @@ func (c *call) relieve(ctx context.Context) error {
 	if after <= limit {
 		return nil
 	}
-	err := c.compact(ctx)
+	err := c.compact(ctx, true)
 	if errors.Is(err, policy.ErrNotWorthCompacting) || errors.Is(err, ErrContextFull) {
 		return nil // nothing to summarise yet, or too much to: let the upstream decide
 	}
@@ -182,8 +182,15 @@ func (c *call) estimate() int {
 
 // compact summarises a prefix of the live context through a side query to
 // the same upstream, with slimmed input, and records it in the log.
-func (c *call) compact(ctx context.Context) error {
-	res, err := policy.Compact(ctx, c.st.Live, c.e.Compact, summariser{c})
+// With share, the summary may be asked on the live prefix while the
+// provider's cache is warm; after prompt-too-long or a window-cut answer
+// that prefix is what did not fit, so only the slimmed query runs.
+func (c *call) compact(ctx context.Context, share bool) error {
+	var s policy.Summariser = summariser{c}
+	if share {
+		s = sharingSummariser{summariser{c}}
+	}
+	res, err := policy.Compact(ctx, c.st.Live, c.e.Compact, s)
 	if err != nil {
 		return err
 	}
@@ -200,6 +207,11 @@ func (c *call) compact(ctx context.Context) error {
 	}
 	c.entries = append(c.entries, session.Entry{Compaction: &rec})
 	c.removed(res.Removed)
-	c.emit(Event{Kind: "compacted", Reason: reason.Compaction, Detail: fmt.Sprintf("summarised messages %d–%d (%d of %d characters)", rec.From, rec.To, rec.PrefixChars, rec.TotalChars)})
+	how := "slimmed side query"
+	if rec.Shared {
+		how = "cache-sharing, on the live prefix"
+	}
+	c.emit(Event{Kind: "compacted", Reason: reason.Compaction, Detail: fmt.Sprintf("summarised messages %d–%d (%d of %d characters; %s; %d images re-attached)",
+		rec.From, rec.To, rec.PrefixChars, rec.TotalChars, how, rec.Restored)})
 	return nil
 }

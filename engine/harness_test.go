@@ -130,7 +130,8 @@ func (s *scripted) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msgs := s.decode(body)
-	if len(msgs) > 0 && msgs[0].Role == chat.System && msgs[0].TextContent() == SummaryPrompt {
+	shared := len(msgs) > 0 && strings.Contains(msgs[len(msgs)-1].TextContent(), SharedInstruction)
+	if shared || len(msgs) > 0 && msgs[0].Role == chat.System && msgs[0].TextContent() == SummaryPrompt {
 		s.summaries = append(s.summaries, body)
 		if s.summaryOverflow {
 			w.WriteHeader(400)

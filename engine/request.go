@@ -138,6 +138,54 @@ func (s summariser) Summarise(ctx context.Context, msgs []chat.Message) (string,
 	if err != nil {
 		return "", err
 	}
+	return s.ask(ctx, body)
+}
+
+// SharedInstruction opens the instruction appended to the live context
+// when the summary shares the provider's cache.
+const SharedInstruction = "[imgctx: summary request]"
+
+// SummariseShared asks the main model for the summary on the live context
+// as the last request sent it — its prefix is in the provider's cache,
+// images included, read at the cache's price — plus one instruction that
+// names where the summary ends. It applies while the cache is warm: the
+// last request within the cache TTL.
+func (s sharingSummariser) SummariseShared(ctx context.Context, msgs []chat.Message, start, split int) (string, bool, error) {
+	c := s.c
+	if c.st.LastActivity.IsZero() || c.e.now().Sub(c.st.LastActivity) > c.e.cacheTTL() {
+		return "", false, nil
+	}
+	ask := fmt.Sprintf("%s Summarise the conversation above from its start up to and including message %d of %d, which begins: %q. %s "+
+		"The messages after it stay as they are. Answer with the summary only.", SharedInstruction, split-start, len(msgs)-start, opening(msgs[split-1]), SummaryPrompt)
+	req := chat.CloneMessages(msgs)
+	if last := &req[len(req)-1]; last.Role == chat.User {
+		last.Parts = append(last.Parts, chat.Text{Text: ask}) // the roles keep alternating
+	} else {
+		req = append(req, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: ask}}})
+	}
+	body, err := c.encode(ctx, req, true)
+	if err != nil {
+		return "", true, err
+	}
+	text, err := s.ask(ctx, body)
+	return text, true, err
+}
+
+// sharingSummariser is a summariser that may share the provider's cache
+// (policy.SharedSummariser).
+type sharingSummariser struct{ summariser }
+
+// opening is the start of a message's text, to name it to the model.
+func opening(m chat.Message) string {
+	t := []rune(m.TextContent())
+	if len(t) > 80 {
+		t = t[:80]
+	}
+	return string(t)
+}
+
+// ask sends a summary request and returns its text.
+func (s summariser) ask(ctx context.Context, body []byte) (string, error) {
 	r, err := s.c.roundTrip(ctx, body)
 	var we *wire.Error
 	if errors.As(err, &we) && we.Kind == wire.PromptTooLong {

@@ -35,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_tokens_total",
 			Help: "Tokens the upstream reported, by kind (input, cache_read, cache_write, output)."}, []string{"kind"}),
 		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_compactions_total",
-			Help: "Compactions by kind (summary, micro)."}, []string{"kind"}),
+			Help: "Compactions by kind (summary: a slimmed side query; summary_shared: on the cached live prefix; micro)."}, []string{"kind"}),
 		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_overflow_retries_total",
 			Help: "Replays after prompt-too-long or a cut completion, by reason (overflow, compaction) and outcome (ok, failed; replayed by the sessions engine)."}, []string{"reason", "outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "imgctx_gateway_added_latency_seconds",
@@ -69,8 +69,11 @@ func (m *Metrics) engineEvent(e engine.Event) {
 		m.images.WithLabelValues("refused", string(e.Reason)).Inc()
 	case "compacted":
 		kind := "summary"
-		if strings.HasPrefix(e.Detail, "microcompaction") {
+		switch {
+		case strings.HasPrefix(e.Detail, "microcompaction"):
 			kind = "micro"
+		case strings.Contains(e.Detail, "cache-sharing"):
+			kind = "summary_shared"
 		}
 		m.compactions.WithLabelValues(kind).Inc()
 	case "retried":

@@ -121,6 +121,20 @@ type CompactConfig struct {
 	// ImageTokenEstimate prices an image or document in the character
 	// accounting; default tokens.DefaultImageTokenEstimate.
 	ImageTokenEstimate int
+	// RestoreImages is how many of the most recent images the summary
+	// covers are re-attached after it, so the model still sees the current
+	// screen; default 3, negative for none.
+	RestoreImages int
+}
+
+func (c CompactConfig) restore() int {
+	switch {
+	case c.RestoreImages < 0:
+		return 0
+	case c.RestoreImages == 0:
+		return 3
+	}
+	return c.RestoreImages
 }
 
 func (c CompactConfig) preserve() float64 {
@@ -143,6 +157,16 @@ type Summariser interface {
 	Summarise(ctx context.Context, msgs []chat.Message) (string, error)
 }
 
+// SharedSummariser is a Summariser that can also summarise from the live
+// context itself: the exact prefix the provider has cached, images
+// included, read at the cache's price, plus one instruction.
+// SummariseShared says ok false when that does not apply (the cache is
+// cold); a failure falls back to the slimmed summary too.
+type SharedSummariser interface {
+	Summariser
+	SummariseShared(ctx context.Context, msgs []chat.Message, start, split int) (text string, ok bool, err error)
+}
+
 // ErrNotWorthCompacting is returned when there is no split point or the
 // prefix is under MinCompressionFraction of the whole.
 var ErrNotWorthCompacting = errors.New("not enough history to compact")
@@ -157,6 +181,11 @@ type CompactionRecord struct {
 	TotalChars  int       `json:"total_chars"`
 	PrefixChars int       `json:"prefix_chars"`
 	Slimmed     SlimStats `json:"slimmed"`
+	// Shared: the summary came from the live, cached prefix, not from a
+	// slimmed copy.
+	Shared bool `json:"shared,omitempty"`
+	// Restored counts the images re-attached after the summary.
+	Restored int `json:"restored,omitempty"`
 }
 
 // Compacted is the result of Compact.
@@ -181,16 +210,36 @@ func Compact(ctx context.Context, msgs []chat.Message, cfg CompactConfig, s Summ
 	if split < 0 || !WorthCompacting(counts, start, split, cfg.minFraction()) {
 		return Compacted{}, ErrNotWorthCompacting
 	}
-	slim, st := Slim(msgs[start:split])
-	text, err := s.Summarise(ctx, slim)
-	if err != nil {
-		return Compacted{}, fmt.Errorf("summarise: %w", err)
+	var text string
+	var st SlimStats
+	shared := false
+	if ss, ok := s.(SharedSummariser); ok {
+		t, ok, err := ss.SummariseShared(ctx, msgs, start, split)
+		if ok && err == nil && t != "" {
+			text, shared = t, true
+		}
 	}
+	if !shared {
+		var slim []chat.Message
+		slim, st = Slim(msgs[start:split])
+		var err error
+		if text, err = s.Summarise(ctx, slim); err != nil {
+			return Compacted{}, fmt.Errorf("summarise: %w", err)
+		}
+	}
+	restored := restoreImages(msgs[start:split], cfg.restore())
 	var removed []Removal
+	k := 0
 	for i, m := range msgs[start:split] {
+		j := 0 // the image's index in its message
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			switch p := p.(type) {
 			case chat.Image:
+				j++
+				if k < len(restored) && restored[k].at == [2]int{i, j - 1} {
+					k++ // re-attached after the summary: not removed
+					return true
+				}
 				removed = append(removed, Removal{Ref: p.Ref, Of: "image", Reason: reason.Compaction, Message: start + i, Cost: p.Cost})
 			case chat.Document:
 				removed = append(removed, Removal{Ref: p.Ref, Of: "document", Reason: reason.Compaction, Message: start + i})
@@ -198,17 +247,49 @@ func Compact(ctx context.Context, msgs []chat.Message, cfg CompactConfig, s Summ
 			return true
 		})
 	}
+	parts := []chat.Part{chat.Summary{Text: text, From: start, To: split}}
+	for _, r := range restored {
+		parts = append(parts, r.img)
+	}
 	out := make([]chat.Message, 0, start+1+len(msgs)-split)
 	out = append(out, msgs[:start]...)
-	out = append(out, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Summary{Text: text, From: start, To: split}}})
+	out = append(out, chat.Message{Role: chat.User, Parts: parts})
 	out = append(out, msgs[split:]...)
 	total, prefix := sum(counts[start:]), sum(counts[start:split])
 	return Compacted{
 		Messages: out,
-		Record:   CompactionRecord{From: start, To: split, Summary: text, TotalChars: total, PrefixChars: prefix, Slimmed: st},
-		Removed:  removed,
+		Record: CompactionRecord{From: start, To: split, Summary: text, TotalChars: total, PrefixChars: prefix, Slimmed: st,
+			Shared: shared, Restored: len(restored)},
+		Removed: removed,
 	}, nil
 }
+
+type restoredImage struct {
+	at  [2]int // message (in the prefix) and the image's index among that message's images
+	img chat.Image
+}
+
+// restoreImages picks the n most recent images of the prefix the model may
+// still see — the user's, and tool images kept at a measured cost — in
+// chronological order, to stand after the summary.
+func restoreImages(prefix []chat.Message, n int) []restoredImage {
+	var all []restoredImage
+	for i, m := range prefix {
+		j := 0
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			if img, ok := p.(chat.Image); ok {
+				if img.Ref.Valid() && (img.Keep == "" || img.Keep == chat.Kept) {
+					img.Occ = 0
+					all = append(all, restoredImage{[2]int{i, j}, img})
+				}
+				j++
+			}
+			return true
+		})
+	}
+	return all[max(len(all)-n, 0):]
+}
+
 
 func leadingSystem(msgs []chat.Message) int {
 	n := 0

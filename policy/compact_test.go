@@ -187,7 +187,7 @@ func TestCompactNoBase64ReachesSummariser(t *testing.T) {
 func TestCompactAssemblesSummaryAndRecord(t *testing.T) {
 	msgs := genTurns(6, 1000)
 	before := chat.CloneMessages(msgs)
-	res, err := Compact(context.Background(), msgs, CompactConfig{}, &recorder{})
+	res, err := Compact(context.Background(), msgs, CompactConfig{RestoreImages: -1}, &recorder{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,4 +461,72 @@ func TestCompactKeepsCallsWithTheirResults(t *testing.T) {
 			rt.Fatal("a compaction under the guard")
 		}
 	})
+}
+
+// The most recent images the summary covers — up to RestoreImages, the
+// user's and kept tool images, never one on probation — stand after the
+// summary, in order; the others are removed.
+func TestCompactRestoresTheLatestImages(t *testing.T) {
+	img := func(name string, keep chat.Keep) chat.Image {
+		return chat.Image{Ref: blob.Of([]byte(name)), MediaType: "image/png", Caption: name, Keep: keep, Cost: 100}
+	}
+	var msgs []chat.Message
+	for i, im := range []chat.Image{img("a", ""), img("b", chat.Kept), img("c", chat.Ephemeral), img("d", chat.Kept), img("e", "")} {
+		msgs = append(msgs,
+			chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: strings.Repeat("q", 2000)}, im}},
+			chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: fmt.Sprint("answer ", i, strings.Repeat("a", 2000))}}})
+	}
+	msgs = append(msgs, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "now?"}}})
+	res, err := Compact(context.Background(), msgs, CompactConfig{RestoreImages: 2, PreserveFraction: 0.05}, &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restored []string
+	for _, p := range res.Messages[0].Parts[1:] {
+		restored = append(restored, p.(chat.Image).Caption)
+	}
+	if res.Record.To < 9 || !reflect.DeepEqual(restored, []string{"d", "e"}) || res.Record.Restored != 2 {
+		t.Fatalf("summarised to %d; restored %v", res.Record.To, restored)
+	}
+	if len(res.Removed) != 3 {
+		t.Fatalf("%d removed; want a, b, c", len(res.Removed))
+	}
+}
+
+// sharer is a summariser that also summarises from the live prefix, when
+// warm.
+type sharer struct {
+	recorder
+	warm   bool
+	fail   bool
+	shared int
+}
+
+func (s *sharer) SummariseShared(_ context.Context, msgs []chat.Message, start, split int) (string, bool, error) {
+	if !s.warm {
+		return "", false, nil
+	}
+	s.shared++
+	if s.fail {
+		return "", true, errors.New("upstream busy")
+	}
+	return "shared summary", true, nil
+}
+
+// A warm cache summarises from the live prefix; a cold one, or a failed
+// shared summary, falls back to the slimmed summariser.
+func TestCompactSharesTheCacheWhenWarm(t *testing.T) {
+	msgs := genTurns(6, 1000)
+	for _, c := range []struct {
+		s      *sharer
+		shared bool
+	}{{&sharer{warm: true}, true}, {&sharer{}, false}, {&sharer{warm: true, fail: true}, false}} {
+		res, err := Compact(context.Background(), msgs, CompactConfig{}, c.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Record.Shared != c.shared || (len(c.s.got) == 0) == !c.shared {
+			t.Fatalf("%+v: shared %v, slimmed calls %d", c.s, res.Record.Shared, len(c.s.got))
+		}
+	}
 }

@@ -84,8 +84,7 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	routes := routingTable(cfg)
 	e := &engine.Engine{
 		Config: engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction},
-			Compact: policy.CompactConfig{ImageTokenEstimate: cfg.Compaction.ImageTokenEstimate, PreserveFraction: cfg.Compaction.PreserveFraction,
-				MinCompressionFraction: cfg.Compaction.MinCompressionFraction}, CompactThreshold: cfg.Compaction.Threshold, Micro: cfg.MicroConfig(),
+			Compact: cfg.CompactConfig(), CompactThreshold: cfg.Compaction.Threshold, Micro: cfg.MicroConfig(),
 			Limits:                 cfg.MediaLimits(),
 			ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce,
 			KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages},

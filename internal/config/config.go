@@ -137,6 +137,7 @@ type Compaction struct {
 	Threshold              float64 `yaml:"threshold" doc:"share of the context window past which, before a request, kept images leave and then compaction runs"`
 	PreserveFraction       float64 `yaml:"preserve_fraction" doc:"share of the history's characters kept verbatim at its end; the summary covers the rest"`
 	MinCompressionFraction float64 `yaml:"min_compression_fraction" doc:"no summary when the prefix to summarise is under this share of the history"`
+	RestoreImages          int     `yaml:"restore_images" doc:"most recent images the summary covers that are re-attached after it; 0: none"`
 }
 
 // Micro configures microcompaction: clearing stale tool output and media
@@ -154,6 +155,16 @@ type Micro struct {
 type Log struct {
 	Level  string `yaml:"level" doc:"debug, info, warn or error"`
 	Format string `yaml:"format" doc:"text or json"`
+}
+
+// CompactConfig is the engine's compaction setting.
+func (c Config) CompactConfig() policy.CompactConfig {
+	restore := c.Compaction.RestoreImages
+	if restore == 0 {
+		restore = -1 // none; the policy's zero means its default
+	}
+	return policy.CompactConfig{ImageTokenEstimate: c.Compaction.ImageTokenEstimate, PreserveFraction: c.Compaction.PreserveFraction,
+		MinCompressionFraction: c.Compaction.MinCompressionFraction, RestoreImages: restore}
 }
 
 // MicroConfig is the engine's microcompaction setting.
@@ -187,7 +198,7 @@ func Defaults() Config {
 			Fetch:             Fetch{Timeout: media.DefaultFetchTimeout, MaxBytes: media.DefaultMaxBytes, MaxRedirects: media.DefaultMaxRedirects},
 		},
 		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto", MaxResponse: 64 << 20},
-		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate, Threshold: 0.8, PreserveFraction: 0.3, MinCompressionFraction: 0.05},
+		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate, Threshold: 0.8, PreserveFraction: 0.3, MinCompressionFraction: 0.05, RestoreImages: 3},
 		Micro: Micro{IdleAfter: 60 * time.Minute, KeepRecentTool: 1, KeepRecentMedia: 1, KeepRecentNestedMedia: 1,
 			CompactableTools: "read_file,read_many_files,grep,glob,ls,shell,web_fetch,web_search"},
 		Log: Log{Level: "info", Format: "text"},
@@ -445,7 +456,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("micro.idle_after: must not be negative (0 or off turns microcompaction off)"))
 	}
 	for key, v := range map[string]int{"micro.keep_recent_tool": c.Micro.KeepRecentTool, "micro.keep_recent_media": c.Micro.KeepRecentMedia,
-		"micro.keep_recent_nested_media": c.Micro.KeepRecentNestedMedia, "micro.max_tool_bytes": c.Micro.MaxToolBytes} {
+		"micro.keep_recent_nested_media": c.Micro.KeepRecentNestedMedia, "micro.max_tool_bytes": c.Micro.MaxToolBytes,
+		"compaction.restore_images": c.Compaction.RestoreImages} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative (got %d)", key, v))
 		}
