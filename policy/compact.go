@@ -290,7 +290,6 @@ func restoreImages(prefix []chat.Message, n int) []restoredImage {
 	return all[max(len(all)-n, 0):]
 }
 
-
 func leadingSystem(msgs []chat.Message) int {
 	n := 0
 	for n < len(msgs) && msgs[n].Role == chat.System {
