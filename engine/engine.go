@@ -408,10 +408,27 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 	default:
 		return fmt.Errorf("%w: a turn starts with a user message", ErrBadTurn)
 	}
+	calls := lastCalls(c.st.Live)
 	for _, m := range incoming {
-		c.st.Live = append(c.st.Live, c.relay(m))
+		c.st.Live = append(c.st.Live, c.relay(policy.Caption(m, calls)))
 	}
 	return nil
+}
+
+// lastCalls looks up the tool calls of the last assistant message by id.
+func lastCalls(live []chat.Message) func(string) (chat.ToolCall, bool) {
+	byID := map[string]chat.ToolCall{}
+	for i := len(live) - 1; i >= 0; i-- {
+		if live[i].Role == chat.Assistant {
+			for _, p := range live[i].Parts {
+				if tc, ok := p.(chat.ToolCall); ok {
+					byID[tc.ID] = tc
+				}
+			}
+			break
+		}
+	}
+	return func(id string) (chat.ToolCall, bool) { tc, ok := byID[id]; return tc, ok }
 }
 
 // answersOpenCalls checks that every tool result answers a call the last

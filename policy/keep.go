@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"strings"
+
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/reason"
@@ -441,4 +443,82 @@ func ResumeTurn(t Turn, s TurnSnapshot) *KeepTurn {
 		k.relays[r.Occ] = &relayed{ref: r.Ref, bytes: r.Bytes, keep: r.Keep, why: r.Why, cost: r.Cost, observed: r.Observed}
 	}
 	return k
+}
+
+// captionRunes bounds a caption taken from the conversation's text.
+const captionRunes = 80
+
+// Caption gives each image of m without a caption one from what the
+// conversation already says, so that its marker and a later summary can
+// name it: the first line of the text beside it (in the same tool result,
+// or the same message), else the tool call it answers (name and
+// arguments, from call, which may be nil).
+func Caption(m chat.Message, call func(id string) (chat.ToolCall, bool)) chat.Message {
+	top := firstLine(m.Parts)
+	var out []chat.Part
+	for i, p := range m.Parts {
+		switch p := p.(type) {
+		case chat.Image:
+			if p.Caption == "" && top != "" {
+				p.Caption = top
+				out = setPart(out, m.Parts, i, p)
+			}
+		case chat.ToolResult:
+			text := firstLine(p.Parts)
+			if text == "" && call != nil {
+				if tc, ok := call(p.CallID); ok {
+					text = bounded(tc.Name + " " + tc.Arguments)
+				}
+			}
+			changed := false
+			nested := p.Parts
+			for j, q := range p.Parts {
+				if img, ok := q.(chat.Image); ok && img.Caption == "" && text != "" {
+					if !changed {
+						nested, changed = append([]chat.Part(nil), p.Parts...), true
+					}
+					img.Caption = text
+					nested[j] = img
+				}
+			}
+			if changed {
+				p.Parts = nested
+				out = setPart(out, m.Parts, i, p)
+			}
+		}
+	}
+	if out != nil {
+		m.Parts = out
+	}
+	return m
+}
+
+func setPart(out, parts []chat.Part, i int, p chat.Part) []chat.Part {
+	if out == nil {
+		out = append([]chat.Part(nil), parts...)
+	}
+	out[i] = p
+	return out
+}
+
+// firstLine is the first non-empty line of parts' text, bounded.
+func firstLine(parts []chat.Part) string {
+	for _, p := range parts {
+		if t, ok := p.(chat.Text); ok {
+			for _, line := range strings.Split(t.Text, "\n") {
+				if line = strings.TrimSpace(line); line != "" {
+					return bounded(line)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func bounded(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > captionRunes {
+		return string(r[:captionRunes-1]) + "…"
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/imgctx/imgctx/blob"
@@ -540,5 +541,33 @@ func TestTurnSnapshotResumesExactly(t *testing.T) {
 	}
 	if KeptCost(m1) != 1500+900 {
 		t.Fatalf("kept %d", KeptCost(m1))
+	}
+}
+
+// Captions come from what the conversation already says: the text beside
+// the image (its first line, bounded), else the call the result answers;
+// a caption given is kept.
+func TestCaptionFromTheConversation(t *testing.T) {
+	calls := func(id string) (chat.ToolCall, bool) {
+		return chat.ToolCall{ID: id, Name: "screenshot", Arguments: `{"url":"https://example.com/login"}`}, id == "c1"
+	}
+	shot := func(name string, n int64) chat.Image { img := shot(name, n); img.Caption = ""; return img }
+	user := Caption(chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "\n  The checkout page  \nmore"}, shot("a", 1)}}, nil)
+	tool := Caption(chat.Message{Role: chat.Tool, Parts: []chat.Part{
+		chat.ToolResult{CallID: "c1", Parts: []chat.Part{shot("b", 1)}},
+		chat.ToolResult{CallID: "c2", Parts: []chat.Part{chat.Text{Text: strings.Repeat("long ", 40)}, shot("c", 1)}},
+		chat.ToolResult{CallID: "c1", Parts: []chat.Part{chat.Image{Caption: "given"}}},
+	}}, calls)
+	got := []string{
+		user.Parts[1].(chat.Image).Caption,
+		tool.Parts[0].(chat.ToolResult).Parts[0].(chat.Image).Caption,
+		tool.Parts[1].(chat.ToolResult).Parts[1].(chat.Image).Caption,
+		tool.Parts[2].(chat.ToolResult).Parts[0].(chat.Image).Caption,
+	}
+	if got[0] != "The checkout page" || got[1] != `screenshot {"url":"https://example.com/login"}` || len([]rune(got[2])) != 80 || got[3] != "given" {
+		t.Fatalf("%q", got)
+	}
+	if m, _ := chat.MarkerFor(user.Parts[1], "budget"); m.String() != "[image removed: image/png — The checkout page (budget)]" {
+		t.Fatalf("marker %q", m.String())
 	}
 }
