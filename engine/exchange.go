@@ -134,19 +134,47 @@ func (c *call) relieve(ctx context.Context) error {
 		return nil
 	}
 	live, removed, after := policy.EvictImages(c.st.Live, policy.Pressure{Estimate: est, Threshold: limit}, reason.Budget)
+	if after > limit && c.cacheWarm() {
+		// Compaction is needed either way, and the provider still caches
+		// the live prefix: summarise on it intact (evicting first would
+		// break that prefix at the oldest image), then evict what the
+		// summary left, if still needed.
+		err := c.compact(ctx, true)
+		switch {
+		case err == nil:
+			if est = c.estimate(); est > limit {
+				live, removed, _ = policy.EvictImages(c.st.Live, policy.Pressure{Estimate: est, Threshold: limit}, reason.Budget)
+				c.evicted(live, removed)
+			}
+			return nil
+		case !errors.Is(err, policy.ErrNotWorthCompacting) && !errors.Is(err, ErrContextFull):
+			return err
+		}
+	}
+	c.evicted(live, removed)
+	if after <= limit {
+		return nil
+	}
+	err := c.compact(ctx, false)
+	if errors.Is(err, policy.ErrNotWorthCompacting) || errors.Is(err, ErrContextFull) {
+		return nil // nothing to summarise yet, or too much to: let the upstream decide
+	}
+	return err
+}
+
+// evicted applies an eviction batch.
+func (c *call) evicted(live []chat.Message, removed []policy.Removal) {
 	if len(removed) > 0 {
 		c.st.Live = live
 		c.removed(removed)
 		c.turn.InvalidateBase()
 	}
-	if after <= limit {
-		return nil
-	}
-	err := c.compact(ctx, true)
-	if errors.Is(err, policy.ErrNotWorthCompacting) || errors.Is(err, ErrContextFull) {
-		return nil // nothing to summarise yet, or too much to: let the upstream decide
-	}
-	return err
+}
+
+// cacheWarm says whether the provider still caches the last request's
+// prefix: it was sent within the cache TTL.
+func (c *call) cacheWarm() bool {
+	return !c.st.LastActivity.IsZero() && c.e.now().Sub(c.st.LastActivity) <= c.e.cacheTTL()
 }
 
 // estimate is the next prompt's size: the last measured prompt plus an

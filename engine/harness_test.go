@@ -54,6 +54,7 @@ type scripted struct {
 	replies     []reply
 	requests    [][]byte // model requests, in order
 	summaries   [][]byte // summariser requests
+	summaryCost []int    // prompt tokens charged per summariser request
 	prompts     []int    // prompt tokens charged per model request
 	imageTokens []int    // of which image tokens
 	overflowAt  int      // answer prompt-too-long above this many tokens (0: the window)
@@ -133,6 +134,10 @@ func (s *scripted) handle(w http.ResponseWriter, r *http.Request) {
 	shared := len(msgs) > 0 && strings.Contains(msgs[len(msgs)-1].TextContent(), SharedInstruction)
 	if shared || len(msgs) > 0 && msgs[0].Role == chat.System && msgs[0].TextContent() == SummaryPrompt {
 		s.summaries = append(s.summaries, body)
+		if shared || !bytes.Contains(body, []byte(";base64,")) && !bytes.Contains(body, []byte(`"type":"base64"`)) {
+			p, _ := s.price(msgs)
+			s.summaryCost = append(s.summaryCost, p)
+		}
 		if s.summaryOverflow {
 			w.WriteHeader(400)
 			if s.format == upstream.Anthropic {

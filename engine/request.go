@@ -152,7 +152,7 @@ const SharedInstruction = "[imgctx: summary request]"
 // last request within the cache TTL.
 func (s sharingSummariser) SummariseShared(ctx context.Context, msgs []chat.Message, start, split int) (string, bool, error) {
 	c := s.c
-	if c.st.LastActivity.IsZero() || c.e.now().Sub(c.st.LastActivity) > c.e.cacheTTL() {
+	if !c.cacheWarm() {
 		return "", false, nil
 	}
 	ask := fmt.Sprintf("%s Summarise the conversation above from its start up to and including message %d of %d, which begins: %q. %s "+
