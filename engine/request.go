@@ -128,7 +128,8 @@ type summariser struct{ c *call }
 
 // SummaryPrompt is the summariser's instruction.
 const SummaryPrompt = "You summarise conversations between a user and an assistant that uses tools. " +
-	"Keep every fact, decision, file name, number and open task; say what each image or document showed when the text tells. Be concise."
+	"Keep every fact, decision, file name, number and open task; say what each image or document showed when the text tells. Be concise. " +
+	"After the summary, write one line per image of the conversation, in order, as \"Image 1: <what it showed>\", \"Image 2: …\"."
 
 func (s summariser) Summarise(ctx context.Context, msgs []chat.Message) (string, error) {
 	req := append([]chat.Message{{Role: chat.System, Parts: []chat.Part{chat.Text{Text: SummaryPrompt}}}}, msgs...)

@@ -330,5 +330,9 @@ func (s *Server) keepimgStore(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	img := msgs[0].Images()[0]
 	out, _ := openai.EncodeMessage(msgs[0], refURL)
-	replyJSON(w, http.StatusOK, map[string]any{"message": json.RawMessage(out), "ref": img.Ref.String(), "bytes": img.Bytes})
+	answer := map[string]any{"message": json.RawMessage(out), "ref": img.Ref.String(), "bytes": img.Bytes}
+	if img.Caption != "" {
+		answer["caption"] = img.Caption
+	}
+	replyJSON(w, http.StatusOK, answer)
 }

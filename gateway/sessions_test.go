@@ -115,8 +115,11 @@ func TestKeepimgStore(t *testing.T) {
 	}
 	img := func(url string) string { return `{"type":"image_url","image_url":{"url":"` + url + `"}}` }
 
-	resp, body := g.do(t, "POST", path, "", msg(`{"type":"text","text":"shot"},`+img("data:image/png;base64,"+b64)))
+	resp, body := g.do(t, "POST", path, "", msg(`{"type":"text","text":"shot"},{"type":"image_url","caption":"the login form","image_url":{"url":"data:image/png;base64,`+b64+`"}}`))
 	r := decodeJSON(t, body)
+	if r["caption"] != "the login form" || bytes.Contains(body, []byte(`"caption":"the login form"}`+"]")) {
+		t.Fatalf("the explicit caption: %v", r["caption"])
+	}
 	if resp.StatusCode != 200 || r["bytes"].(float64) != float64(len(raw)) || !strings.Contains(string(body), `"url":"imgctx:sha256-`) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}

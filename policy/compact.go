@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/imgctx/imgctx/chat"
@@ -228,6 +229,12 @@ func Compact(ctx context.Context, msgs []chat.Message, cfg CompactConfig, s Summ
 		}
 	}
 	restored := restoreImages(msgs[start:split], cfg.restore())
+	lines := imageLines(text)
+	for i := range restored {
+		if r := &restored[i]; r.img.Caption == "" {
+			r.img.Caption = lines[r.ordinal] // the summariser's line for it, if any
+		}
+	}
 	var removed []Removal
 	k := 0
 	for i, m := range msgs[start:split] {
@@ -265,8 +272,28 @@ func Compact(ctx context.Context, msgs []chat.Message, cfg CompactConfig, s Summ
 }
 
 type restoredImage struct {
-	at  [2]int // message (in the prefix) and the image's index among that message's images
-	img chat.Image
+	at      [2]int // message (in the prefix) and the image's index among that message's images
+	ordinal int    // 1-based, among all the prefix's images, as the summariser numbers them
+	img     chat.Image
+}
+
+// imageLines reads the summariser's "Image N: …" lines: what each image of
+// the summarised part showed, by ordinal, bounded like any caption.
+func imageLines(summary string) map[int]string {
+	out := map[int]string{}
+	for _, line := range strings.Split(summary, "\n") {
+		line = strings.TrimLeft(strings.TrimSpace(line), "-*• ")
+		rest, ok := strings.CutPrefix(line, "Image ")
+		if !ok {
+			continue
+		}
+		num, what, ok := strings.Cut(rest, ":")
+		n, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(num), "#"))
+		if ok && err == nil && n > 0 && strings.TrimSpace(what) != "" {
+			out[n] = bounded(what)
+		}
+	}
+	return out
 }
 
 // restoreImages picks the n most recent images of the prefix the model may
@@ -274,13 +301,15 @@ type restoredImage struct {
 // chronological order, to stand after the summary.
 func restoreImages(prefix []chat.Message, n int) []restoredImage {
 	var all []restoredImage
+	ordinal := 0
 	for i, m := range prefix {
 		j := 0
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			if img, ok := p.(chat.Image); ok {
+				ordinal++
 				if img.Ref.Valid() && (img.Keep == "" || img.Keep == chat.Kept) {
 					img.Occ = 0
-					all = append(all, restoredImage{[2]int{i, j}, img})
+					all = append(all, restoredImage{[2]int{i, j}, ordinal, img})
 				}
 				j++
 			}

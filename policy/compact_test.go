@@ -530,3 +530,34 @@ func TestCompactSharesTheCacheWhenWarm(t *testing.T) {
 		}
 	}
 }
+
+// liner answers a summary with one line per image, as the instruction asks.
+type liner struct{ recorder }
+
+func (l *liner) Summarise(ctx context.Context, msgs []chat.Message) (string, error) {
+	l.recorder.Summarise(ctx, msgs)
+	return "The user shopped.\nImage 1: the home page\n- Image 4: the cart, two items\nImage #5: the receipt", nil
+}
+
+// The summariser's line for an image becomes the caption of a re-attached
+// image that had none.
+func TestCompactCaptionsFromTheSummary(t *testing.T) {
+	var msgs []chat.Message
+	for i := range 5 {
+		msgs = append(msgs,
+			chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: strings.Repeat("q", 2000)}, chat.Image{Ref: blob.Of([]byte{byte(i)}), MediaType: "image/png"}}},
+			chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: strings.Repeat("a", 2000)}}})
+	}
+	msgs = append(msgs, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "now?"}}})
+	res, err := Compact(context.Background(), msgs, CompactConfig{RestoreImages: 2, PreserveFraction: 0.05}, &liner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range res.Messages[0].Parts[1:] {
+		got = append(got, p.(chat.Image).Caption)
+	}
+	if !reflect.DeepEqual(got, []string{"the cart, two items", "the receipt"}) {
+		t.Fatalf("captions %q", got)
+	}
+}

@@ -34,6 +34,9 @@ type contentPart struct {
 	Text     string    `json:"text,omitempty"`
 	ImageURL *imageURL `json:"image_url,omitempty"`
 	File     *fileJSON `json:"file,omitempty"`
+	// Caption is imgctx's own field on a media part (sessions API): what
+	// the image shows, for its marker. Never sent upstream.
+	Caption string `json:"caption,omitempty"`
 }
 
 type fileJSON struct {
@@ -153,7 +156,7 @@ func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
 		}
 		extra := ""
 		if len(r) < 4096 || cp.Type != "image_url" && cp.Type != "file" { // a media part's extra fields sit beside megabytes of URL: only looked for in small parts
-			extra = wire.ExtraOf(r, "type", "text", "image_url", "file")
+			extra = wire.ExtraOf(r, "type", "text", "image_url", "file", "caption")
 		}
 		switch {
 		case cp.Type == "text":
@@ -162,9 +165,9 @@ func decodeContent(raw json.RawMessage) ([]chat.Part, error) {
 			if cp.ImageURL == nil || cp.ImageURL.URL == "" {
 				return nil, fmt.Errorf("content[%d]: image_url without a url", i)
 			}
-			parts = append(parts, chat.Image{URL: cp.ImageURL.URL, Detail: cp.ImageURL.Detail, Origin: chat.FromUser, Extra: extra})
+			parts = append(parts, chat.Image{URL: cp.ImageURL.URL, Detail: cp.ImageURL.Detail, Origin: chat.FromUser, Caption: cp.Caption, Extra: extra})
 		case cp.Type == "file" && cp.File != nil && cp.File.FileData != "":
-			parts = append(parts, chat.Document{URL: cp.File.FileData, Name: cp.File.Filename, Extra: extra})
+			parts = append(parts, chat.Document{URL: cp.File.FileData, Name: cp.File.Filename, Caption: cp.Caption, Extra: extra})
 		default:
 			// input_audio, a file by id, a part type added tomorrow: the
 			// provider's, passed through as it came.
