@@ -139,6 +139,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		fail(w, sh, err)
 		return
 	}
+	if up.Client.Format.Flat() {
+		s.flat(w, r, tenant, d, body, sp.Model, up, record)
+		return
+	}
 	ctx := r.Context()
 	msgs, asIs, keys, err := s.ingestSlots(ctx, tenant, sp, keys)
 	if err != nil {

@@ -23,8 +23,9 @@ type Upstream struct {
 }
 
 func (u *Upstream) serves(format upstream.Format, model string) bool {
-	if u.Client.Format != format {
-		return false
+	chatLike := format == upstream.OpenAI || format == upstream.Anthropic
+	if u.Client.Format != format && !(chatLike && u.Client.Format.Flat()) {
+		return false // a flat backend serves any chat client
 	}
 	if len(u.Models) == 0 {
 		return true

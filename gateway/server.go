@@ -24,6 +24,7 @@ import (
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/wire"
@@ -64,6 +65,10 @@ type Config struct {
 	MinBodyRate int64
 	// RequestTimeout bounds one request, upstream included; default 10 min.
 	RequestTimeout time.Duration
+	// Replay bounds the history images of flat upstreams (llama.cpp,
+	// Ollama); nil: policy.DefaultReplay's caps. A zero cap is taken
+	// literally: no history images, each still counted.
+	Replay *policy.ReplayConfig
 	// ProxyKeepOff turns keep-turn-images off for proxied conversations
 	// (a client can still say X-Imgctx-Keep-Turn-Images: on).
 	ProxyKeepOff bool
@@ -113,6 +118,10 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Minute
+	}
+	if cfg.Replay == nil {
+		def := policy.DefaultReplay()
+		cfg.Replay = &def
 	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = 64 << 20

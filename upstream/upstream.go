@@ -27,7 +27,14 @@ const (
 	OpenAI    Format = "openai"    // /v1/chat/completions: OpenAI, llama.cpp server, vLLM, Ollama, LM Studio
 	Anthropic Format = "anthropic" // /v1/messages
 	Gemini    Format = "gemini"    // /v1beta/models/{model}:generateContent (drop-in routes only)
+	// Flat image-list backends: one prompt string and one list of images
+	// (drop-in chat and messages routes only).
+	LlamaCpp Format = "llamacpp" // llama.cpp server's /completion
+	Ollama   Format = "ollama"   // Ollama's /api/generate
 )
+
+// Flat reports whether the format takes one prompt and one image list.
+func (f Format) Flat() bool { return f == LlamaCpp || f == Ollama }
 
 // Client talks to one upstream. Zero fields take the defaults. Safe for
 // concurrent use.

@@ -101,7 +101,7 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 	if cfg.Upstream.BaseURL == "" {
 		// The sessions API runs on the first listed upstream it can speak to.
 		for _, r := range routes {
-			if r.Client.Format != upstream.Gemini {
+			if f := r.Client.Format; f != upstream.Gemini && !f.Flat() {
 				e.Upstream, e.Hints = r.Client, r.Hints
 				break
 			}
@@ -114,7 +114,7 @@ func (a *app) buildServer() (*gateway.Server, func(), error) {
 		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse,
 		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
 		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate,
-		ProxyKeepOff: !cfg.Proxy.KeepTurnImages}, e, reg, a.log)
+		ProxyKeepOff: !cfg.Proxy.KeepTurnImages, Replay: cfg.ReplayConfig()}, e, reg, a.log)
 	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
 	stopFlush := every(time.Second, func() {
 		if err := e.FlushProxied(context.Background()); err != nil {

@@ -41,6 +41,7 @@ type Config struct {
 	Upstream   Upstream         `yaml:"upstream"`
 	Compaction Compaction       `yaml:"compaction"`
 	Micro      Micro            `yaml:"micro"`
+	Replay     Replay           `yaml:"replay"`
 	Log        Log              `yaml:"log"`
 	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
 	Upstreams  []Route          `yaml:"upstreams" env:"-"`
@@ -140,6 +141,14 @@ type Compaction struct {
 	RestoreImages          int     `yaml:"restore_images" doc:"most recent images the summary covers that are re-attached after it; 0: none"`
 }
 
+// Replay bounds the history images sent to a flat upstream (llama.cpp
+// /completion, Ollama /api/generate): one prompt and one image list.
+type Replay struct {
+	MaxHistoryImages     int   `yaml:"max_history_images" doc:"history images attached to a flat upstream's request, newest turn first; 0: none (still counted)"`
+	MaxHistoryImageBytes int64 `yaml:"max_history_image_bytes" doc:"bytes of history images attached to a flat upstream's request"`
+	MaxHistoryChars      int   `yaml:"max_history_chars" doc:"history text replayed to a flat upstream, newest turn first; older turns are left out (counted truncated); 0: no limit"`
+}
+
 // Micro configures microcompaction: clearing stale tool output and media
 // once the provider's cache is cold anyway.
 type Micro struct {
@@ -155,6 +164,12 @@ type Micro struct {
 type Log struct {
 	Level  string `yaml:"level" doc:"debug, info, warn or error"`
 	Format string `yaml:"format" doc:"text or json"`
+}
+
+// ReplayConfig is the flat upstreams' history-image setting.
+func (c Config) ReplayConfig() *policy.ReplayConfig {
+	return &policy.ReplayConfig{MaxHistoryImages: c.Replay.MaxHistoryImages, MaxHistoryImageBytes: c.Replay.MaxHistoryImageBytes,
+		MaxHistoryChars: c.Replay.MaxHistoryChars, Vision: true}
 }
 
 // CompactConfig is the engine's compaction setting.
@@ -199,6 +214,7 @@ func Defaults() Config {
 		},
 		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto", MaxResponse: 64 << 20},
 		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate, Threshold: 0.8, PreserveFraction: 0.3, MinCompressionFraction: 0.05, RestoreImages: 3},
+		Replay:     Replay{MaxHistoryImages: 4, MaxHistoryImageBytes: 1_600_000},
 		Micro: Micro{IdleAfter: 60 * time.Minute, KeepRecentTool: 1, KeepRecentMedia: 1, KeepRecentNestedMedia: 1,
 			CompactableTools: "read_file,read_many_files,grep,glob,ls,shell,web_fetch,web_search"},
 		Log: Log{Level: "info", Format: "text"},
@@ -457,15 +473,16 @@ func (c Config) Validate() error {
 	}
 	for key, v := range map[string]int{"micro.keep_recent_tool": c.Micro.KeepRecentTool, "micro.keep_recent_media": c.Micro.KeepRecentMedia,
 		"micro.keep_recent_nested_media": c.Micro.KeepRecentNestedMedia, "micro.max_tool_bytes": c.Micro.MaxToolBytes,
-		"compaction.restore_images": c.Compaction.RestoreImages} {
+		"compaction.restore_images": c.Compaction.RestoreImages, "replay.max_history_images": c.Replay.MaxHistoryImages,
+		"replay.max_history_chars": c.Replay.MaxHistoryChars, "replay.max_history_image_bytes": int(c.Replay.MaxHistoryImageBytes)} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative (got %d)", key, v))
 		}
 	}
 	switch c.Upstream.Format {
 	case "openai", "anthropic":
-	case "gemini":
-		errs = append(errs, errors.New(`upstream.format: gemini serves the drop-in route only; list it under upstreams (the sessions API speaks openai or anthropic)`))
+	case "gemini", "llamacpp", "ollama":
+		errs = append(errs, fmt.Errorf("upstream.format: %s serves drop-in routes only; list it under upstreams (the sessions API speaks openai or anthropic)", c.Upstream.Format))
 	default:
 		errs = append(errs, fmt.Errorf("upstream.format: %q is not openai or anthropic", c.Upstream.Format))
 	}
@@ -487,8 +504,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.name: %q is used twice", key, r.Name))
 		}
 		names[r.Name] = true
-		if r.Format != "openai" && r.Format != "anthropic" && r.Format != "gemini" {
-			errs = append(errs, fmt.Errorf("%s.format: %q is not openai, anthropic or gemini", key, r.Format))
+		if !slices.Contains([]string{"openai", "anthropic", "gemini", "llamacpp", "ollama"}, r.Format) {
+			errs = append(errs, fmt.Errorf("%s.format: %q is not openai, anthropic, gemini, llamacpp or ollama", key, r.Format))
 		}
 		if err := checkBaseURL(r.BaseURL, c.Server.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s.base_url: %w", key, err))
