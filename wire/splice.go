@@ -319,6 +319,38 @@ func ScanList(body []byte, o ScanOptions, list string, messages func(s *Spliced,
 	return s, nil
 }
 
+// ScanParts reads a content value at Body[at] the way every wire lays one
+// out: a string (or any other non-array) is one part, opaque; an array
+// gives a part per element, each read by part at its place. pos is the
+// first part's place; its Part index grows with each element, or its
+// Nested index when pos is inside a tool result. name labels errors.
+func ScanParts(s *Spliced, at int, pos Pos, name string, opaque chat.Part, part func(at int, pos Pos) (chat.Part, int, error)) ([]chat.Part, int, error) {
+	b := s.Body
+	if b[at] != '[' {
+		end, err := jsonspan.End(b, at)
+		return []chat.Part{opaque}, end, err
+	}
+	var parts []chat.Part
+	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
+		if err := s.Part(); err != nil {
+			return vs, err
+		}
+		p := pos
+		if p.Nested >= 0 {
+			p.Nested = len(parts)
+		} else {
+			p.Part = len(parts)
+		}
+		pt, ve, err := part(vs, p)
+		if err != nil {
+			return ve, fmt.Errorf("%s[%d]: %w", name, len(parts), err)
+		}
+		parts = append(parts, pt)
+		return ve, nil
+	})
+	return parts, end, err
+}
+
 // URLSlot reads the JSON string at u holding an image's or a file's URL,
 // in place: a data URL's base64 becomes the slot's Data (decoding checks
 // it later), any other URL its URL (an imgctx: ref by ref). ok is false

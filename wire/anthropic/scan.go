@@ -56,34 +56,10 @@ func scanMessages(s *wire.Spliced, at int) (int, error) {
 	})
 }
 
-// scanContent reads the content value at b[at]: a string is one opaque
-// part; an array gives a part per block. pos is the position of the first
-// part (its Part or Nested index grows with each block).
+// scanContent reads a message's or a tool result's content (wire.ScanParts):
+// a part per block, read by scanBlock.
 func scanContent(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error) {
-	b := s.Body
-	if b[at] != '[' {
-		end, err := jsonspan.End(b, at)
-		return []chat.Part{chat.Opaque{Wire: Wire}}, end, err
-	}
-	var parts []chat.Part
-	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
-		if err := s.Part(); err != nil {
-			return vs, err
-		}
-		p := pos
-		if p.Nested >= 0 {
-			p.Nested = len(parts)
-		} else {
-			p.Part = len(parts)
-		}
-		part, ve, err := scanBlock(s, vs, p)
-		if err != nil {
-			return ve, fmt.Errorf("content[%d]: %w", len(parts), err)
-		}
-		parts = append(parts, part)
-		return ve, nil
-	})
-	return parts, end, err
+	return wire.ScanParts(s, at, pos, "content", chat.Opaque{Wire: Wire}, func(vs int, p wire.Pos) (chat.Part, int, error) { return scanBlock(s, vs, p) })
 }
 
 // scanBlock reads the block at b[at] in one pass: its source and content

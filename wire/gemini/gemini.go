@@ -75,32 +75,9 @@ func scanContent(s *wire.Spliced, at int) (int, error) {
 	return end, nil
 }
 
-// scanParts reads a parts array; pos is the first part's place.
+// scanParts reads a parts array (wire.ScanParts), each part by scanPart.
 func scanParts(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error) {
-	b := s.Body
-	if b[at] != '[' {
-		end, err := jsonspan.End(b, at)
-		return []chat.Part{chat.Opaque{Wire: Wire}}, end, err
-	}
-	var parts []chat.Part
-	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
-		if err := s.Part(); err != nil {
-			return vs, err
-		}
-		p := pos
-		if p.Nested >= 0 {
-			p.Nested = len(parts)
-		} else {
-			p.Part = len(parts)
-		}
-		part, ve, err := scanPart(s, vs, p)
-		if err != nil {
-			return ve, fmt.Errorf("parts[%d]: %w", len(parts), err)
-		}
-		parts = append(parts, part)
-		return ve, nil
-	})
-	return parts, end, err
+	return wire.ScanParts(s, at, pos, "parts", chat.Opaque{Wire: Wire}, func(vs int, p wire.Pos) (chat.Part, int, error) { return scanPart(s, vs, p) })
 }
 
 // scanPart reads one part: inlineData is a slot; a top-level

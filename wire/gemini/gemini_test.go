@@ -3,8 +3,6 @@ package gemini
 import (
 	"encoding/json"
 	"net/http"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/imgctx/imgctx/chat"
@@ -12,60 +10,26 @@ import (
 	"github.com/imgctx/imgctx/wire/wiretest"
 )
 
-func readFile(t testing.TB, name string) []byte {
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-type slotView struct {
-	Messages []string
-	Slots    []string
-}
-
-func view(sp *wire.Spliced) slotView {
-	var v slotView
-	for _, m := range sp.Messages {
-		var kinds []string
-		chat.Walk(m.Parts, func(p chat.Part, depth int) bool {
-			kinds = append(kinds, strings.Repeat("+", depth)+p.Kind())
-			return true
-		})
-		v.Messages = append(v.Messages, string(m.Role)+": "+strings.Join(kinds, " "))
-	}
-	for _, s := range sp.Slots {
-		pos, _ := json.Marshal(s.Pos)
-		v.Slots = append(v.Slots, strings.Join([]string{s.Kind, s.Via, s.MediaType, string(pos),
-			string(sp.Body[s.Source.Start:min(s.Source.End, s.Source.Start+30)])}, " | "))
-	}
-	return v
-}
-
 // A gemini-cli-shaped request: context and prompt, a thought and a function
 // call with its signature, a function response whose parts carry the
 // screenshot, the same screenshot pasted in snake_case, a file by URI, a
 // PDF inline, audio inline (not imgctx's).
 func TestScanGolden(t *testing.T) {
-	body := readFile(t, "testdata/request.json")
+	body := wiretest.ReadFile(t, "testdata/request.json")
 	sp, err := Scan(body, wire.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wiretest.CheckSpliced(t, sp)
-	wiretest.Golden(t, "testdata/scan.golden", wiretest.Dump(t, view(sp)))
+	wiretest.Golden(t, "testdata/scan.golden", wiretest.Dump(t, wiretest.View(sp)))
 }
 
 func TestScanResumesExactly(t *testing.T) {
-	body := readFile(t, "testdata/request.json")
-	wiretest.CheckResume(t, scanForResume, body)
+	body := wiretest.ReadFile(t, "testdata/request.json")
+	wiretest.CheckResume(t, Scan, body)
 	pretty, _ := json.MarshalIndent(json.RawMessage(body), "", "  ")
-	wiretest.CheckResume(t, scanForResume, pretty)
+	wiretest.CheckResume(t, Scan, pretty)
 }
-
-// scanForResume names the list as CheckResume looks for it.
-func scanForResume(b []byte, o wire.ScanOptions) (*wire.Spliced, error) { return Scan(b, o) }
 
 // Refused: case-variant managed keys, duplicates, bad base64 in media that
 // is not a slot.
@@ -121,13 +85,13 @@ func TestDecodeContentText(t *testing.T) {
 //
 //	go test ./wire/gemini -run XXX -fuzz FuzzScan -fuzztime 60s
 func FuzzScan(f *testing.F) {
-	f.Add(readFile(f, "testdata/request.json"))
+	f.Add(wiretest.ReadFile(f, "testdata/request.json"))
 	wiretest.FuzzScan(f, Scan)
 }
 
 // FuzzResume: a scan resumed from any earlier body's gives a full scan's.
 func FuzzResume(f *testing.F) {
-	b := readFile(f, "testdata/request.json")
+	b := wiretest.ReadFile(f, "testdata/request.json")
 	f.Add(b, b)
 	f.Add(b[:len(b)/2], b)
 	wiretest.FuzzResume(f, Scan)

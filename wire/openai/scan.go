@@ -69,24 +69,10 @@ func scanMessages(s *wire.Spliced, at int) (int, error) {
 	})
 }
 
+// scanContent reads a message's content (wire.ScanParts): a part per
+// element, read by scanPart.
 func scanContent(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error) {
-	b := s.Body
-	if b[at] != '[' {
-		end, err := jsonspan.End(b, at)
-		return []chat.Part{chat.Opaque{Wire: Wire}}, end, err
-	}
-	var parts []chat.Part
-	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
-		if err := s.Part(); err != nil {
-			return vs, err
-		}
-		p := pos
-		p.Part = len(parts)
-		part, ve, err := scanPart(s, vs, p)
-		parts = append(parts, part)
-		return ve, err
-	})
-	return parts, end, err
+	return wire.ScanParts(s, at, pos, "content", chat.Opaque{Wire: Wire}, func(vs int, p wire.Pos) (chat.Part, int, error) { return scanPart(s, vs, p) })
 }
 
 // scanPart reads the part at b[at] in one pass: an image_url or file

@@ -2,8 +2,6 @@ package responses
 
 import (
 	"encoding/json"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/imgctx/imgctx/chat"
@@ -11,48 +9,12 @@ import (
 	"github.com/imgctx/imgctx/wire/wiretest"
 )
 
-func readFile(t testing.TB, name string) []byte {
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// slotView is what a golden pins of a scan: each item's role and parts'
-// kinds, and each slot's place, kind, form and media type.
-type slotView struct {
-	Messages []string
-	Slots    []string
-}
-
-func view(sp *wire.Spliced) slotView {
-	var v slotView
-	for _, m := range sp.Messages {
-		var kinds []string
-		chat.Walk(m.Parts, func(p chat.Part, depth int) bool {
-			kinds = append(kinds, strings.Repeat("+", depth)+p.Kind())
-			return true
-		})
-		v.Messages = append(v.Messages, string(m.Role)+": "+strings.Join(kinds, " "))
-	}
-	for _, s := range sp.Slots {
-		v.Slots = append(v.Slots, strings.Join([]string{
-			s.Kind, s.Via, s.MediaType, s.Detail, s.URL,
-			jsonPos(s.Pos), string(sp.Body[s.Part.Start:min(s.Part.End, s.Part.Start+40)]),
-		}, " | "))
-	}
-	return v
-}
-
-func jsonPos(p wire.Pos) string { b, _ := json.Marshal(p); return string(b) }
-
 // A codex-shaped request: developer and user messages, reasoning with its
 // encrypted content, a function call and its output holding a screenshot,
 // an assistant message, a user message with a ref, a file_id image and a
 // PDF, a compaction item, a custom tool output, an item reference.
 func TestScanGolden(t *testing.T) {
-	body := readFile(t, "testdata/request.json")
+	body := wiretest.ReadFile(t, "testdata/request.json")
 	sp, err := Scan(body, wire.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +23,7 @@ func TestScanGolden(t *testing.T) {
 	if sp.Model != "gpt-5.1-codex" || !sp.Stream || sp.Compacted() != 7 {
 		t.Fatalf("model %q stream %v compacted at %d", sp.Model, sp.Stream, sp.Compacted())
 	}
-	wiretest.Golden(t, "testdata/scan.golden", wiretest.Dump(t, view(sp)))
+	wiretest.Golden(t, "testdata/scan.golden", wiretest.Dump(t, wiretest.View(sp)))
 }
 
 // A string input, and a body without input (previous_response_id with
@@ -92,7 +54,7 @@ func TestScanRefusals(t *testing.T) {
 }
 
 func TestScanResumesExactly(t *testing.T) {
-	body := readFile(t, "testdata/request.json")
+	body := wiretest.ReadFile(t, "testdata/request.json")
 	wiretest.CheckResume(t, Scan, body)
 	pretty, _ := json.MarshalIndent(json.RawMessage(body), "", "  ")
 	wiretest.CheckResume(t, Scan, pretty)
@@ -135,7 +97,7 @@ func TestDecodeItemText(t *testing.T) {
 //
 //	go test ./wire/responses -run XXX -fuzz FuzzScan -fuzztime 60s
 func FuzzScan(f *testing.F) {
-	f.Add(readFile(f, "testdata/request.json"))
+	f.Add(wiretest.ReadFile(f, "testdata/request.json"))
 	f.Add([]byte(`{"model":"m","input":"hi"}`))
 	wiretest.FuzzScan(f, Scan)
 }
@@ -144,7 +106,7 @@ func FuzzScan(f *testing.F) {
 //
 //	go test ./wire/responses -run XXX -fuzz FuzzResume -fuzztime 60s
 func FuzzResume(f *testing.F) {
-	b := readFile(f, "testdata/request.json")
+	b := wiretest.ReadFile(f, "testdata/request.json")
 	f.Add(b, b)
 	f.Add(b[:len(b)/2], b)
 	wiretest.FuzzResume(f, Scan)

@@ -130,34 +130,10 @@ func keepSlots(s *wire.Spliced, first int, used func(wire.Pos) bool) error {
 	return nil
 }
 
-// scanParts reads a content or output value: a string is one opaque part,
-// an array a part each. pos is the first part's place (its Part, or its
-// Nested index inside a tool result, grows with each part).
+// scanParts reads a content or output value (wire.ScanParts): a part per
+// element, read by scanPart.
 func scanParts(s *wire.Spliced, at int, pos wire.Pos) ([]chat.Part, int, error) {
-	b := s.Body
-	if b[at] != '[' {
-		end, err := jsonspan.End(b, at)
-		return []chat.Part{chat.Opaque{Wire: Wire}}, end, err
-	}
-	var parts []chat.Part
-	end, err := jsonspan.Array(b, at, func(vs int) (int, error) {
-		if err := s.Part(); err != nil {
-			return vs, err
-		}
-		p := pos
-		if p.Nested >= 0 {
-			p.Nested = len(parts)
-		} else {
-			p.Part = len(parts)
-		}
-		part, ve, err := scanPart(s, vs, p)
-		if err != nil {
-			return ve, fmt.Errorf("content[%d]: %w", len(parts), err)
-		}
-		parts = append(parts, part)
-		return ve, nil
-	})
-	return parts, end, err
+	return wire.ScanParts(s, at, pos, "content", chat.Opaque{Wire: Wire}, func(vs int, p wire.Pos) (chat.Part, int, error) { return scanPart(s, vs, p) })
 }
 
 // scanPart reads one part: an input_image with an image_url, or an

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/imgctx/imgctx/chat"
@@ -171,4 +172,38 @@ func FuzzResume(f *testing.F, scan func([]byte, wire.ScanOptions) (*wire.Spliced
 			t.Fatalf("a resumed scan differs from a full one")
 		}
 	})
+}
+
+// View is what a scan golden pins: each message's role and its parts'
+// kinds (a nested part prefixed "+"), and each slot's kind, form, media
+// type, detail, URL, place and the start of its part's bytes.
+func View(sp *wire.Spliced) any {
+	var v struct {
+		Messages []string
+		Slots    []string
+	}
+	for _, m := range sp.Messages {
+		var kinds []string
+		chat.Walk(m.Parts, func(p chat.Part, depth int) bool {
+			kinds = append(kinds, strings.Repeat("+", depth)+p.Kind())
+			return true
+		})
+		v.Messages = append(v.Messages, string(m.Role)+": "+strings.Join(kinds, " "))
+	}
+	for _, s := range sp.Slots {
+		pos, _ := json.Marshal(s.Pos)
+		v.Slots = append(v.Slots, strings.Join([]string{s.Kind, s.Via, s.MediaType, s.Detail, s.URL, string(pos),
+			string(sp.Body[s.Part.Start:min(s.Part.End, s.Part.Start+40)])}, " | "))
+	}
+	return v
+}
+
+// ReadFile reads a test file or fails the test.
+func ReadFile(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
