@@ -9,7 +9,8 @@
 // claude-code asks to read testdata/screenshot.png (the scripted upstream
 // answers with a Read tool call), so its second request carries the image
 // in a tool_result; qwen-code (OpenAI format) says hello; codex (OpenAI
-// Responses) describes the screenshot attached to its prompt. Between the agent
+// Responses) describes the screenshot attached to its prompt; gemini-cli
+// (Gemini) the one it reads by @screenshot.png. Between the agent
 // and imgctx sits a recording proxy; the upstream records what it gets.
 // One imgctx process serves both, routed by its upstreams list.
 package main
@@ -37,6 +38,7 @@ var agents = []struct{ pkg, bin string }{
 	{"@anthropic-ai/claude-code@2.1.328", "claude"},
 	{"@qwen-code/qwen-code@0.24.4", "qwen"},
 	{"@openai/codex@0.169.0", "codex"},
+	{"@google/gemini-cli@0.61.0", "gemini"},
 }
 
 // recorded holds request bodies in arrival order, by who saw them.
@@ -94,7 +96,7 @@ func main() {
 	shotPath = filepath.Join(work, "screenshot.png")
 	os.WriteFile(shotPath, shot, 0o644)
 	cfg := filepath.Join(work, "imgctx.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: claude, format: anthropic, base_url: %q, models: [\"claude-*\"]}\n  - {name: local, format: openai, base_url: %q}\n", up, up)), 0o644)
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: claude, format: anthropic, base_url: %q, models: [\"claude-*\"]}\n  - {name: local, format: openai, base_url: %q}\n  - {name: gemini, format: gemini, base_url: %q}\n", up, up, up)), 0o644)
 
 	bin := filepath.Join(work, "imgctx")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imgctx").CombinedOutput(); err != nil {
@@ -125,7 +127,12 @@ func main() {
 
 	env := append(os.Environ(), "HOME="+filepath.Join(work, "home"), "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "ANTHROPIC_BASE_URL="+front, "ANTHROPIC_API_KEY=sk-ant-agentcheck",
-		"OPENAI_BASE_URL="+front+"/v1", "OPENAI_API_KEY=sk-agentcheck", "OPENAI_MODEL=qwen3-coder-plus")
+		"OPENAI_BASE_URL="+front+"/v1", "OPENAI_API_KEY=sk-agentcheck", "OPENAI_MODEL=qwen3-coder-plus",
+		"GEMINI_API_KEY=agentcheck", "GOOGLE_GEMINI_BASE_URL="+front, "GEMINI_CLI_TRUST_WORKSPACE=true")
+	// gemini-cli asks which way to authenticate unless its settings say.
+	os.MkdirAll(filepath.Join(work, "home", ".gemini"), 0o755)
+	os.WriteFile(filepath.Join(work, "home", ".gemini", "settings.json"),
+		[]byte(`{"security":{"auth":{"selectedType":"gemini-api-key"}},"selectedAuthType":"gemini-api-key"}`), 0o644)
 	runs := []struct {
 		name string
 		args []string
@@ -136,6 +143,7 @@ func main() {
 			"-c", `model="gpt-5.1-codex"`, "-c", `model_provider="imgctx"`,
 			"-c", `model_providers.imgctx={name="imgctx",base_url="` + front + `/v1",wire_api="responses",env_key="OPENAI_API_KEY"}`,
 			"Describe the screenshot"}},
+		{"gemini-cli 0.61.0 (Gemini generateContent), screenshot by @", []string{"gemini", "-p", "Describe @screenshot.png"}},
 	}
 	fmt.Println("| agent | answer | requests | byte-identical at the upstream |")
 	fmt.Println("|---|---|---|---|")
@@ -173,6 +181,7 @@ func main() {
 		}
 	}
 	if failed {
+		serve.Process.Kill() // os.Exit runs no deferred call
 		os.Exit(1)
 	}
 }
@@ -199,6 +208,22 @@ func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 			fmt.Fprintf(w, "data: %s\n\n", ev)
 		}
 		io.WriteString(w, "data: [DONE]\n\n")
+		return
+	}
+	if strings.Contains(r.URL.Path, ":streamGenerateContent") || strings.Contains(r.URL.Path, ":generateContent") {
+		final := `{"candidates":[{"content":{"role":"model","parts":[{"text":"Hello from the scripted upstream."}]},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":100,"candidatesTokenCount":7,"totalTokenCount":107},"modelVersion":"gemini-2.5-pro"}`
+		if strings.Contains(r.URL.Path, ":streamGenerateContent") {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "data: %s\r\n\r\n", final)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, final)
+		return
+	}
+	if strings.Contains(r.URL.Path, ":countTokens") {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"totalTokens":42}`)
 		return
 	}
 	if strings.HasSuffix(r.URL.Path, "/responses") {
