@@ -65,18 +65,49 @@ func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read upstream response: %w", err)
 	}
-	if c.e.Upstream.Format == upstream.Anthropic {
-		r, err := anthropic.DecodeResponse(b)
-		if err != nil {
-			return nil, err
-		}
-		return &response{message: r.Message, usage: r.Usage, cut: r.Cut, windowFull: r.WindowFull}, nil
+	return sessionWire(c.e.Upstream.Format).decode(b)
+}
+
+// sessionCodec is how the sessions path speaks a wire: it encodes the live
+// context as a whole request and decodes the reply.
+type sessionCodec struct {
+	encode func(c *call, msgs []chat.Message, src func(chat.Image) (string, string, string, error), breakpoints bool) ([]byte, error)
+	decode func(b []byte) (*response, error)
+}
+
+// sessionCodecs are the wires the sessions API speaks upstream.
+var sessionCodecs = map[upstream.Format]sessionCodec{
+	upstream.OpenAI: {
+		encode: func(c *call, msgs []chat.Message, src func(chat.Image) (string, string, string, error), _ bool) ([]byte, error) {
+			return openai.NewRequest(c.meta.Settings.Model).Encode(msgs, src)
+		},
+		decode: func(b []byte) (*response, error) {
+			r, err := openai.DecodeResponse(b)
+			if err != nil {
+				return nil, err
+			}
+			return &response{message: r.Message, usage: r.Usage, cut: r.Cut}, nil
+		},
+	},
+	upstream.Anthropic: {
+		encode: encodeAnthropic,
+		decode: func(b []byte) (*response, error) {
+			r, err := anthropic.DecodeResponse(b)
+			if err != nil {
+				return nil, err
+			}
+			return &response{message: r.Message, usage: r.Usage, cut: r.Cut, windowFull: r.WindowFull}, nil
+		},
+	},
+}
+
+// sessionWire is the codec for an upstream format (OpenAI's for any other:
+// the config refuses formats the sessions API cannot speak).
+func sessionWire(f upstream.Format) sessionCodec {
+	if w, ok := sessionCodecs[f]; ok {
+		return w
 	}
-	r, err := openai.DecodeResponse(b)
-	if err != nil {
-		return nil, err
-	}
-	return &response{message: r.Message, usage: r.Usage, cut: r.Cut}, nil
+	return sessionCodecs[upstream.OpenAI]
 }
 
 // encode writes msgs as a request in the upstream's format. With
@@ -86,29 +117,28 @@ func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
 // An image kept during the turn moves no breakpoint until the next turn:
 // within a turn the requests are the same with the switch on or off.
 func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool) ([]byte, error) {
-	model := c.meta.Settings.Model
-	src := c.e.ImageSource(ctx, c.tenant)
-	if c.e.Upstream.Format == upstream.Anthropic {
-		maxTokens := c.e.MaxTokens
-		if maxTokens <= 0 {
-			maxTokens = 4096
-		}
-		var cache anthropic.Cache
-		if breakpoints {
-			cache.System = len(msgs) > 0 && msgs[0].Role == chat.System
-			for i := min(len(msgs), c.st.TurnStart) - 1; i >= 0; i-- {
-				if holdsKept(msgs[i]) {
-					cache.Messages = append(cache.Messages, i)
-					break
-				}
-			}
-			if n := len(msgs) - 1; n >= 0 && (len(cache.Messages) == 0 || cache.Messages[0] != n) {
-				cache.Messages = append(cache.Messages, n)
-			}
-		}
-		return anthropic.NewRequest(model, maxTokens).Encode(msgs, src, cache)
+	return sessionWire(c.e.Upstream.Format).encode(c, msgs, c.e.ImageSource(ctx, c.tenant), breakpoints)
+}
+
+func encodeAnthropic(c *call, msgs []chat.Message, src func(chat.Image) (string, string, string, error), breakpoints bool) ([]byte, error) {
+	maxTokens := c.e.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = 4096
 	}
-	return openai.NewRequest(model).Encode(msgs, src)
+	var cache anthropic.Cache
+	if breakpoints {
+		cache.System = len(msgs) > 0 && msgs[0].Role == chat.System
+		for i := min(len(msgs), c.st.TurnStart) - 1; i >= 0; i-- {
+			if holdsKept(msgs[i]) {
+				cache.Messages = append(cache.Messages, i)
+				break
+			}
+		}
+		if n := len(msgs) - 1; n >= 0 && (len(cache.Messages) == 0 || cache.Messages[0] != n) {
+			cache.Messages = append(cache.Messages, n)
+		}
+	}
+	return anthropic.NewRequest(c.meta.Settings.Model, maxTokens).Encode(msgs, src, cache)
 }
 
 func holdsKept(m chat.Message) bool {

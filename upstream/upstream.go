@@ -55,12 +55,40 @@ type Client struct {
 // MaxErrorBody bounds how much of an error response is read.
 const MaxErrorBody = 1 << 20
 
-func (c *Client) path() string {
-	if c.Format == Anthropic {
-		return "/v1/messages"
-	}
-	return "/v1/chat/completions"
+// wireOf is what differs between the formats for a client: its default
+// path, how credentials go, its error shape.
+type wireOf struct {
+	path        string
+	headers     map[string]string                   // sent when the client did not send them
+	credentials func(req *http.Request, key string) // a configured key, in place of the client's
+	decodeError func(status int, h http.Header, body []byte) *wire.Error
 }
+
+func bearer(req *http.Request, key string) { req.Header.Set("Authorization", "Bearer "+key) }
+
+var wires = map[Format]wireOf{
+	OpenAI: {path: "/v1/chat/completions", credentials: bearer, decodeError: openai.DecodeError},
+	Anthropic: {path: "/v1/messages", decodeError: anthropic.DecodeError, headers: map[string]string{"anthropic-version": "2023-06-01"},
+		credentials: func(req *http.Request, key string) { req.Header.Set("x-api-key", key) }},
+	Gemini: {decodeError: gemini.DecodeError, credentials: func(req *http.Request, key string) {
+		req.Header.Set("x-goog-api-key", key)
+		if q := req.URL.Query(); q.Has("key") { // the client's own, replaced
+			q.Del("key")
+			req.URL.RawQuery = q.Encode()
+		}
+	}},
+	LlamaCpp: {path: "/completion", credentials: bearer, decodeError: openai.DecodeError},
+	Ollama:   {path: "/api/generate", credentials: bearer, decodeError: openai.DecodeError},
+}
+
+func (c *Client) wire() wireOf {
+	if w, ok := wires[c.Format]; ok {
+		return w
+	}
+	return wires[OpenAI]
+}
+
+func (c *Client) path() string { return c.wire().path }
 
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
@@ -82,13 +110,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // DecodeError classifies an error response in the client's format.
 func (c *Client) DecodeError(status int, h http.Header, body []byte) *wire.Error {
-	switch c.Format {
-	case Anthropic:
-		return anthropic.DecodeError(status, h, body)
-	case Gemini:
-		return gemini.DecodeError(status, h, body)
-	}
-	return openai.DecodeError(status, h, body)
+	return c.wire().decodeError(status, h, body)
 }
 
 // Request is one call to the upstream as a proxy makes it: a path other
@@ -190,26 +212,17 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 	if key == "" {
 		key = c.APIKey
 	}
-	if c.Format == Anthropic && req.Header.Get("anthropic-version") == "" {
-		req.Header.Set("anthropic-version", "2023-06-01")
+	for k, v := range c.wire().headers {
+		if req.Header.Get(k) == "" {
+			req.Header.Set(k, v)
+		}
 	}
 	if key != "" {
 		// A configured key replaces whatever credentials the client sent.
 		req.Header.Del("Authorization")
 		req.Header.Del("X-Api-Key")
 		req.Header.Del("X-Goog-Api-Key")
-		switch c.Format {
-		case Anthropic:
-			req.Header.Set("x-api-key", key)
-		case Gemini:
-			req.Header.Set("x-goog-api-key", key)
-			if q := req.URL.Query(); q.Has("key") {
-				q.Del("key")
-				req.URL.RawQuery = q.Encode()
-			}
-		default:
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
+		c.wire().credentials(req, key)
 	}
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
