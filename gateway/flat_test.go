@@ -329,3 +329,19 @@ func TestFlatCountTokensIsEstimated(t *testing.T) {
 		t.Fatalf("%d %s %q; %d upstream requests", resp.StatusCode, out, resp.Header.Get("X-Imgctx-Token-Count"), len(r.up.bodies))
 	}
 }
+
+// FuzzReadFlat: a flat backend's answer, whatever it is, is read or
+// refused, never a panic.
+//
+//	go test ./gateway -run XXX -fuzz FuzzReadFlat -fuzztime 60s
+func FuzzReadFlat(f *testing.F) {
+	f.Add([]byte(`{"content":"Done.","stop":true,"stop_type":"limit","tokens_evaluated":9,"tokens_predicted":3}`))
+	f.Add([]byte(`{"response":"Done.","done":true,"done_reason":"length","prompt_eval_count":9,"eval_count":3}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, format := range []upstream.Format{upstream.LlamaCpp, upstream.Ollama} {
+			if a, err := readFlat(format, b); err == nil && a.prompt < 0 && a.output < 0 {
+				t.Skip() // any numbers the backend says are passed on
+			}
+		}
+	})
+}

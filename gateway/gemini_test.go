@@ -58,6 +58,10 @@ type geminiPart struct {
 		MimeType string `json:"mimeType"`
 		Data     string `json:"data"`
 	} `json:"inlineData"`
+	InlineDataSnake *struct {
+		MimeType string `json:"mime_type"`
+		Data     string `json:"data"`
+	} `json:"inline_data"`
 	FunctionCall     json.RawMessage `json:"functionCall"`
 	FunctionResponse *struct {
 		Name     string          `json:"name"`
@@ -88,7 +92,7 @@ func (u *geminiUpstream) price(body []byte) (prompt, images int, err error) {
 					return err
 				}
 			}
-			if p.InlineData != nil {
+			if p.InlineData != nil && strings.HasPrefix(p.InlineData.MimeType, "image/") {
 				data, err := base64.StdEncoding.DecodeString(p.InlineData.Data)
 				if err != nil {
 					return err

@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -283,4 +285,71 @@ func TestImageInsideAnotherBlockTypePassesThrough(t *testing.T) {
 			t.Fatalf("request %d was not passed byte for byte", i+1)
 		}
 	}
+}
+
+// The Responses and Gemini requests of their scan goldens (reasoning with
+// encrypted content, compaction items, item references, file ids; thought
+// parts with signatures, snake_case fields, files by URI, audio), compact
+// and pretty-printed, reach the upstream byte for byte.
+func TestNewWiresPassThroughByteForByte(t *testing.T) {
+	_, b64 := samplePNG(t)
+	resp := bytes.ReplaceAll(readTestFile(t, "../wire/responses/testdata/request.json"),
+		[]byte(`imgctx:sha256-`+strings.Repeat("ab", 32)), []byte("data:image/png;base64,"+b64))
+	// Without its compaction item: the images before one are not sent (a
+	// test of its own).
+	resp = bytes.Replace(resp, []byte(`{"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAABcompacted=="}, `), nil, 1)
+	gem := readTestFile(t, "../wire/gemini/testdata/request.json")
+	for _, c := range []struct {
+		name string
+		body []byte
+		send func(t *testing.T, body []byte) []byte
+	}{
+		{"responses", resp, func(t *testing.T, body []byte) []byte {
+			rig := newResponsesRig(t, 200_000)
+			r, err := http.Post(rig.srv.URL+"/v1/responses", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 {
+				t.Fatalf("status %d", r.StatusCode)
+			}
+			got, _ := rig.up.last()
+			return got
+		}},
+		{"gemini", gem, func(t *testing.T, body []byte) []byte {
+			up, _, _, url := newGeminiRig(t, 200_000, nil)
+			r, err := http.Post(url+"/v1beta/models/agent-1:generateContent", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 {
+				t.Fatalf("status %d", r.StatusCode)
+			}
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			return up.bodies[len(up.bodies)-1]
+		}},
+	} {
+		var pretty bytes.Buffer
+		json.Indent(&pretty, c.body, "", "  ")
+		for _, body := range [][]byte{c.body, pretty.Bytes()} {
+			t.Run(c.name, func(t *testing.T) {
+				if got := c.send(t, body); !bytes.Equal(got, body) {
+					t.Fatalf("the upstream body differs:\n%s", firstDiff(body, got))
+				}
+			})
+		}
+	}
+}
+
+func readTestFile(t *testing.T, name string) []byte {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

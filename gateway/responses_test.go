@@ -84,7 +84,11 @@ func (u *responsesUpstream) price(body []byte) (prompt, images int, stream bool,
 			switch p.Type {
 			case "input_text", "output_text":
 				prompt += c.Count(p.Text)
+			case "input_file", "refusal":
 			case "input_image":
+				if p.ImageURL == "" {
+					continue // a file_id: the provider's own
+				}
 				d, err := media.ParseDataURL(p.ImageURL)
 				if err != nil {
 					return fmt.Errorf("input_image not inline: %.40q", p.ImageURL)
