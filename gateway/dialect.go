@@ -37,6 +37,9 @@ type dialect struct {
 	// fromPath, when set, reads what the wire puts in the URL rather than
 	// the body (Gemini: the model, and whether the answer streams).
 	fromPath func(r *http.Request, sp *wire.Spliced)
+	// count is the wire's token-count answer, for an upstream without
+	// that endpoint.
+	count func(n int) any
 }
 
 // eventReader follows a stream's events: skip says an event imgctx asked
@@ -52,13 +55,16 @@ var (
 		askUsage: true, answer: openaiAnswer, stream: func() eventReader { return &openaiEvents{} }}
 	messagesDialect = &dialect{name: "anthropic", format: upstream.Anthropic, shape: anthropicShape, scan: anthropic.Scan, decode: anthropic.DecodeMessage,
 		source: anthropic.WriteSource, text: anthropic.WriteText,
-		answer: anthropicAnswer, stream: func() eventReader { return &anthropicEvents{} }}
+		answer: anthropicAnswer, stream: func() eventReader { return &anthropicEvents{} },
+		count: func(n int) any { return map[string]int{"input_tokens": n} }}
 	geminiDialect = &dialect{name: "gemini", format: upstream.Gemini, shape: geminiShape, scan: gemini.Scan, decode: gemini.DecodeContent,
 		source: gemini.WriteSource, text: func(w *wire.BodyWriter, text string, _ []byte) { gemini.WriteText(w, text) },
-		answer: geminiAnswer, stream: func() eventReader { return &geminiEvents{} }, fromPath: geminiCall}
+		answer: geminiAnswer, stream: func() eventReader { return &geminiEvents{} }, fromPath: geminiCall,
+		count: func(n int) any { return map[string]int{"totalTokens": n} }}
 	responsesDialect = &dialect{name: "responses", format: upstream.OpenAI, shape: openaiShape, scan: responses.Scan, decode: responses.DecodeItem,
 		source: dataURL, text: func(w *wire.BodyWriter, text string, _ []byte) { responses.WriteText(w, text) },
-		answer: responsesAnswer, stream: func() eventReader { return &responsesEvents{} }}
+		answer: responsesAnswer, stream: func() eventReader { return &responsesEvents{} },
+		count: func(n int) any { return map[string]any{"object": "response.input_tokens", "input_tokens": n} }}
 )
 
 // dataURL writes a source that is a data URL string (OpenAI's url,

@@ -213,6 +213,21 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	s.countSent(fw, rules, shrunk)
 	s.logRemovals(tenant, sp.Model, fw)
+	if !record && countsTokens(r.URL.Path) && errors.As(err, &we) && (we.Status == http.StatusNotFound || we.Status == http.StatusMethodNotAllowed) && d.count != nil {
+		// The upstream has no token-count endpoint: imgctx's own estimate
+		// of the request it would send, said as such.
+		n := estimateOf(sp)(0)
+		for _, m := range fw.Messages {
+			for _, img := range m.Images() {
+				if t, err := tokens.ImageTokens(profile, img.Width, img.Height, img.Detail); err == nil {
+					n += t
+				}
+			}
+		}
+		w.Header().Set("X-Imgctx-Token-Count", "estimated")
+		replyJSON(w, http.StatusOK, d.count(n))
+		return
+	}
 	if err != nil {
 		fail(w, sh, err)
 		return
@@ -250,6 +265,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		s.metrics.usage(u)
 		fw.Observe(u, cut)
 	}
+}
+
+// countsTokens reports whether a path is a token-count endpoint.
+func countsTokens(path string) bool {
+	return strings.HasSuffix(path, "/count_tokens") || strings.HasSuffix(path, "/input_tokens") || strings.HasSuffix(path, ":countTokens")
 }
 
 // keepFor is the keep-turn-images switch of a proxied request: on unless

@@ -436,3 +436,26 @@ func TestResponsesWithTheOpenAISDK(t *testing.T) {
 		t.Fatal("the SDK's image did not reach the upstream as sent")
 	}
 }
+
+// An upstream without a token-count endpoint (404): the count is imgctx's
+// own estimate of the request it would send, and says so; a compaction
+// request is not answered that way.
+func TestCountWithoutTheUpstreamsEndpointIsEstimated(t *testing.T) {
+	g := newGW(t, upstream.Anthropic, nil) // the fake answers /v1/messages/count_tokens … as a message: make it 404
+	none := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(none.Close)
+	g.engine.Upstream.BaseURL = none.URL
+	_, b64 := samplePNG(t)
+	body := `{"model":"claude-sonnet-4-6","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}`
+	resp, out := g.do(t, "POST", "/v1/messages/count_tokens", "", []byte(body))
+	var c struct {
+		InputTokens int `json:"input_tokens"`
+	}
+	json.Unmarshal(out, &c)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Imgctx-Token-Count") != "estimated" || c.InputTokens < 1000 {
+		t.Fatalf("%d %s %q", resp.StatusCode, out, resp.Header.Get("X-Imgctx-Token-Count"))
+	}
+	if resp, _ := g.do(t, "POST", "/v1/messages", "", []byte(body)); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a real request to the missing endpoint got %d; its 404 must come back", resp.StatusCode)
+	}
+}
