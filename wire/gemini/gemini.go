@@ -368,6 +368,8 @@ func DecodeError(status int, h http.Header, body []byte) *wire.Error {
 	switch {
 	case status == http.StatusBadRequest && strings.Contains(msg, "token") && (strings.Contains(msg, "exceed") || strings.Contains(msg, "too long") || strings.Contains(msg, "limit")):
 		we.Kind = wire.PromptTooLong
+	case status == http.StatusBadRequest && strings.Contains(msg, "image"):
+		we.Kind = wire.InvalidImage
 	default:
 		we.Kind = wire.KindForStatus(status)
 	}

@@ -1,6 +1,7 @@
 package gemini
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -108,4 +109,39 @@ func FuzzDecode(f *testing.F) {
 		DecodeError(400, http.Header{}, b)
 		DecodeContent(b)
 	})
+}
+
+// The documented response, an alt=sse stream cut by MAX_TOKENS, and the
+// documented error shapes, as the gateway reads them.
+func TestResponseStreamAndErrorsGolden(t *testing.T) {
+	u, cut, err := DecodeResponse(wiretest.ReadFile(t, "testdata/response.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Stream
+	sr := wire.NewSSEReader(bytes.NewReader(wiretest.ReadFile(t, "testdata/stream.sse")))
+	for {
+		ev, err := sr.Next()
+		if err != nil {
+			break
+		}
+		s.Add(ev.Data)
+	}
+	su, scut := s.Usage()
+	var errs []map[string]any
+	for _, e := range []struct {
+		status int
+		body   string
+	}{
+		{400, `{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}`},
+		{400, `{"error":{"code":400,"message":"Unable to process input image. Please retry or report in https://developers.generativeai.google/guide/troubleshooting","status":"INVALID_ARGUMENT"}}`},
+		{403, `{"error":{"code":403,"message":"Method doesn't allow unregistered callers.","status":"PERMISSION_DENIED"}}`},
+		{429, `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}`},
+		{503, `{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`},
+	} {
+		we := DecodeError(e.status, http.Header{}, []byte(e.body))
+		errs = append(errs, map[string]any{"status": we.Status, "kind": we.Kind, "type": we.Type, "message": we.Message})
+	}
+	wiretest.Golden(t, "testdata/decode.golden", wiretest.Dump(t, map[string]any{
+		"response": map[string]any{"usage": u, "cut": cut}, "stream": map[string]any{"usage": su, "cut": scut, "done": s.Done()}, "errors": errs}))
 }

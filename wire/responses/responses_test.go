@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -121,4 +122,25 @@ func FuzzDecodeResponse(f *testing.F) {
 		s.Add(b)
 		DecodeItem(b)
 	})
+}
+
+// The documented response object and a stream cut by max_output_tokens,
+// as the gateway reads them.
+func TestResponseAndStreamGolden(t *testing.T) {
+	u, cut, err := DecodeResponse(wiretest.ReadFile(t, "testdata/response.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Stream
+	sr := wire.NewSSEReader(bytes.NewReader(wiretest.ReadFile(t, "testdata/stream.sse")))
+	for {
+		ev, err := sr.Next()
+		if err != nil {
+			break
+		}
+		s.Add(ev.Data)
+	}
+	su, scut := s.Usage()
+	wiretest.Golden(t, "testdata/response.golden", wiretest.Dump(t, map[string]any{
+		"response": map[string]any{"usage": u, "cut": cut}, "stream": map[string]any{"usage": su, "cut": scut, "done": s.Done()}}))
 }
