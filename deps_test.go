@@ -35,7 +35,7 @@ var allowed = map[string][]string{
 	"wire/jsonspan":        {},
 	"wire/wiretest":        {"chat", "wire"},
 	"wire/openai":          {"chat", "wire", "wire/jsonspan"},
-	"wire/responses":       {"chat", "wire", "wire/jsonspan"},
+	"wire/responses":       {"chat", "wire", "wire/jsonspan", "wire/openai"},
 	"wire/gemini":          {"chat", "wire", "wire/jsonspan"},
 	"wire/anthropic":       {"chat", "wire", "wire/jsonspan"},
 	"upstream":             {"wire", "wire/anthropic", "wire/gemini", "wire/openai"},

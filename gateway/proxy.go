@@ -100,10 +100,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 			}()
 		}()
 	}
-	rk := s.resumeKeyOf(tenant, d.name, r.Header, body)
+	rk := s.resumeKeyOf(tenant, d.Name, r.Header, body)
 	prev := s.resumeFor(rk)
 	found, hashed := s.hashAhead(tenant, body)
-	sp, err := d.scan(body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts})
+	sp, err := d.Scan(body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts})
 	var keys []*spanKey
 	if err == nil {
 		// The slots taken over from the previous request come first, with
@@ -152,7 +152,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	s.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
 	profile := s.engine.ProfileWith(sp.Model, up.Hints)
-	fw, err := s.engine.Forward(ctx, engine.ProxyRequest{Tenant: tenant, Key: conversationKey(tenant, d.name, r.Header, sp),
+	fw, err := s.engine.Forward(ctx, engine.ProxyRequest{Tenant: tenant, Key: conversationKey(tenant, d.Name, r.Header, sp),
 		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: s.keepFor(r),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
 	if err != nil {
@@ -169,7 +169,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}()
 	stripUsage := false
 	var edits []wire.Edit
-	if d.askUsage && sp.Stream {
+	if d.AskUsage && sp.Stream {
 		// The engine measures from usage: ask for it, and keep the extra
 		// chunk from a client that did not.
 		var e *wire.Edit
@@ -194,7 +194,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		}
 		req.Body = req.Body.Tracked(&readers)
 		resp, err := up.Client.Send(ctx, req)
-		s.countUpstream(d, resp, err)
+		s.countUpstream(d.format, resp, err)
 		return resp, err
 	}
 	pre := time.Since(start)
@@ -213,7 +213,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	s.countSent(fw, rules, shrunk)
 	s.logRemovals(tenant, sp.Model, fw)
-	if !record && countsTokens(r.URL.Path) && errors.As(err, &we) && (we.Status == http.StatusNotFound || we.Status == http.StatusMethodNotAllowed) && d.count != nil {
+	if !record && countsTokens(r.URL.Path) && errors.As(err, &we) && (we.Status == http.StatusNotFound || we.Status == http.StatusMethodNotAllowed) && d.CountAnswer != nil {
 		// The upstream has no token-count endpoint: imgctx's own estimate
 		// of the request it would send, said as such.
 		n := estimateOf(sp)(0)
@@ -225,7 +225,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 			}
 		}
 		w.Header().Set("X-Imgctx-Token-Count", "estimated")
-		replyJSON(w, http.StatusOK, d.count(n))
+		replyJSON(w, http.StatusOK, d.CountAnswer(n))
 		return
 	}
 	if err != nil {
@@ -261,7 +261,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	s.metrics.latency.Observe((pre + time.Since(post)).Seconds())
 	if resp.StatusCode/100 == 2 {
-		u, cut := d.answer(b)
+		u, cut := d.Answer(b)
 		s.metrics.usage(u)
 		fw.Observe(u, cut)
 	}
@@ -290,7 +290,7 @@ func (s *Server) keepFor(r *http.Request) bool {
 // is decoded from its own bytes (the view carries no text), its text
 // counted with the profile's tokenizer, plus each message's framing.
 func textOf(d *dialect, sp *wire.Spliced, p tokens.Profile) func(int) int {
-	decode := d.decode
+	decode := d.DecodeMessage
 	counter := tokens.CounterFor(p.Tokenizer)
 	return func(from int) int {
 		n := 0
@@ -368,7 +368,7 @@ func slotsBefore(sp *wire.Spliced, n int) int {
 	return len(sp.Slots)
 }
 
-func (s *Server) countUpstream(d *dialect, resp *http.Response, err error) {
+func (s *Server) countUpstream(format upstream.Format, resp *http.Response, err error) {
 	status := "error"
 	var we *wire.Error
 	switch {
@@ -377,7 +377,7 @@ func (s *Server) countUpstream(d *dialect, resp *http.Response, err error) {
 	case errors.As(err, &we):
 		status = http.StatusText(we.Status)
 	}
-	s.metrics.upstream.WithLabelValues(string(d.format), status).Inc()
+	s.metrics.upstream.WithLabelValues(string(format), status).Inc()
 }
 
 // includeUsage turns stream_options.include_usage on. It returns the edit
@@ -503,7 +503,7 @@ func (s *Server) splice(ctx context.Context, tenant string, d *dialect, sp *wire
 				note := policy.ResizeNote(was.Width, was.Height, p.Width, p.Height)
 				edits = append(edits, wire.Edit{Start: slot.Part.End, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
 					w.WriteByte(',')
-					d.text(w, note, nil)
+					d.WriteText(w, note, nil)
 				}})
 			}
 		case chat.Document:
@@ -518,7 +518,7 @@ func (s *Server) splice(ctx context.Context, tenant string, d *dialect, sp *wire
 		case chat.Marker:
 			text, cache := p.String(), slot.Cache.Of(sp.Body)
 			edits = append(edits, wire.Edit{Start: slot.Part.Start, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
-				d.text(w, text, cache)
+				d.WriteText(w, text, cache)
 			}})
 		default:
 			return wire.Body{}, errors.New("splice: a managed part changed kind")
@@ -528,7 +528,7 @@ func (s *Server) splice(ctx context.Context, tenant string, d *dialect, sp *wire
 }
 
 func sourceEdit(d *dialect, slot wire.Slot, mediaType, b64 string) wire.Edit {
-	return wire.Edit{Start: slot.Source.Start, End: slot.Source.End, Write: func(w *wire.BodyWriter) { d.source(w, mediaType, b64) }}
+	return wire.Edit{Start: slot.Source.Start, End: slot.Source.End, Write: func(w *wire.BodyWriter) { d.WriteSource(w, mediaType, b64) }}
 }
 
 // streamThrough forwards server-sent events as they come, one flush per
@@ -541,13 +541,13 @@ func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, d *di
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
 	sr := wire.NewSSEReader(resp.Body)
-	events := d.stream()
+	events := d.NewStream()
 	for {
 		ev, err := sr.Next()
 		if err != nil {
 			break
 		}
-		if events.add(ev, stripUsage) {
+		if events.Add(ev, stripUsage) {
 			continue
 		}
 		if _, err := w.Write(ev.Raw); err != nil {
@@ -557,7 +557,7 @@ func (s *Server) streamThrough(w http.ResponseWriter, resp *http.Response, d *di
 			flusher.Flush()
 		}
 	}
-	u, cut, done := events.result()
+	u, cut, done := events.Result()
 	if !done {
 		return nil, false // cut off: no measurement
 	}

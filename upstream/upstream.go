@@ -55,40 +55,25 @@ type Client struct {
 // MaxErrorBody bounds how much of an error response is read.
 const MaxErrorBody = 1 << 20
 
-// wireOf is what differs between the formats for a client: its default
-// path, how credentials go, its error shape.
-type wireOf struct {
-	path        string
-	headers     map[string]string                   // sent when the client did not send them
-	credentials func(req *http.Request, key string) // a configured key, in place of the client's
-	decodeError func(status int, h http.Header, body []byte) *wire.Error
+// dialects are the wires a client may call: each wire package's Dialect
+// says its path, default headers, credentials and error shape. The flat
+// backends take Bearer keys and answer errors in OpenAI's shape.
+var dialects = map[Format]*wire.Dialect{
+	OpenAI:    openai.Dialect,
+	Anthropic: anthropic.Dialect,
+	Gemini:    gemini.Dialect,
+	LlamaCpp:  {Path: "/completion", Credentials: wire.Bearer, DecodeError: openai.DecodeError},
+	Ollama:    {Path: "/api/generate", Credentials: wire.Bearer, DecodeError: openai.DecodeError},
 }
 
-func bearer(req *http.Request, key string) { req.Header.Set("Authorization", "Bearer "+key) }
-
-var wires = map[Format]wireOf{
-	OpenAI: {path: "/v1/chat/completions", credentials: bearer, decodeError: openai.DecodeError},
-	Anthropic: {path: "/v1/messages", decodeError: anthropic.DecodeError, headers: map[string]string{"anthropic-version": "2023-06-01"},
-		credentials: func(req *http.Request, key string) { req.Header.Set("x-api-key", key) }},
-	Gemini: {decodeError: gemini.DecodeError, credentials: func(req *http.Request, key string) {
-		req.Header.Set("x-goog-api-key", key)
-		if q := req.URL.Query(); q.Has("key") { // the client's own, replaced
-			q.Del("key")
-			req.URL.RawQuery = q.Encode()
-		}
-	}},
-	LlamaCpp: {path: "/completion", credentials: bearer, decodeError: openai.DecodeError},
-	Ollama:   {path: "/api/generate", credentials: bearer, decodeError: openai.DecodeError},
-}
-
-func (c *Client) wire() wireOf {
-	if w, ok := wires[c.Format]; ok {
-		return w
+func (c *Client) wire() *wire.Dialect {
+	if d, ok := dialects[c.Format]; ok {
+		return d
 	}
-	return wires[OpenAI]
+	return openai.Dialect
 }
 
-func (c *Client) path() string { return c.wire().path }
+func (c *Client) path() string { return c.wire().Path }
 
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
@@ -110,7 +95,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // DecodeError classifies an error response in the client's format.
 func (c *Client) DecodeError(status int, h http.Header, body []byte) *wire.Error {
-	return c.wire().decodeError(status, h, body)
+	return c.wire().DecodeError(status, h, body)
 }
 
 // Request is one call to the upstream as a proxy makes it: a path other
@@ -212,7 +197,7 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 	if key == "" {
 		key = c.APIKey
 	}
-	for k, v := range c.wire().headers {
+	for k, v := range c.wire().Headers {
 		if req.Header.Get(k) == "" {
 			req.Header.Set(k, v)
 		}
@@ -222,7 +207,7 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 		req.Header.Del("Authorization")
 		req.Header.Del("X-Api-Key")
 		req.Header.Del("X-Goog-Api-Key")
-		c.wire().credentials(req, key)
+		c.wire().Credentials(req, key)
 	}
 	resp, err := c.httpClient().Do(req)
 	if err != nil {

@@ -1,0 +1,43 @@
+package openai
+
+import (
+	"bytes"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/wire"
+)
+
+// Dialect is OpenAI Chat Completions (/v1/chat/completions).
+var Dialect = &wire.Dialect{
+	Name: Wire, Scan: Scan, DecodeMessage: DecodeMessage,
+	WriteSource: func(w *wire.BodyWriter, mediaType, b64 string) { wire.WriteDataURL(w, mediaType, b64) },
+	WriteText:   func(w *wire.BodyWriter, text string, _ []byte) { WriteText(w, text) },
+	AskUsage:    true, Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
+	Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
+}
+
+func answer(b []byte) (*chat.Usage, bool) {
+	r, err := DecodeResponse(b)
+	if err != nil {
+		return ResponseUsage(b), false
+	}
+	return r.Usage, r.Cut
+}
+
+type streamReader struct{ s Stream }
+
+func (r *streamReader) Add(ev wire.Event, strip bool) bool {
+	_ = r.s.Add(ev.Data)
+	return strip && usageOnly(ev.Data)
+}
+
+func (r *streamReader) Result() (*chat.Usage, bool, bool) {
+	resp := r.s.Response()
+	return resp.Usage, resp.Cut, r.s.Done()
+}
+
+// usageOnly reports whether a chunk is the one include_usage adds: no
+// choices, a usage object.
+func usageOnly(data []byte) bool {
+	return bytes.Contains(data, []byte(`"usage":{`)) && bytes.Contains(data, []byte(`"choices":[]`))
+}
