@@ -159,9 +159,9 @@ func (s *Server) flat(w http.ResponseWriter, r *http.Request, tenant string, d *
 	case upstream.LlamaCpp:
 		marker := llamaMarker(ctx, up.Client, req.Header)
 		req.Path = "/completion"
-		out, _ = json.Marshal(map[string]any{"prompt": map[string]any{"prompt_string": flatPrompt(system, rep, current, marker), "multimodal_data": images}, "stream": false})
+		out, _ = wire.Marshal(map[string]any{"prompt": map[string]any{"prompt_string": flatPrompt(system, rep, current, marker), "multimodal_data": images}, "stream": false})
 		if len(images) == 0 {
-			out, _ = json.Marshal(map[string]any{"prompt": prompt, "stream": false})
+			out, _ = wire.Marshal(map[string]any{"prompt": prompt, "stream": false})
 		}
 	default: // Ollama
 		req.Path = "/api/generate"
@@ -169,7 +169,7 @@ func (s *Server) flat(w http.ResponseWriter, r *http.Request, tenant string, d *
 		if len(images) > 0 {
 			g["images"] = images
 		}
-		out, _ = json.Marshal(g)
+		out, _ = wire.Marshal(g)
 	}
 	req.Body = wire.BodyOf(out)
 	resp, err := up.Client.Send(ctx, req)
@@ -357,7 +357,7 @@ func sse(w http.ResponseWriter, events []sseEvent) {
 		}
 		data, ok := ev.data.(string)
 		if !ok {
-			b, _ := json.Marshal(ev.data)
+			b, _ := wire.Marshal(ev.data)
 			data = string(b)
 		}
 		fmt.Fprintf(w, "data: %s\n\n", data)

@@ -18,6 +18,7 @@ import (
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire/wiretest"
 	oai "github.com/openai/openai-go/v3"
 	ooption "github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
@@ -344,4 +345,23 @@ func FuzzReadFlat(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The requests the flat codecs write, pinned: llama.cpp's and Ollama's
+// bodies for one history (a system prompt, an image two turns back, a
+// current image), images shortened to their first bytes.
+func TestFlatRequestsGolden(t *testing.T) {
+	var pinned [][]byte
+	for _, format := range []upstream.Format{upstream.LlamaCpp, upstream.Ollama} {
+		r := newFlatRig(t, format, nil, nil)
+		r.chat(t, say("system", "You see images."), userImage("The first screen.", r.shot(1)), say("assistant", "A login form."),
+			say("user", "And then?"), say("assistant", "I clicked."), userImage("This one now.", r.shot(2)))
+		_, _, body := r.up.last()
+		for _, n := range []int{1, 2} {
+			body = bytes.ReplaceAll(body, []byte(r.shot(n)), []byte(fmt.Sprintf("<screenshot %d: %d base64 characters>", n, len(r.shot(n)))))
+		}
+		pinned = append(pinned, bytes.TrimSpace(body))
+	}
+	// One body a line, as sent (no escaping of <, > or &).
+	wiretest.Golden(t, "testdata/flat-requests.golden", append(bytes.Join(pinned, []byte("\n")), '\n'))
 }
