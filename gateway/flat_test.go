@@ -365,3 +365,29 @@ func TestFlatRequestsGolden(t *testing.T) {
 	// One body a line, as sent (no escaping of <, > or &).
 	wiretest.Golden(t, "testdata/flat-requests.golden", append(bytes.Join(pinned, []byte("\n")), '\n'))
 }
+
+// A streaming OpenAI client on a flat backend gets chat.completion.chunk
+// events and [DONE]; a Responses client is told the backend serves the
+// chat routes only.
+func TestFlatStreamsToAnOpenAIClientAndRefusesResponses(t *testing.T) {
+	r := newFlatRig(t, upstream.Ollama, nil, nil)
+	resp, err := http.Post(r.url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"agent-1","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(out, []byte(`"object":"chat.completion.chunk"`)) || !bytes.Contains(out, []byte(`"content":"Done."`)) || !bytes.HasSuffix(bytes.TrimSpace(out), []byte("data: [DONE]")) {
+		t.Fatalf("%s", out)
+	}
+	resp, err = http.Post(r.url+"/v1/responses", "application/json", strings.NewReader(`{"model":"agent-1","input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !bytes.Contains(out, []byte("serves the chat and messages routes only")) {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+}
