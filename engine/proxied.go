@@ -1,17 +1,14 @@
 package engine
 
 import (
-	"bytes"
 	"container/list"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/imgctx/imgctx/chat"
-	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/session"
 )
 
@@ -35,7 +32,7 @@ type proxiedEntry struct {
 	mu          sync.Mutex
 	loaded      bool
 	st          session.Proxied // the latest state
-	stored      []byte          // the decisions as last written (lazy fields zeroed)
+	stored      session.Proxied // the state as last written
 	storedAt    time.Time       // LastActivity as last written
 	dirty       bool            // st has lazy changes not written yet
 }
@@ -81,7 +78,7 @@ func (en *proxiedEntry) load(ctx context.Context, s session.Store) error {
 	case err != nil:
 		return fmt.Errorf("load proxied conversation: %w", err)
 	}
-	en.st, en.stored, en.storedAt, en.loaded = st, decisionsOf(st), st.LastActivity, true
+	en.st, en.stored, en.storedAt, en.loaded = st, st, st.LastActivity, true
 	return nil
 }
 
@@ -90,33 +87,36 @@ func (en *proxiedEntry) load(ctx context.Context, s session.Store) error {
 // flush. The caller holds mu.
 func (en *proxiedEntry) save(ctx context.Context, s session.Store, st session.Proxied) error {
 	en.st = st
-	d := decisionsOf(st)
-	if bytes.Equal(d, en.stored) && st.LastActivity.Sub(en.storedAt) < time.Minute {
+	if sameDecisions(st, en.stored) && st.LastActivity.Sub(en.storedAt) < time.Minute {
 		en.dirty = true
 		return nil
 	}
-	return en.write(ctx, s, d)
+	return en.write(ctx, s)
 }
 
-func (en *proxiedEntry) write(ctx context.Context, s session.Store, d []byte) error {
+func (en *proxiedEntry) write(ctx context.Context, s session.Store) error {
 	if err := s.SaveProxied(ctx, en.tenant, en.key, en.st); err != nil {
 		return err
 	}
-	en.stored, en.storedAt, en.dirty = d, en.st.LastActivity, false
+	en.stored, en.storedAt, en.dirty = en.st, en.st.LastActivity, false
 	return nil
 }
 
-// decisionsOf is a state without what may be written late: the measurement
-// base, the usage, the counts and the activity time.
-func decisionsOf(st session.Proxied) []byte {
-	st.Messages, st.LastUsage, st.LastActivity, st.Keep.Base = 0, chat.Usage{}, time.Time{}, policy.Base{}
-	if st.Turn != nil {
-		t := *st.Turn
-		t.Base, t.Text, t.Sent = policy.Base{}, 0, 0
-		st.Turn = &t
+// sameDecisions compares two states but for what may be written late: the
+// measurement base, the usage, the counts and the activity time.
+func sameDecisions(a, b session.Proxied) bool {
+	if a.Model != b.Model || a.TurnAt != b.TurnAt || a.Keep.EngineBlind != b.Keep.EngineBlind || !slices.Equal(a.Images, b.Images) {
+		return false
 	}
-	b, _ := json.Marshal(st)
-	return b
+	if (a.Turn == nil) != (b.Turn == nil) {
+		return false
+	}
+	if a.Turn == nil {
+		return true
+	}
+	x, y := *a.Turn, *b.Turn
+	return x.Off == y.Off && x.Budget == y.Budget && x.Stopped == y.Stopped && x.Blind == y.Blind &&
+		slices.Equal(x.Relays, y.Relays) && slices.Equal(x.Pending, y.Pending)
 }
 
 // FlushProxied writes what proxied conversations changed and did not write
@@ -128,7 +128,7 @@ func (e *Engine) FlushProxied(ctx context.Context) error {
 	for _, en := range e.proxied.dirty() {
 		en.mu.Lock()
 		if en.dirty {
-			errs = append(errs, en.write(ctx, e.Sessions, decisionsOf(en.st)))
+			errs = append(errs, en.write(ctx, e.Sessions))
 		}
 		en.mu.Unlock()
 	}

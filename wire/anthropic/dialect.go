@@ -16,12 +16,12 @@ var Dialect = &wire.Dialect{
 	Credentials: func(req *http.Request, key string) { req.Header.Set("x-api-key", key) }, DecodeError: DecodeError,
 }
 
+// answer reads only the usage and the stop reason, not the whole answer.
 func answer(b []byte) (*chat.Usage, bool) {
-	r, err := DecodeResponse(b)
-	if err != nil {
-		return ResponseUsage(b), false
-	}
-	return r.Usage, r.Cut
+	var stop string
+	wire.DecodeMember(b, "stop_reason", &stop)
+	cut, _ := stopped(stop)
+	return ResponseUsage(b), cut
 }
 
 type streamReader struct{ s Stream }

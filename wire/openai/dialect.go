@@ -16,12 +16,18 @@ var Dialect = &wire.Dialect{
 	Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
 }
 
+// answer reads only the usage and the choices' finish reasons, not the
+// whole answer.
 func answer(b []byte) (*chat.Usage, bool) {
-	r, err := DecodeResponse(b)
-	if err != nil {
-		return ResponseUsage(b), false
+	var choices []struct {
+		FinishReason string `json:"finish_reason"`
 	}
-	return r.Usage, r.Cut
+	wire.DecodeMember(b, "choices", &choices)
+	cut := false
+	for _, c := range choices {
+		cut = cut || c.FinishReason == "length"
+	}
+	return ResponseUsage(b), cut
 }
 
 type streamReader struct{ s Stream }
