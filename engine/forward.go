@@ -444,25 +444,23 @@ func (f *Forwarded) Close(ctx context.Context) error {
 	snap := f.kt.Snapshot()
 	st := session.Proxied{Model: f.r.Model, Messages: len(f.r.Messages), TurnAt: f.turnAt, Turn: &snap,
 		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
-	before := f.r.Messages
-	eachImage(f.Messages, func(at pos, img chat.Image) {
-		switch {
-		case img.Keep == chat.Kept:
-			st.Images = append(st.Images, session.Decided{Msg: at.msg, Part: at.part, Nested: at.nested, Ref: img.Ref, Keep: chat.Kept, Cost: img.Cost, Occ: img.Occ})
-		case img.Occ > 0:
-			st.Images = append(st.Images, session.Decided{Msg: at.msg, Part: at.part, Nested: at.nested, Ref: img.Ref, Keep: img.Keep, Occ: img.Occ})
-		}
-	})
-	for i, m := range f.Messages {
-		for j, p := range m.Parts {
-			st.Images = appendMarker(st.Images, before, pos{i, j, -1}, p)
-			if tr, ok := p.(chat.ToolResult); ok {
-				for k, q := range tr.Parts {
-					st.Images = appendMarker(st.Images, before, pos{i, j, k}, q)
-				}
+	// Every edit replaced a part in place: what stands where the client
+	// sent an image is what was decided for it.
+	eachImage(f.r.Messages, func(at pos, sent chat.Image) {
+		d := session.Decided{Msg: at.msg, Part: at.part, Nested: at.nested, Ref: sent.Ref}
+		switch p := partAt(f.Messages, at).(type) {
+		case chat.Marker:
+			d.Keep, d.Reason = chat.Removed, reason.Code(p.Reason)
+		case chat.Image:
+			if p.Keep != chat.Kept && p.Occ == 0 {
+				return // the user's, sent as it came: nothing decided
 			}
+			d.Keep, d.Cost, d.Occ = p.Keep, p.Cost, p.Occ
+		default:
+			return
 		}
-	}
+		st.Images = append(st.Images, d)
+	})
 	if len(st.Images) > f.e.proxyMaxImages() {
 		f.e.log().Warn("proxied conversation over its decision cap: its decisions start over", "images", len(st.Images), "cap", f.e.proxyMaxImages())
 		st = session.Proxied{TurnAt: -1, LastActivity: st.LastActivity}
@@ -472,23 +470,11 @@ func (f *Forwarded) Close(ctx context.Context) error {
 	return f.en.save(ctx, f.e.Sessions, st)
 }
 
-// appendMarker records a removal: a marker where the client sent an image.
-func appendMarker(ds []session.Decided, before []chat.Message, at pos, p chat.Part) []session.Decided {
-	mk, ok := p.(chat.Marker)
-	if !ok || mk.Of != "image" {
-		return ds
-	}
-	var was chat.Part = before[at.msg].Parts[at.part]
+// partAt is the part at a place of msgs.
+func partAt(msgs []chat.Message, at pos) chat.Part {
+	p := msgs[at.msg].Parts[at.part]
 	if at.nested >= 0 {
-		tr, ok := was.(chat.ToolResult)
-		if !ok || at.nested >= len(tr.Parts) {
-			return ds
-		}
-		was = tr.Parts[at.nested]
+		return p.(chat.ToolResult).Parts[at.nested]
 	}
-	img, ok := was.(chat.Image)
-	if !ok {
-		return ds
-	}
-	return append(ds, session.Decided{Msg: at.msg, Part: at.part, Nested: at.nested, Ref: img.Ref, Keep: chat.Removed, Reason: reason.Code(mk.Reason)})
+	return p
 }

@@ -153,19 +153,19 @@ func (s *Server) flat(w http.ResponseWriter, r *http.Request, tenant string, d *
 		}
 	}
 	req := upstream.Request{Query: r.URL.RawQuery, Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
-	prompt := flatPrompt(system, rep, current, "")
 	var out []byte
 	switch up.Client.Format {
 	case upstream.LlamaCpp:
-		marker := llamaMarker(ctx, up.Client, req.Header)
 		req.Path = "/completion"
-		out, _ = wire.Marshal(map[string]any{"prompt": map[string]any{"prompt_string": flatPrompt(system, rep, current, marker), "multimodal_data": images}, "stream": false})
 		if len(images) == 0 {
-			out, _ = wire.Marshal(map[string]any{"prompt": prompt, "stream": false})
+			out, _ = wire.Marshal(map[string]any{"prompt": flatPrompt(system, rep, current, ""), "stream": false})
+			break
 		}
+		marker := llamaMarker(ctx, up.Client, req.Header)
+		out, _ = wire.Marshal(map[string]any{"prompt": map[string]any{"prompt_string": flatPrompt(system, rep, current, marker), "multimodal_data": images}, "stream": false})
 	default: // Ollama
 		req.Path = "/api/generate"
-		g := map[string]any{"model": model, "prompt": prompt, "stream": false}
+		g := map[string]any{"model": model, "prompt": flatPrompt(system, rep, current, ""), "stream": false}
 		if len(images) > 0 {
 			g["images"] = images
 		}
