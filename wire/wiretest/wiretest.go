@@ -207,3 +207,20 @@ func ReadFile(t testing.TB, name string) []byte {
 	}
 	return b
 }
+
+// Stream feeds the server-sent events of the file at path to a new reader
+// of d, and returns what the gateway reads of them: usage, cut, done.
+func Stream(t testing.TB, d *wire.Dialect, path string) map[string]any {
+	t.Helper()
+	r := d.NewStream()
+	sr := wire.NewSSEReader(bytes.NewReader(ReadFile(t, path)))
+	for {
+		ev, err := sr.Next()
+		if err != nil {
+			break
+		}
+		r.Add(ev, false)
+	}
+	u, cut, done := r.Result()
+	return map[string]any{"usage": u, "cut": cut, "done": done}
+}
