@@ -31,6 +31,9 @@ var allowed = map[string][]string{
 	"session":              {"blob", "chat", "imagestore", "policy", "reason"},
 	"session/sessiontest":  {"blob", "chat", "policy", "session"},
 	"session/sqlite":       {"chat", "imagestore", "session"},
+	"session/postgres":     {"chat", "imagestore", "session"},
+	"imagestore/s3":        {"blob", "imagestore"},
+	"internal/testsvc":     {},
 	"wire":                 {"blob", "chat", "mimetype", "wire/jsonspan"},
 	"wire/jsonspan":        {},
 	"wire/wiretest":        {"chat", "wire"},
@@ -46,7 +49,7 @@ var allowed = map[string][]string{
 	"scripts/agentcheck":   {},
 	"scripts/attack":       {},
 	"internal/bodies":      {},
-	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "session", "session/sqlite", "tokens", "upstream"},
+	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "imagestore/s3", "session", "session/postgres", "session/sqlite", "tokens", "upstream"},
 }
 
 // forbiddenStd are standard packages a pure layer must not use.

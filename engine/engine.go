@@ -248,8 +248,21 @@ func (e *Engine) micro() policy.MicroConfig {
 	return e.Micro
 }
 
-func (e *Engine) lock(tenant string, id session.ID) func() {
-	return e.locks.lock(tenant + "/" + string(id))
+// lock serialises the calls of a session: in this process, and across
+// processes when the store is shared (replicas), where the upstream call of
+// a turn must not run twice from one state.
+func (e *Engine) lock(ctx context.Context, tenant string, id session.ID) (func(), error) {
+	unlock := e.locks.lock(tenant + "/" + string(id))
+	shared, ok := e.Sessions.(session.Shared)
+	if !ok {
+		return unlock, nil
+	}
+	release, err := shared.Lock(ctx, tenant, id)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return func() { release(); unlock() }, nil
 }
 
 // sessionLocks serialises the calls of each session. An entry lives only
@@ -333,7 +346,11 @@ func (c *call) removed(rs []policy.Removal) {
 // the last reply called. It returns the assistant's reply.
 func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incoming []chat.Message) (*Result, error) {
 	e.once.Do(e.init)
-	defer e.lock(tenant, id)()
+	unlock, err := e.lock(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	snap, err := e.Sessions.Load(ctx, tenant, id)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,8 @@ import (
 )
 
 // proxiedCache holds the states of recent proxied conversations in front
-// of the session store, so a request costs a map look-up, not a query.
+// of the session store, so a request costs a map look-up, not a query
+// (with a shared store, one read and one write: replicas see each other).
 // The store is written at once when a decision changes (what later bodies
 // carry); a change of the measurement base, the usage or the activity time
 // only is written later (FlushProxied), since any earlier base still
@@ -66,9 +67,11 @@ func (c *proxiedCache) dirty() []*proxiedEntry {
 	return out
 }
 
-// load fills the entry from the store the first time; the caller holds mu.
+// load fills the entry from the store the first time — every time when
+// the store is shared, since another replica may have decided since. The
+// caller holds mu.
 func (en *proxiedEntry) load(ctx context.Context, s session.Store) error {
-	if en.loaded {
+	if _, shared := s.(session.Shared); en.loaded && !shared {
 		return nil
 	}
 	st, err := s.LoadProxied(ctx, en.tenant, en.key)
@@ -87,7 +90,9 @@ func (en *proxiedEntry) load(ctx context.Context, s session.Store) error {
 // flush. The caller holds mu.
 func (en *proxiedEntry) save(ctx context.Context, s session.Store, st session.Proxied) error {
 	en.st = st
-	if sameDecisions(st, en.stored) && st.LastActivity.Sub(en.storedAt) < time.Minute {
+	// A shared store is written every time: the next request may reach
+	// another replica, which must measure from this one's base.
+	if _, shared := s.(session.Shared); !shared && sameDecisions(st, en.stored) && st.LastActivity.Sub(en.storedAt) < time.Minute {
 		en.dirty = true
 		return nil
 	}

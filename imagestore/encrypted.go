@@ -202,13 +202,20 @@ func Open(dir string, master []byte) (Store, *FS, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var s Store = fsys
+	s, err := Stack(fsys, master)
+	return s, fsys, err
+}
+
+// Stack builds the usual decorators on a backend: Verified outermost, with
+// Encrypted below it when master is not nil.
+func Stack(backend Store, master []byte) (Store, error) {
+	s := backend
 	if master != nil {
-		enc, err := NewEncrypted(fsys, Key{Version: 1, Master: master})
+		enc, err := NewEncrypted(backend, Key{Version: 1, Master: master})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		s = enc
 	}
-	return Verified{s}, fsys, nil
+	return Verified{s}, nil
 }

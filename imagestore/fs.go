@@ -90,7 +90,7 @@ func (s *FS) Put(ctx context.Context, tenant string, ref blob.Ref, data []byte) 
 	if err := s.mkdirs(dir); err != nil {
 		return fmt.Errorf("put %s: %w", ref, err)
 	}
-	file := encodeFSBlob(data)
+	file := Frame(data)
 	tmp, err := writeTemp(dir, file, !s.NoSync)
 	if err != nil {
 		return fmt.Errorf("put %s: %w", ref, err)
@@ -116,11 +116,29 @@ func (s *FS) Put(ctx context.Context, tenant string, ref blob.Ref, data []byte) 
 	return nil
 }
 
-func encodeFSBlob(data []byte) []byte {
-	file := make([]byte, 0, fsHeaderSize+len(data))
+// Frame returns data behind the 8-byte header every backend stores (magic
+// "ICB", format 1, CRC-32C of data): the same bytes in a file or an object.
+func Frame(data []byte) []byte {
+	file := make([]byte, 0, FrameOverhead+len(data))
 	file = append(file, fsMagic...)
 	file = binary.BigEndian.AppendUint32(file, crc32.Checksum(data, castagnoli))
 	return append(file, data...)
+}
+
+// FrameOverhead is what Frame adds to a blob's size.
+const FrameOverhead = fsHeaderSize
+
+// Unframe checks a framed blob's header and digest and returns its payload
+// (aliasing file), or ErrCorrupt.
+func Unframe(file []byte) ([]byte, error) {
+	if len(file) < fsHeaderSize || string(file[:len(fsMagic)]) != fsMagic {
+		return nil, fmt.Errorf("%w: bad header", ErrCorrupt)
+	}
+	payload := file[fsHeaderSize:]
+	if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(file[len(fsMagic):]) {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	return payload, nil
 }
 
 // writeTemp writes file to a new temp file in dir, fsyncs it (when sync),
@@ -190,14 +208,7 @@ func (s *FS) read(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(file) < fsHeaderSize || string(file[:len(fsMagic)]) != fsMagic {
-		return nil, fmt.Errorf("%w: bad header", ErrCorrupt)
-	}
-	payload := file[fsHeaderSize:]
-	if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(file[len(fsMagic):]) {
-		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-	}
-	return payload, nil
+	return Unframe(file)
 }
 
 // Get returns the payload under ref, checked against its stored digest.

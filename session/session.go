@@ -6,8 +6,8 @@
 // ever half written. Sessions are scoped by tenant: another tenant's session
 // answers ErrNotFound, exactly like a missing one.
 //
-// Implementations: Mem here, SQLite in session/sqlite; both pass the
-// conformance suite in session/sessiontest.
+// Implementations: Mem here, SQLite in session/sqlite, PostgreSQL in
+// session/postgres; all pass the conformance suite in session/sessiontest.
 package session
 
 import (
@@ -100,4 +100,16 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store.
 	Close() error
+}
+
+// Shared is implemented by stores that several processes use at once
+// (gateway replicas on one PostgreSQL). The engine then holds Lock around
+// each turn of a session — its upstream call is paid for, so two replicas
+// must not both run it from the same state — and reads a proxied
+// conversation's decisions from the store on every request instead of
+// trusting what it remembers.
+type Shared interface {
+	Store
+	// Lock holds the session against every other process until unlock.
+	Lock(ctx context.Context, tenant string, id ID) (unlock func(), err error)
 }

@@ -59,7 +59,7 @@ func TestReadmeCurlExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &app{stdout: io.Discard, stderr: io.Discard, cfg: cfg, log: newLogger(io.Discard, cfg.Log)}
-	srv, closeAll, err := a.buildServer()
+	srv, closeAll, err := a.buildServer(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

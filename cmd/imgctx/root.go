@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 
-	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/internal/config"
 	"github.com/spf13/cobra"
 )
@@ -60,7 +57,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&a.configPath, "config", "", "YAML config file (docs/config.md)")
 	pf.StringVar(&dataDir, "data-dir", "", "data directory (default ./imgctx-data; env IMGCTX_DATA_DIR)")
 	pf.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (env IMGCTX_LOG_LEVEL)")
-	root.AddCommand(newServeCmd(a), newEstimateCmd(a), newStoreCmd(a), newProfilesCmd(a), newVersionCmd(a))
+	root.AddCommand(newServeCmd(a), newEstimateCmd(a), newStoreCmd(a), newProfilesCmd(a), newMigrateCmd(a), newVersionCmd(a))
 	return root
 }
 
@@ -72,34 +69,6 @@ func newLogger(w io.Writer, c config.Log) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// openStore builds the image store stack from the config: the one place
-// where the CLI chooses a backend.
-// openExistingStore is openStore for commands that only read or clean:
-// a mistyped --data-dir is an error, not a new empty store.
-func (a *app) openExistingStore() (imagestore.Store, *imagestore.FS, error) {
-	if _, err := os.Stat(filepath.Join(a.cfg.DataDir, "images")); err != nil {
-		return nil, nil, fmt.Errorf("no image store in %s (check --data-dir): %w", a.cfg.DataDir, err)
-	}
-	return a.openStore()
-}
-
-func (a *app) openStore() (imagestore.Store, *imagestore.FS, error) {
-	var key []byte
-	if path := a.cfg.Store.EncryptKeyFile; path != "" {
-		k, err := imagestore.ReadKeyFile(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		key = k
-	}
-	s, fsys, err := imagestore.Open(filepath.Join(a.cfg.DataDir, "images"), key)
-	if err != nil {
-		return nil, nil, err
-	}
-	fsys.NoSync = a.cfg.Store.NoSync
-	return s, fsys, nil
 }
 
 // exactArgs and minArgs report wrong argument counts as usage errors.

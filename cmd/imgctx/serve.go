@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/session"
-	"github.com/imgctx/imgctx/session/sqlite"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -64,13 +62,13 @@ func newServeCmd(a *app) *cobra.Command {
 
 // buildServer wires the gateway from the config: the one place where serve
 // chooses its backends.
-func (a *app) buildServer() (*gateway.Server, func(), error) {
+func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) {
 	cfg := a.cfg
-	images, _, err := a.openStore()
+	images, _, err := a.openStore(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	sessions, err := sqlite.Open(filepath.Join(cfg.DataDir, "imgctx.db"))
+	sessions, err := a.openSessions(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -230,7 +228,7 @@ func redact(raw string) string {
 // serve listens until ctx ends, then shuts down gracefully: requests in
 // flight finish (within server.shutdown_timeout), nothing is half written.
 func (a *app) serve(ctx context.Context) error {
-	srv, closeAll, err := a.buildServer()
+	srv, closeAll, err := a.buildServer(ctx)
 	if err != nil {
 		return err
 	}

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/imgctx/imgctx/chat"
-	"github.com/imgctx/imgctx/session/sqlite"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/imgctx/imgctx/chat"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/imagestore"
@@ -51,7 +48,7 @@ func newStorePutCmd(a *app, tenant *string) *cobra.Command {
 		Long:  "put checks each file (format, size, pixel count from the header) and stores it once.\nA refused file stores nothing.",
 		Args:  minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, _, err := a.openStore()
+			s, _, err := a.openStore(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -82,12 +79,12 @@ func newStorePutCmd(a *app, tenant *string) *cobra.Command {
 
 // refAndStore parses a ref argument (a bad one is a usage error) and opens
 // the store.
-func (a *app) refAndStore(arg string) (blob.Ref, imagestore.Store, error) {
+func (a *app) refAndStore(ctx context.Context, arg string) (blob.Ref, imagestore.Store, error) {
 	ref, err := blob.Parse(arg)
 	if err != nil {
 		return blob.Ref{}, nil, usageError{err}
 	}
-	s, _, err := a.openExistingStore()
+	s, _, err := a.openExistingStore(ctx)
 	return ref, s, err
 }
 
@@ -103,7 +100,7 @@ func newStoreGetCmd(a *app, tenant *string) *cobra.Command {
 					return usageError{fmt.Errorf("refusing to write image bytes to a terminal: use -o FILE or redirect")}
 				}
 			}
-			ref, s, err := a.refAndStore(args[0])
+			ref, s, err := a.refAndStore(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -129,7 +126,7 @@ func newStoreStatCmd(a *app, tenant *string) *cobra.Command {
 		Short: "Show an image's size and last use",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, s, err := a.refAndStore(args[0])
+			ref, s, err := a.refAndStore(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -151,11 +148,11 @@ func newStoreStatCmd(a *app, tenant *string) *cobra.Command {
 
 // tenantsFor returns the tenant given with --tenant, or every tenant of the
 // store when the flag was not set.
-func tenantsFor(cmd *cobra.Command, fsys *imagestore.FS, tenant string) ([]string, error) {
+func tenantsFor(cmd *cobra.Command, b imageBackend, tenant string) ([]string, error) {
 	if cmd.Flags().Changed("tenant") {
 		return []string{tenant}, nil
 	}
-	return fsys.Tenants()
+	return b.tenants(cmd.Context())
 }
 
 func newStoreVerifyCmd(a *app, tenant *string) *cobra.Command {
@@ -164,17 +161,17 @@ func newStoreVerifyCmd(a *app, tenant *string) *cobra.Command {
 		Short: "Read back every image and check it (all tenants unless --tenant)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, fsys, err := a.openExistingStore()
+			s, backend, err := a.openExistingStore(cmd.Context())
 			if err != nil {
 				return err
 			}
-			tenants, err := tenantsFor(cmd, fsys, *tenant)
+			tenants, err := tenantsFor(cmd, backend, *tenant)
 			if err != nil {
 				return err
 			}
 			var raw imagestore.Store
 			if a.cfg.Store.EncryptKeyFile == "" {
-				raw = fsys // without a key, tell sealed blobs from corrupt ones
+				raw = backend.raw // without a key, tell sealed blobs from corrupt ones
 			}
 			p := newProgress(a.stderr)
 			checked, corrupt, sealed := 0, 0, 0
@@ -219,11 +216,11 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 			if olderThan <= 0 {
 				return usageError{fmt.Errorf("--older-than must be positive")}
 			}
-			s, fsys, err := a.openExistingStore()
+			s, backend, err := a.openExistingStore(cmd.Context())
 			if err != nil {
 				return err
 			}
-			tenants, err := tenantsFor(cmd, fsys, *tenant)
+			tenants, err := tenantsFor(cmd, backend, *tenant)
 			if err != nil {
 				return err
 			}
@@ -247,7 +244,7 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 				total.Freed += st.Freed
 				total.Kept += st.Kept
 			}
-			temps, err := fsys.RemoveStaleTemps(time.Now().Add(-time.Hour))
+			temps, err := backend.sweep(time.Now().Add(-time.Hour))
 			if err != nil {
 				return err
 			}
@@ -261,15 +258,11 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 }
 
 // referenced returns the refs a tenant's sessions still use in their live
-// context, read from the session database when there is one. Images only
+// context, read from the session store when there is one. Images only
 // proxied requests name (no session) are protected by their last use alone.
 func (a *app) referenced(ctx context.Context, tenant string) (map[blob.Ref]bool, error) {
-	path := filepath.Join(a.cfg.DataDir, "imgctx.db")
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	db, err := sqlite.Open(path)
-	if err != nil {
+	db, err := a.openExistingSessions(ctx)
+	if err != nil || db == nil {
 		return nil, err
 	}
 	defer db.Close()

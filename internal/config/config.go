@@ -37,6 +37,7 @@ type Config struct {
 	Keep       Keep             `yaml:"keep"`
 	Proxy      Proxy            `yaml:"proxy"`
 	Store      Store            `yaml:"store"`
+	Storage    Storage          `yaml:"storage"`
 	Media      Media            `yaml:"media"`
 	Upstream   Upstream         `yaml:"upstream"`
 	Compaction Compaction       `yaml:"compaction"`
@@ -99,6 +100,30 @@ type Proxy struct {
 type Store struct {
 	EncryptKeyFile string `yaml:"encrypt_key_file" doc:"file holding a 32-byte master key (hex, base64 or raw); enables AES-256-GCM at rest"`
 	NoSync         bool   `yaml:"no_sync" doc:"skip fsync on writes (throwaway data only)"`
+}
+
+// Storage chooses the backends: embedded in data_dir by default, or a
+// PostgreSQL server and an S3-compatible bucket that replicas share.
+type Storage struct {
+	Sessions string   `yaml:"sessions" doc:"session store: sqlite (imgctx.db in data_dir) or postgres (storage.postgres.dsn)"`
+	Images   string   `yaml:"images" doc:"image store: fs (images/ in data_dir) or s3 (storage.s3.*)"`
+	Postgres Postgres `yaml:"postgres"`
+	S3       S3       `yaml:"s3"`
+}
+
+// Postgres reaches the session database.
+type Postgres struct {
+	DSN string `yaml:"dsn" doc:"PostgreSQL URL or key=value string (postgres://user:password@host:5432/db); never logged"`
+}
+
+// S3 reaches the image bucket.
+type S3 struct {
+	Endpoint  string `yaml:"endpoint" doc:"S3 server URL; the scheme chooses TLS (https://s3.eu-west-1.amazonaws.com, http://127.0.0.1:7070)"`
+	Bucket    string `yaml:"bucket" doc:"bucket holding the images; it must exist"`
+	Prefix    string `yaml:"prefix" doc:"key prefix before <tenant>/<ref>, e.g. imgctx/"`
+	Region    string `yaml:"region" doc:"region; empty: the server's default"`
+	AccessKey string `yaml:"access_key" doc:"access key ID"`
+	SecretKey string `yaml:"secret_key" doc:"secret access key; never logged"`
 }
 
 // Media configures ingestion of untrusted images.
@@ -199,6 +224,7 @@ func (c Config) MicroConfig() policy.MicroConfig {
 func Defaults() Config {
 	return Config{
 		DataDir: "./imgctx-data",
+		Storage: Storage{Sessions: "sqlite", Images: "fs"},
 		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 32 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second,
 			MaxMessages: 10_000, MaxParts: 50_000, MaxInflight: 256 << 20, BodyTimeout: 10 * time.Second, MinBodyRate: 1 << 20},
 		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.5, CacheTTL: 5 * time.Minute},
@@ -446,6 +472,7 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data_dir: must not be empty"))
 	}
+	errs = append(errs, c.Storage.check()...)
 	positive("media.max_image_bytes", c.Media.MaxImageBytes)
 	positive("media.max_pixels", c.Media.MaxPixels)
 	positive("media.shrink_max_edge", int64(c.Media.ShrinkMaxEdge))
@@ -629,4 +656,35 @@ func (c Config) APIKeys() (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+func (s Storage) check() []error {
+	var errs []error
+	switch s.Sessions {
+	case "sqlite":
+	case "postgres":
+		if s.Postgres.DSN == "" {
+			errs = append(errs, errors.New("storage.postgres.dsn: must be set when storage.sessions is postgres (env IMGCTX_STORAGE_POSTGRES_DSN)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("storage.sessions: %q is not sqlite or postgres", s.Sessions))
+	}
+	switch s.Images {
+	case "fs":
+	case "s3":
+		if s.S3.Endpoint == "" {
+			errs = append(errs, errors.New("storage.s3.endpoint: must be set when storage.images is s3"))
+		} else if u, err := url.Parse(s.S3.Endpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, fmt.Errorf("storage.s3.endpoint: %q is not an http:// or https:// URL", s.S3.Endpoint))
+		}
+		if s.S3.Bucket == "" {
+			errs = append(errs, errors.New("storage.s3.bucket: must be set when storage.images is s3"))
+		}
+		if (s.S3.AccessKey == "") != (s.S3.SecretKey == "") {
+			errs = append(errs, errors.New("storage.s3.access_key and storage.s3.secret_key: set both or neither"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("storage.images: %q is not fs or s3", s.Images))
+	}
+	return errs
 }

@@ -1,0 +1,419 @@
+// Package postgres is the session store for several gateway replicas: the
+// same tables and JSON as the SQLite store, on a PostgreSQL server reached
+// with pgx, migrations embedded and applied on open.
+//
+// Replicas share it safely in two ways (docs/format.md "Concurrency"):
+// Append takes the session's row lock, so sequence numbers never collide
+// or reorder; and Lock, a session-level advisory lock, serialises whole
+// turns across processes, so two replicas never run one session's upstream
+// call from the same state.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/session"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a session.Store on PostgreSQL.
+type Store struct {
+	pool *pgxpool.Pool
+	// locks holds the connections that hold advisory locks, one per turn
+	// in flight, apart from the queries' pool: turns waiting on locks can
+	// never take every connection the turn holding one needs.
+	locks *pgxpool.Pool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+var _ session.Shared = (*Store)(nil)
+
+// migrateLock is the advisory lock key replicas starting at once take to
+// apply migrations one at a time ("imgctx" in ASCII).
+const migrateLock = 0x696d67637478
+
+// Open connects to the database named by dsn (a PostgreSQL URL or key=value
+// string) and applies any migration it has not seen. The error never
+// carries the password.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("session database: bad DSN: %s", redact(err))
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = 16
+	}
+	lockCfg := cfg.Copy()
+	lockCfg.MaxConns = max(cfg.MaxConns, 64)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("session database: %s", redact(err))
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	locks, err := pgxpool.NewWithConfig(ctx, lockCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("session database: %s", redact(err))
+	}
+	return &Store{pool: pool, locks: locks}, nil
+}
+
+// redact keeps a connection error's reason without the DSN pgx may quote.
+func redact(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "password="); i >= 0 {
+		j := strings.IndexAny(msg[i:], " )")
+		if j < 0 {
+			j = len(msg) - i
+		}
+		msg = msg[:i] + "password=***" + msg[i+j:]
+	}
+	if i := strings.Index(msg, "://"); i >= 0 {
+		if at := strings.Index(msg[i:], "@"); at >= 0 {
+			if colon := strings.Index(msg[i+3:i+at], ":"); colon >= 0 {
+				msg = msg[:i+3+colon+1] + "***" + msg[i+at:]
+			}
+		}
+	}
+	return msg
+}
+
+// Migrate applies the embedded migrations not yet recorded (imgctx migrate).
+func Migrate(ctx context.Context, dsn string) error {
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	s.Close()
+	return nil
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	files, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	slices.Sort(files)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %s", redact(err))
+	}
+	defer tx.Rollback(ctx)
+	// Replicas starting together apply migrations one at a time.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, f := range files {
+		v, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(f, "migrations/"), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: bad name", f)
+		}
+		var seen bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, v).Scan(&seen); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if seen {
+			continue
+		}
+		body, _ := migrations.ReadFile(f)
+		if _, err := tx.Exec(ctx, string(body)); err != nil {
+			return fmt.Errorf("migration %s: %w", f, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, v); err != nil {
+			return fmt.Errorf("migration %s: %w", f, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+type metaJSON struct {
+	Thread   chat.Thread `json:"thread,omitempty"`
+	Model    string      `json:"model,omitempty"`
+	KeepTurn bool        `json:"keep_turn_images,omitempty"`
+}
+
+func encodeMeta(meta session.Meta) string {
+	m, _ := json.Marshal(metaJSON{meta.Thread, meta.Settings.Model, meta.Settings.KeepTurnImages})
+	return string(m)
+}
+
+func (s *Store) Create(ctx context.Context, meta session.Meta) (session.Meta, error) {
+	if err := imagestore.ValidTenant(meta.Tenant); err != nil {
+		return session.Meta{}, err
+	}
+	if meta.ID == "" {
+		meta.ID = session.NewID()
+	}
+	meta.Created = s.now()
+	meta.Updated = meta.Created
+	st, _ := session.EncodeState(session.State{})
+	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (tenant, id, created_at, updated_at, meta, state) VALUES ($1, $2, $3, $4, $5, $6)`,
+		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), encodeMeta(meta), string(st))
+	if err != nil {
+		return session.Meta{}, fmt.Errorf("create session: %w", err)
+	}
+	return meta, nil
+}
+
+// meta reads a session's row; forUpdate takes its row lock for the
+// transaction.
+func meta(ctx context.Context, q pgx.Tx, tenant string, id session.ID, forUpdate bool) (session.Meta, string, error) {
+	var created, updated int64
+	var m, st string
+	sql := `SELECT created_at, updated_at, meta, state FROM sessions WHERE tenant = $1 AND id = $2`
+	if forUpdate {
+		sql += ` FOR UPDATE`
+	}
+	err := q.QueryRow(ctx, sql, tenant, string(id)).Scan(&created, &updated, &m, &st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return session.Meta{}, "", fmt.Errorf("%s: %w", id, session.ErrNotFound)
+	}
+	if err != nil {
+		return session.Meta{}, "", fmt.Errorf("load session: %w", err)
+	}
+	var mj metaJSON
+	if err := json.Unmarshal([]byte(m), &mj); err != nil {
+		return session.Meta{}, "", fmt.Errorf("load session meta: %w", err)
+	}
+	return session.Meta{ID: id, Tenant: tenant, Thread: mj.Thread, Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
+		Created: time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()}, st, nil
+}
+
+func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session.Snapshot, error) {
+	// Repeatable read: the state and the log are of one moment.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return session.Snapshot{}, fmt.Errorf("load session: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	m, st, err := meta(ctx, tx, tenant, id, false)
+	if err != nil {
+		return session.Snapshot{}, err
+	}
+	snap := session.Snapshot{Meta: m}
+	if snap.State, err = session.DecodeState([]byte(st)); err != nil {
+		return session.Snapshot{}, err
+	}
+	rows, err := tx.Query(ctx, `SELECT seq, at, body FROM entries WHERE tenant = $1 AND session_id = $2 ORDER BY seq`, tenant, string(id))
+	if err != nil {
+		return session.Snapshot{}, fmt.Errorf("load log: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq, at int64
+		var body string
+		if err := rows.Scan(&seq, &at, &body); err != nil {
+			return session.Snapshot{}, fmt.Errorf("load log: %w", err)
+		}
+		e, err := session.DecodeEntry(seq, time.Unix(0, at).UTC(), []byte(body))
+		if err != nil {
+			return session.Snapshot{}, err
+		}
+		snap.Log = append(snap.Log, e)
+	}
+	return snap, rows.Err()
+}
+
+func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
+	state, err := session.EncodeState(st)
+	if err != nil {
+		return nil, err
+	}
+	kinds, bodies := make([]string, len(entries)), make([][]byte, len(entries))
+	for i, e := range entries {
+		if kinds[i], bodies[i], err = session.EncodeEntry(e); err != nil {
+			return nil, err
+		}
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	// The row lock orders appends to one session from any replica.
+	if _, _, err := meta(ctx, tx, tenant, id, true); err != nil {
+		return nil, err
+	}
+	var last int64
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM entries WHERE tenant = $1 AND session_id = $2`, tenant, string(id)).Scan(&last); err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	now := s.now()
+	out := slices.Clone(entries)
+	batch := &pgx.Batch{}
+	for i := range out {
+		out[i].Seq, out[i].At = last+int64(i)+1, now
+		batch.Queue(`INSERT INTO entries (tenant, session_id, seq, at, kind, body) VALUES ($1, $2, $3, $4, $5, $6)`,
+			tenant, string(id), out[i].Seq, now.UnixNano(), kinds[i], string(bodies[i]))
+	}
+	batch.Queue(`UPDATE sessions SET state = $1, updated_at = $2 WHERE tenant = $3 AND id = $4`,
+		string(state), now.UnixNano(), tenant, string(id))
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) SetSettings(ctx context.Context, tenant string, id session.ID, st chat.Settings) (session.Meta, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return session.Meta{}, fmt.Errorf("set settings: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	m, _, err := meta(ctx, tx, tenant, id, true)
+	if err != nil {
+		return session.Meta{}, err
+	}
+	m.Settings, m.Updated = st, s.now()
+	if _, err := tx.Exec(ctx, `UPDATE sessions SET meta = $1, updated_at = $2 WHERE tenant = $3 AND id = $4`,
+		encodeMeta(m), m.Updated.UnixNano(), tenant, string(id)); err != nil {
+		return session.Meta{}, fmt.Errorf("set settings: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return session.Meta{}, fmt.Errorf("set settings: %w", err)
+	}
+	return m, nil
+}
+
+func (s *Store) List(ctx context.Context, tenant string) ([]session.Meta, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, created_at, updated_at, meta FROM sessions WHERE tenant = $1 ORDER BY created_at, id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []session.Meta
+	for rows.Next() {
+		var id, m string
+		var created, updated int64
+		if err := rows.Scan(&id, &created, &updated, &m); err != nil {
+			return nil, fmt.Errorf("list sessions: %w", err)
+		}
+		var mj metaJSON
+		if err := json.Unmarshal([]byte(m), &mj); err != nil {
+			return nil, fmt.Errorf("list sessions: %w", err)
+		}
+		out = append(out, session.Meta{ID: session.ID(id), Tenant: tenant, Thread: mj.Thread,
+			Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
+			Created:  time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()})
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) Delete(ctx context.Context, tenant string, id session.ID) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM sessions WHERE tenant = $1 AND id = $2`, tenant, string(id))
+	if err != nil {
+		return fmt.Errorf("delete session: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%s: %w", id, session.ErrNotFound)
+	}
+	return nil
+}
+
+// Lock takes a session-level advisory lock on one pooled connection and
+// holds it until unlock: a replica that dies lets go with its connection.
+// The key is a 64-bit hash of tenant and id; a collision only makes two
+// sessions wait for each other.
+func (s *Store) Lock(ctx context.Context, tenant string, id session.ID) (func(), error) {
+	conn, err := s.locks.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock session: %w", err)
+	}
+	key := tenant + "/" + string(id)
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, key); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("lock session: %w", err)
+	}
+	return func() {
+		// A fresh context: the caller's may be done, the lock must go.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, key); err != nil {
+			// Closing the connection ends its session, and the lock with it.
+			conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}, nil
+}
+
+func (s *Store) LoadProxied(ctx context.Context, tenant, key string) (session.Proxied, error) {
+	var st string
+	err := s.pool.QueryRow(ctx, `SELECT state FROM proxied WHERE tenant = $1 AND key = $2`, tenant, key).Scan(&st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return session.Proxied{}, fmt.Errorf("proxied %s: %w", key, session.ErrNotFound)
+	}
+	if err != nil {
+		return session.Proxied{}, fmt.Errorf("load proxied: %w", err)
+	}
+	return session.DecodeProxied([]byte(st))
+}
+
+func (s *Store) SaveProxied(ctx context.Context, tenant, key string, p session.Proxied) error {
+	b, err := session.EncodeProxied(p)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO proxied (tenant, key, updated_at, state) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (tenant, key) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state`,
+		tenant, key, s.now().UnixNano(), string(b))
+	if err != nil {
+		return fmt.Errorf("save proxied: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) ExpireProxied(ctx context.Context, idleBefore time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM proxied WHERE updated_at < $1`, idleBefore.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("expire proxied: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Ping runs one constant-time query.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	return s.pool.QueryRow(ctx, `SELECT 1`).Scan(&one)
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.locks.Close()
+	s.pool.Close()
+	return nil
+}
