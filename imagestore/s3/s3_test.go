@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -14,36 +13,15 @@ import (
 	"github.com/imgctx/imgctx/imagestore/storetest"
 	"github.com/imgctx/imgctx/internal/testsvc"
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
-// freshBucket makes a bucket for one test on the test server and returns
-// the config that reaches it.
 func freshBucket(t *testing.T) Config {
-	t.Helper()
-	srv := testsvc.ObjectStore(t)
-	cfg := Config{Endpoint: srv.Endpoint, Bucket: testsvc.Name("imgctx-"), Prefix: "images", AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
-	c := client(t, cfg)
-	if err := c.MakeBucket(context.Background(), cfg.Bucket, minio.MakeBucketOptions{}); err != nil {
-		t.Fatalf("make bucket: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for o := range c.ListObjects(ctx, cfg.Bucket, minio.ListObjectsOptions{Recursive: true}) {
-			c.RemoveObject(ctx, cfg.Bucket, o.Key, minio.RemoveObjectOptions{})
-		}
-		c.RemoveBucket(ctx, cfg.Bucket)
-	})
-	return cfg
+	srv, bucket := testsvc.Bucket(t)
+	return Config{Endpoint: srv.Endpoint, Bucket: bucket, Prefix: "images", AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
 }
 
 func client(t *testing.T, cfg Config) *minio.Client {
-	u, _ := url.Parse(cfg.Endpoint)
-	c, err := minio.New(u.Host, &minio.Options{Creds: credentialsFor(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return testsvc.S3{Endpoint: cfg.Endpoint, AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey}.Client(t)
 }
 
 func open(t *testing.T, cfg Config, now func() time.Time) *Store {
@@ -140,8 +118,4 @@ func TestS3WrongSettingsFailAtOpen(t *testing.T) {
 		}
 		t.Logf("%s: %v", name, err)
 	}
-}
-
-func credentialsFor(cfg Config) *credentials.Credentials {
-	return credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, "")
 }

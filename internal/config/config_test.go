@@ -121,6 +121,12 @@ func TestRefusals(t *testing.T) {
 		{"addr without port", "", map[string]string{"IMGCTX_SERVER_ADDR": "nonsense"}, "server.addr"},
 		// Regression (issue "Hardening", item 15): read as 10 ns, every request timed out.
 		{"duration without unit in the file", "server:\n  request_timeout: 10\n", nil, "server.request_timeout: 10 has no unit"},
+		{"unknown session store", "", map[string]string{"IMGCTX_STORAGE_SESSIONS": "mysql"}, `storage.sessions: "mysql" is not sqlite or postgres`},
+		{"postgres without a DSN", "storage:\n  sessions: postgres\n", nil, "storage.postgres.dsn: must be set"},
+		{"unknown image store", "storage:\n  images: gcs\n", nil, `storage.images: "gcs" is not fs or s3`},
+		{"s3 without a bucket", "storage:\n  images: s3\n  s3: {endpoint: 'http://127.0.0.1:7070'}\n", nil, "storage.s3.bucket: must be set"},
+		{"s3 endpoint without scheme", "storage:\n  images: s3\n  s3: {endpoint: 's3.amazonaws.com', bucket: b}\n", nil, `storage.s3.endpoint: "s3.amazonaws.com" is not an http:// or https:// URL`},
+		{"s3 secret without key", "", map[string]string{"IMGCTX_STORAGE_IMAGES": "s3", "IMGCTX_STORAGE_S3_ENDPOINT": "http://127.0.0.1:7070", "IMGCTX_STORAGE_S3_BUCKET": "b", "IMGCTX_STORAGE_S3_SECRET_KEY": "hunter2"}, "set both or neither"},
 		{"duration without unit in the environment", "", map[string]string{"IMGCTX_MEDIA_FETCH_TIMEOUT": "30"}, `media.fetch.timeout: "30" has no unit`},
 	}
 	for _, c := range cases {

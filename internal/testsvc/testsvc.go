@@ -6,11 +6,17 @@
 package testsvc
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // Environment variables scripts/testservices exports.
@@ -65,4 +71,65 @@ func Name(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// Schema returns a DSN of the test server whose tables live in a new
+// schema, dropped when the test ends: tests share one server and never see
+// each other's rows.
+func Schema(t testing.TB) string {
+	t.Helper()
+	dsn := Postgres(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect to the test PostgreSQL server: %v", err)
+	}
+	schema := Name("t_")
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		admin.Close(context.Background())
+	})
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + "search_path=" + schema
+}
+
+// Client returns a minio client of the test server, for set-up and for
+// looking behind a store's back.
+func (s S3) Client(t testing.TB) *minio.Client {
+	t.Helper()
+	u, err := url.Parse(s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Secure: u.Scheme == "https"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Bucket makes a new bucket on the test server, emptied and removed when
+// the test ends, and returns the server and the bucket's name.
+func Bucket(t testing.TB) (S3, string) {
+	t.Helper()
+	srv := ObjectStore(t)
+	c := srv.Client(t)
+	name := Name("imgctx-")
+	if err := c.MakeBucket(context.Background(), name, minio.MakeBucketOptions{}); err != nil {
+		t.Fatalf("make bucket: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for o := range c.ListObjects(ctx, name, minio.ListObjectsOptions{Recursive: true}) {
+			c.RemoveObject(ctx, name, o.Key, minio.RemoveObjectOptions{})
+		}
+		c.RemoveBucket(ctx, name)
+	})
+	return srv, name
 }

@@ -9,6 +9,7 @@
 //
 //	go run ./scripts/abmeter              # the full run, about two minutes
 //	go run ./scripts/abmeter -n 100 -load 3s
+//	go run ./scripts/abmeter -scaleout       # SQLite + directory vs PostgreSQL + S3, one and two replicas
 //
 // Bodies: "agent" is an OpenAI-format history of 200 text messages with
 // tool calls and 6 inline 1280×800 screenshots (≈2.2 MB), re-sent
@@ -52,6 +53,7 @@ func main() {
 	target := flag.String("target", "", "internal: the ReverseProxy's upstream")
 	n := flag.Int("n", 200, "requests per body shape and target")
 	load := flag.Duration("load", 5*time.Second, "duration of each throughput run")
+	scale := flag.Bool("scaleout", false, "measure the storage set-ups instead: SQLite + directory, PostgreSQL + S3 with one and two replicas (needs scripts/testservices)")
 	flag.Parse()
 	switch *role {
 	case "upstream":
@@ -62,8 +64,14 @@ func main() {
 			log.Fatal(err)
 		}
 		serve(httputil.NewSingleHostReverseProxy(u))
-	default:
+	case "":
+		if *scale {
+			scaleout(*n, *load)
+			return
+		}
 		run(*n, *load)
+	default:
+		log.Fatalf("unknown role %q", *role)
 	}
 }
 

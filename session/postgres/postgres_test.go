@@ -13,33 +13,7 @@ import (
 	"github.com/imgctx/imgctx/internal/testsvc"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sessiontest"
-	"github.com/jackc/pgx/v5"
 )
-
-// freshSchema returns a DSN whose tables live in a new schema, dropped when
-// the test ends, so tests share one server without seeing each other.
-func freshSchema(t *testing.T) string {
-	t.Helper()
-	dsn := testsvc.Postgres(t)
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to the test server: %v", err)
-	}
-	schema := testsvc.Name("t_")
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		admin.Close(context.Background())
-	})
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	return dsn + sep + "search_path=" + schema
-}
 
 func open(t *testing.T, dsn string) *Store {
 	t.Helper()
@@ -55,7 +29,7 @@ func TestConformancePostgres(t *testing.T) {
 	var dsn string
 	sessiontest.Run(t, sessiontest.Harness{
 		New: func(t *testing.T) session.Store {
-			dsn = freshSchema(t)
+			dsn = testsvc.Schema(t)
 			return open(t, dsn)
 		},
 		Reopen: func(t *testing.T) session.Store { return open(t, dsn) },
@@ -63,7 +37,7 @@ func TestConformancePostgres(t *testing.T) {
 }
 
 func TestMigrationsApplyOnceAcrossReplicas(t *testing.T) {
-	dsn := freshSchema(t)
+	dsn := testsvc.Schema(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
@@ -83,7 +57,7 @@ func TestMigrationsApplyOnceAcrossReplicas(t *testing.T) {
 // Two replicas (two pools) appending to one session at once: every entry
 // lands, numbered 1..N without a gap or a repeat.
 func TestAppendsFromTwoReplicasKeepOrder(t *testing.T) {
-	dsn := freshSchema(t)
+	dsn := testsvc.Schema(t)
 	a, b := open(t, dsn), open(t, dsn)
 	ctx := context.Background()
 	meta, err := a.Create(ctx, session.Meta{Tenant: "t1", Settings: chat.Settings{Model: "m"}})
@@ -124,7 +98,7 @@ func TestAppendsFromTwoReplicasKeepOrder(t *testing.T) {
 // Lock holds a session against another replica until unlock, and only
 // that session.
 func TestLockSerialisesReplicas(t *testing.T) {
-	dsn := freshSchema(t)
+	dsn := testsvc.Schema(t)
 	a, b := open(t, dsn), open(t, dsn)
 	ctx := context.Background()
 	unlock, err := a.Lock(ctx, "t1", "s1")
