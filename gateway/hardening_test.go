@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
@@ -40,6 +43,24 @@ func TestReadyzDoesNotListSessions(t *testing.T) {
 	resp, body := g.do(t, "GET", "/readyz", "", nil)
 	if resp.StatusCode != 200 || store.lists != 0 {
 		t.Fatalf("readyz: %d %s, %d List calls; want 200 and none", resp.StatusCode, body, store.lists)
+	}
+}
+
+// failingImages is an image store that cannot be reached.
+type failingImages struct{ imagestore.Store }
+
+func (failingImages) Stat(context.Context, string, blob.Ref) (imagestore.Info, error) {
+	return imagestore.Info{}, errors.New("connection refused")
+}
+
+// /readyz answers 503 when the image store (an S3 bucket, say) does not
+// answer, so a load balancer takes the replica out.
+func TestReadyzChecksTheImageStore(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	g.engine.Images = failingImages{g.engine.Images}
+	resp, body := g.do(t, "GET", "/readyz", "", nil)
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "image store unavailable") {
+		t.Fatalf("readyz: %d %s; want 503 naming the image store", resp.StatusCode, body)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
@@ -229,9 +230,18 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, tenant string) {
 	}
 }
 
+// readyProbe is the ref /readyz asks the image store about.
+var readyProbe = blob.Of([]byte("imgctx readiness probe"))
+
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if err := s.engine.Sessions.Ping(r.Context()); err != nil {
 		http.Error(w, "session store unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	// One HEAD (S3) or stat (FS) of a ref nobody stores: not found means
+	// the image store answers.
+	if _, err := s.engine.Images.Stat(r.Context(), imagestore.DefaultTenant, readyProbe); err != nil && !errors.Is(err, imagestore.ErrNotFound) {
+		http.Error(w, "image store unavailable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	io.WriteString(w, "ready\n")
