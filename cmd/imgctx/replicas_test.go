@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,13 +38,32 @@ func TestReplicasShareEverything(t *testing.T) {
 	defer up.Close()
 	bin := buildImgctx(t)
 	env := []string{
-		"IMGCTX_SERVER_ADDR=127.0.0.1:0", "IMGCTX_LOG_LEVEL=warn",
+		"IMGCTX_SERVER_ADDR=127.0.0.1:0", "IMGCTX_LOG_LEVEL=debug",
 		"IMGCTX_UPSTREAM_BASE_URL=" + up.URL, "IMGCTX_UPSTREAM_FORMAT=anthropic",
 		"IMGCTX_STORAGE_SESSIONS=postgres", "IMGCTX_STORAGE_POSTGRES_DSN=" + dsn,
 		"IMGCTX_STORAGE_IMAGES=s3", "IMGCTX_STORAGE_S3_ENDPOINT=" + srv.Endpoint, "IMGCTX_STORAGE_S3_BUCKET=" + bucket,
 		"IMGCTX_STORAGE_S3_PREFIX=imgctx/", "IMGCTX_STORAGE_S3_ACCESS_KEY=" + srv.AccessKey, "IMGCTX_STORAGE_S3_SECRET_KEY=" + srv.SecretKey,
 	}
-	a, b := startReplica(t, bin, env), startReplica(t, bin, env)
+	var a, b *replica
+	t.Cleanup(func() {
+		// Registered first, so it runs after the replicas have stopped.
+		pg, _ := url.Parse(dsn)
+		password, _ := pg.User.Password()
+		for _, r := range []*replica{a, b} {
+			if r == nil {
+				continue
+			}
+			for _, secret := range []string{srv.SecretKey, password} {
+				if strings.Contains(r.log.String(), secret) {
+					t.Errorf("a replica logged a credential:\n%s", r.log.String())
+				}
+			}
+			if !strings.Contains(r.log.String(), "sessions=postgres images=s3") {
+				t.Errorf("the start-up line does not name the backends:\n%.2000s", r.log.String())
+			}
+		}
+	})
+	a, b = startReplica(t, bin, env), startReplica(t, bin, env)
 
 	t.Run("an image uploaded to one is served by the other", func(t *testing.T) {
 		shot := screenshot(1)
@@ -124,7 +144,10 @@ func TestReplicasShareEverything(t *testing.T) {
 	})
 }
 
-type replica struct{ url string }
+type replica struct {
+	url string
+	log *bytes.Buffer // stderr, complete once the process has stopped
+}
 
 // buildImgctx builds this command once into the test's directory.
 func buildImgctx(t *testing.T) string {
@@ -152,8 +175,8 @@ func startReplica(t *testing.T, bin string, env []string) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +199,7 @@ func startReplica(t *testing.T, bin string, env []string) *replica {
 	}()
 	select {
 	case u := <-found:
-		return &replica{url: u}
+		return &replica{url: u, log: stderr}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("replica did not start:\n%s", stderr.String())
 		return nil

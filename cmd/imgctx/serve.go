@@ -247,7 +247,8 @@ func (a *app) serve(ctx context.Context) error {
 		upstreamURL = "(none: set --upstream or IMGCTX_UPSTREAM_BASE_URL; proxied requests answer 502)"
 	}
 	a.log.Info("imgctx serving", "addr", ln.Addr().String(), "data_dir", a.cfg.DataDir,
-		"upstream", upstreamURL, "format", a.cfg.Upstream.Format, "auth", a.cfg.Auth.Keys != "")
+		"upstream", upstreamURL, "format", a.cfg.Upstream.Format, "auth", a.cfg.Auth.Keys != "",
+		"sessions", a.cfg.Storage.Sessions, "images", a.cfg.Storage.Images) // backends by name: their DSN and secret stay out
 	fmt.Fprintf(a.stdout, "imgctx listening on http://%s\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
