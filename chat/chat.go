@@ -344,3 +344,21 @@ type Usage struct {
 	CacheWrite int `json:"cache_write,omitempty"`
 	Output     int `json:"output"`
 }
+
+// CarriesToolImages reports whether msgs[i] is a user message holding
+// only images right after a tool message: the OpenAI Chat Completions
+// shape of a tool that returned a screenshot, since a tool message holds
+// text only. Its images are the tool's, and it does not start a turn.
+func CarriesToolImages(msgs []Message, i int) bool {
+	if i <= 0 || i >= len(msgs) || msgs[i].Role != User || msgs[i-1].Role != Tool || len(msgs[i].Parts) == 0 {
+		return false
+	}
+	for _, p := range msgs[i].Parts {
+		switch p.(type) {
+		case Image:
+		default:
+			return false
+		}
+	}
+	return true
+}

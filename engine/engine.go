@@ -390,6 +390,24 @@ func (c *call) keepTurn() policy.Turn {
 	}
 }
 
+// coldTrim applies the keep budget that holding let pass (KeepConfig.Hold)
+// at a turn start with the provider's cache cold: the prefix is rewritten
+// anyway, so kept images come down to the low-water mark of the budget in
+// one batch at no extra cost.
+func (c *call) coldTrim() {
+	if !c.e.Keep.Holds(c.profile) || c.cacheWarm() {
+		return
+	}
+	budget := c.e.Keep.Budget(c.profile.ContextWindow)
+	low := int(c.e.lowWater() * float64(budget))
+	live, removed, _ := policy.EvictImages(c.st.Live, policy.Pressure{Estimate: policy.KeptCost(c.st.Live), Threshold: low, LowWater: max(low, 1)}, reason.Budget)
+	if len(removed) > 0 {
+		c.st.Live = live
+		c.st.Keep.Base.Valid = false
+		c.removed(removed)
+	}
+}
+
 // startOrContinue opens a turn for a user message, or resumes the open
 // turn for tool results, relaying the images the tools returned.
 func (c *call) startOrContinue(incoming []chat.Message) error {
@@ -405,6 +423,7 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 				c.emit(Event{Kind: "compacted", Detail: fmt.Sprintf("microcompaction after %s idle: %d tool results, %d media, %d nested media cleared", idle.Round(time.Second), stats.Tool, stats.Media, stats.NestedMedia)})
 			}
 		}
+		c.coldTrim()
 		c.turn = policy.StartTurn(c.keepTurn())
 		var removed []policy.Removal
 		c.st.Live, removed = c.turn.Start(c.st.Live)

@@ -133,7 +133,14 @@ func (c *call) relieve(ctx context.Context) error {
 	if est <= limit {
 		return nil
 	}
-	live, removed, after := policy.EvictImages(c.st.Live, policy.Pressure{Estimate: est, Threshold: limit}, reason.Budget)
+	p := policy.Pressure{Estimate: est, Threshold: limit}
+	if c.e.Keep.Holds(c.profile) {
+		// Kept images may be far over the budget: one batch takes them
+		// down to the budget's low-water mark.
+		low := int(c.e.lowWater() * float64(c.e.Keep.Budget(c.profile.ContextWindow)))
+		p.LowWater = min(limit-limit/10, est-max(0, policy.KeptCost(c.st.Live)-low))
+	}
+	live, removed, after := policy.EvictImages(c.st.Live, p, reason.Budget)
 	if after > limit && c.cacheWarm() {
 		// Compaction is needed either way, and the provider still caches
 		// the live prefix: summarise on it intact (evicting first would

@@ -132,6 +132,7 @@ func (e *Engine) Forward(ctx context.Context, r ProxyRequest) (*Forwarded, error
 	live = f.relayTurn(live)
 	live = f.kt.Rewritten(live)
 	live = f.relieve(live)
+	live = f.imageLimit(live)
 	f.send(live)
 	return f, nil
 }
@@ -193,7 +194,7 @@ func editImages(msgs []chat.Message, fn func(pos, chat.Image) (chat.Part, bool))
 func humanTurn(msgs []chat.Message) int {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := msgs[i]
-		if m.Role != chat.User || len(m.Parts) == 0 {
+		if m.Role != chat.User || len(m.Parts) == 0 || chat.CarriesToolImages(msgs, i) {
 			continue
 		}
 		human := true
@@ -278,6 +279,9 @@ func (f *Forwarded) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWin
 // model), the batch runs as soon as the kept images pass the low-water
 // mark, since it breaks nothing then.
 func (f *Forwarded) evictForBudget(live []chat.Message, cold bool, st *policy.KeepState) []chat.Message {
+	if f.e.Keep.Holds(f.r.Profile) && !cold {
+		return live // a warm prefix: the budget waits for a batch that costs no extra break
+	}
 	budget := f.budget()
 	low := int(f.e.lowWater() * float64(budget))
 	threshold := budget
@@ -320,13 +324,38 @@ func (f *Forwarded) relieve(live []chat.Message) []chat.Message {
 		return live
 	}
 	budget := f.budget()
-	p := policy.Pressure{Estimate: est, Threshold: limit, LowWater: limit - budget + int(f.e.lowWater()*float64(budget))}
+	lowKept := int(f.e.lowWater() * float64(budget))
+	p := policy.Pressure{Estimate: est, Threshold: limit, LowWater: limit - budget + lowKept}
+	if f.e.Keep.Holds(f.r.Profile) {
+		// Kept images may be far over the budget: the batch takes them
+		// down to its low-water mark, so the next one is far off.
+		p.LowWater = min(p.LowWater, est-max(0, policy.KeptCost(live)-lowKept))
+	}
 	live, removed, after := policy.EvictImages(live, p, reason.Budget)
 	if after > p.LowWater {
 		var more []policy.Removal
 		live, more = f.removeHistory(live, after-p.LowWater, false, reason.Budget)
 		removed = append(removed, more...)
 	}
+	if len(removed) > 0 {
+		f.removed(removed)
+		f.kt.InvalidateBase()
+	}
+	return live
+}
+
+// imageLimit keeps the request under the provider's image count: past it,
+// the oldest kept images leave in one batch, down to the low-water share
+// of the limit, rather than one a request at the limit (which would break
+// the cached prefix on every request).
+func (f *Forwarded) imageLimit(live []chat.Message) []chat.Message {
+	limit := f.r.Profile.Limits.MaxImages
+	n := 0
+	eachImage(live, func(pos, chat.Image) { n++ })
+	if limit <= 0 || n <= limit {
+		return live
+	}
+	live, removed := policy.EvictOldest(live, n-int(f.e.lowWater()*float64(limit)), reason.ProviderLimit)
 	if len(removed) > 0 {
 		f.removed(removed)
 		f.kt.InvalidateBase()

@@ -17,6 +17,7 @@ import (
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
@@ -27,7 +28,8 @@ import (
 // (what pricedUpstream bills), in a window the test chooses.
 func agentProfile(window int) tokens.Profile {
 	return tokens.Profile{Name: "agent", Match: []string{"agent-*"}, Family: "anthropic", ContextWindow: window, Vision: true,
-		Tokenizer: "chars4", Image: tokens.ImageRule{Rule: "anthropic_patch", MaxEdge: 1568, MaxTokens: 1568}}
+		Tokenizer: "chars4", Image: tokens.ImageRule{Rule: "anthropic_patch", MaxEdge: 1568, MaxTokens: 1568},
+		Cache: tokens.CacheRules{MinTokens: 1024, Breakpoints: 4, TTL: 5 * time.Minute}}
 }
 
 // pricedUpstream is an Anthropic Messages endpoint built from the API
@@ -252,6 +254,7 @@ type agentRig struct {
 	profile  tokens.Profile
 	cached   int // engine.ProxyCached
 	lowWater float64
+	hold     bool         // policy.KeepConfig.Hold
 	log      *slog.Logger // nil: discarded
 	clock    func() time.Time
 	server   *Server
@@ -273,7 +276,7 @@ func (a *agentRig) restart(t testing.TB) {
 		a.srv.Close()
 	}
 	tbl, _ := tokens.Default().With(a.profile)
-	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
+	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater, Keep: policy.KeepConfig{Hold: a.hold}}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.Anthropic, BaseURL: a.up.srv.URL, APIKey: "k", MaxRetries: -1}}
 	a.reg = prometheus.NewRegistry()
 	log := a.log

@@ -431,6 +431,9 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 		return nil, nil, nil, err
 	}
 	msgs := chat.CloneMessages(sp.Messages)
+	// Images first, origins after: whether a user message only carries a
+	// tool's images depends on all of its parts.
+	var toolEcho []int
 	asIs := make([]bool, len(sp.Slots))
 	found := make([]*spanKey, len(sp.Slots))
 	for i, slot := range sp.Slots {
@@ -454,9 +457,18 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 		origin := chat.FromUser
 		if slot.Pos.Nested >= 0 {
 			origin = chat.FromTool
+		} else {
+			toolEcho = append(toolEcho, i)
 		}
 		wire.Put(msgs, slot.Pos, chat.Image{Ref: in.Ref, MediaType: in.MediaType, Bytes: in.Bytes, Width: in.Width, Height: in.Height,
 			Detail: slot.Detail, Origin: origin})
+	}
+	for _, i := range toolEcho {
+		if at := sp.Slots[i].Pos; chat.CarriesToolImages(msgs, at.Msg) {
+			img := wire.At(msgs, at).(chat.Image)
+			img.Origin = chat.FromTool
+			wire.Put(msgs, at, img)
+		}
 	}
 	return msgs, asIs, found, nil
 }

@@ -62,3 +62,18 @@ func RemoveKept(msgs []chat.Message, why reason.Code) ([]chat.Message, []Removal
 	out, removed, _ := EvictImages(msgs, Pressure{Estimate: math.MaxInt / 2, Threshold: 0, LowWater: math.MinInt / 2}, why)
 	return out, removed
 }
+
+// EvictOldest removes the n oldest kept images in one batch, each with why
+// (the provider's image limit, say).
+func EvictOldest(msgs []chat.Message, n int, why reason.Code) ([]chat.Message, []Removal) {
+	var removed []Removal
+	out := edit(msgs, func(i int, part chat.Part, _ int) ([]chat.Part, bool) {
+		img, ok := part.(chat.Image)
+		if !ok || img.Keep != chat.Kept || len(removed) >= n {
+			return nil, false
+		}
+		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: why, Message: i, Cost: img.Cost})
+		return markerFor(img, why), true
+	})
+	return out, removed
+}

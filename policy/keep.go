@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"strings"
 
 	"github.com/imgctx/imgctx/blob"
@@ -18,7 +19,20 @@ type KeepConfig struct {
 	// MinShare is the measured share, in tokens, under which an image is
 	// taken as unseen by the engine; default 16.
 	MinShare int
+	// Hold keeps every measured tool image, over the budget too: while the
+	// provider caches the conversation, taking an image out breaks the
+	// cached prefix from that image on, which costs more than reading it
+	// again. The caller applies the budget where that break is free or
+	// forced: at a turn start with the cache cold, under window pressure,
+	// and at the provider's image limit — each time in one batch. It
+	// applies to caches that bill writes (explicit breakpoints, Anthropic):
+	// with automatic prefix caching (OpenAI) a break only loses the read
+	// discount, and the budget applies at each turn as it comes.
+	Hold bool
 }
+
+// Holds says whether images over the budget are held for that profile.
+func (c KeepConfig) Holds(p tokens.Profile) bool { return c.Hold && p.Cache.Breakpoints > 0 }
 
 func (c KeepConfig) fraction() float64 {
 	if c.BudgetFraction > 0 {
@@ -140,6 +154,9 @@ func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 		return markerFor(img, k.off), true
 	})
 	k.budget = k.t.Config.Budget(k.t.Profile.ContextWindow) - KeptCost(out)
+	if k.t.Config.Holds(k.t.Profile) {
+		k.budget = math.MaxInt / 4 // the budget is applied in batches, by the caller
+	}
 	if len(removed) > 0 {
 		k.base.Valid = false // the prefix changed: the old prompt size no longer applies
 	}

@@ -28,6 +28,18 @@ type Profile struct {
 	Image         ImageRule  `yaml:"image" json:"image"`
 	Limits        Limits     `yaml:"limits" json:"limits"`
 	Cache         CacheRules `yaml:"cache" json:"cache"`
+	Prices        *Prices    `yaml:"prices,omitempty" json:"prices,omitempty"`
+}
+
+// Prices are list prices in US dollars per million tokens, for cost
+// reports (imgctx simulate). CacheWrite is the 5-minute write, CacheWrite1h
+// the 1-hour one; a provider without write fees leaves them 0.
+type Prices struct {
+	Input        float64 `yaml:"input" json:"input"`
+	Output       float64 `yaml:"output" json:"output"`
+	CacheRead    float64 `yaml:"cache_read" json:"cache_read"`
+	CacheWrite   float64 `yaml:"cache_write,omitempty" json:"cache_write,omitempty"`
+	CacheWrite1h float64 `yaml:"cache_write_1h,omitempty" json:"cache_write_1h,omitempty"`
 }
 
 // ImageRule names an image-token rule and carries its parameters; which

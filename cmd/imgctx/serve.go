@@ -60,6 +60,16 @@ func newServeCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// engineConfig is the engine's part of the configuration: serve and
+// simulate run the same engine.
+func engineConfig(cfg config.Config) engine.Config {
+	return engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction, Hold: cfg.Keep.Hold},
+		Compact: cfg.CompactConfig(), CompactThreshold: cfg.Compaction.Threshold, Micro: cfg.MicroConfig(),
+		Limits:                 cfg.MediaLimits(),
+		ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce,
+		KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages}
+}
+
 // buildServer wires the gateway from the config: the one place where serve
 // chooses its backends.
 func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) {
@@ -81,11 +91,7 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 	tenantKeys, _ := cfg.TenantUpstreamKeys()
 	routes := routingTable(cfg)
 	e := &engine.Engine{
-		Config: engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction},
-			Compact: cfg.CompactConfig(), CompactThreshold: cfg.Compaction.Threshold, Micro: cfg.MicroConfig(),
-			Limits:                 cfg.MediaLimits(),
-			ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce,
-			KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages},
+		Config:   engineConfig(cfg),
 		Images:   images,
 		Sessions: sessions,
 		Profiles: profiles,

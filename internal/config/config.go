@@ -87,6 +87,7 @@ type Keep struct {
 	BudgetFraction float64       `yaml:"budget_fraction" doc:"share of the context window kept tool images may use"`
 	LowWater       float64       `yaml:"low_water" doc:"share of the keep budget an eviction batch comes down to, so several more images fit before the next batch"`
 	CacheTTL       time.Duration `yaml:"cache_ttl" doc:"how long the provider keeps a prompt cache warm; a proxied conversation idle longer evicts at its next turn at once"`
+	Hold           bool          `yaml:"hold" doc:"while a provider that bills cache writes (Anthropic) still caches a proxied conversation, keep measured tool images over the budget; the budget applies when the cache goes cold, under window pressure and at the provider's image limit, in batches"`
 }
 
 // Proxy configures proxied conversations (the drop-in routes).
@@ -227,7 +228,7 @@ func Defaults() Config {
 		Storage: Storage{Sessions: "sqlite", Images: "fs"},
 		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 32 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second,
 			MaxMessages: 10_000, MaxParts: 50_000, MaxInflight: 256 << 20, BodyTimeout: 10 * time.Second, MinBodyRate: 1 << 20},
-		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.5, CacheTTL: 5 * time.Minute},
+		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.5, CacheTTL: 5 * time.Minute, Hold: true},
 		Proxy: Proxy{KeepTurnImages: true, IdleExpiry: 24 * time.Hour, MaxImages: 10_000},
 		Media: Media{
 			MaxImageBytes:     media.DefaultMaxBytes,

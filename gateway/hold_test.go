@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/upstream"
+)
+
+// settableClock is a test clock the rig's engine reads.
+type settableClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *settableClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *settableClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func holdRig(t *testing.T, window int) (*agentRig, *settableClock) {
+	clock := &settableClock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	rig := newAgentRig(t, window, &session.Mem{})
+	rig.hold, rig.clock = true, clock.now
+	rig.restart(t)
+	return rig, clock
+}
+
+// KeepConfig.Hold: tool images over the budget stay while the provider
+// caches the conversation, so the next turn's body begins with the whole
+// previous one (no prefix break); a turn that starts with the cache cold
+// applies the budget in one batch.
+func TestProxyHoldKeepsImagesWhileTheCacheIsWarm(t *testing.T) {
+	rig, clock := holdRig(t, 20_000) // budget 2,000: one screenshot
+	g := newAgent(t, rig, "Open the login page.")
+	g.start()
+	g.send(reply{tools: 1})
+	for range 3 {
+		g.results(1, false, false)
+		g.send(reply{tools: 1})
+	}
+	g.results(1, false, false)
+	g.send(reply{})
+	clock.advance(30 * time.Second)
+	g.human("And now?")
+	g.send(reply{})
+	prev, next := g.sent[len(g.sent)-2], g.sent[len(g.sent)-1]
+	if n := bytes.Count(next, []byte(`"type":"image"`)); n != 4 {
+		t.Fatalf("warm cache: %d screenshots sent at the next turn; want all 4 held", n)
+	}
+	if !bytes.HasPrefix(next, prev[:len(prev)-2]) {
+		t.Fatal("warm cache: the next turn's body does not begin with the previous one: the prefix broke")
+	}
+	if n := rig.counter("removed", "budget"); n != 0 {
+		t.Fatalf("%d removed for the budget while warm", n)
+	}
+	clock.advance(10 * time.Minute) // past keep.cache_ttl: the provider's cache is gone
+	g.human("Back after a break.")
+	g.send(reply{})
+	last := g.sent[len(g.sent)-1]
+	if n := bytes.Count(last, []byte(`"type":"image"`)); n > 1 || rig.counter("removed", "budget") < 3 {
+		t.Fatalf("cold cache: %d screenshots still sent, %d removed; want the budget applied in one batch", n, rig.counter("removed", "budget"))
+	}
+}
+
+// Past the provider's image limit, the oldest kept images leave in one
+// batch down to half the limit, not one a request at the limit.
+func TestProxyBatchesAtTheProviderImageLimit(t *testing.T) {
+	rig, clock := holdRig(t, 200_000)
+	rig.profile.Limits.MaxImages = 6
+	rig.restart(t)
+	g := newAgent(t, rig, "Fill in the form.")
+	g.start()
+	g.send(reply{tools: 1})
+	var counts []int
+	for range 10 {
+		clock.advance(5 * time.Second)
+		g.results(1, false, false)
+		g.send(reply{tools: 1})
+		counts = append(counts, bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)))
+	}
+	batches := 0
+	for i, n := range counts {
+		if n > 6 {
+			t.Fatalf("request %d sent %d images; the limit is 6 (%v)", i, n, counts)
+		}
+		if i > 0 && n < counts[i-1] {
+			batches++
+		}
+	}
+	if batches == 0 || batches > 2 || rig.counter("removed", "provider_limit") < 3 {
+		t.Fatalf("images per request %v, %d removed for the limit: want batches down to 3, not one a request", counts, rig.counter("removed", "provider_limit"))
+	}
+}
+
+// Without write fees (OpenAI's automatic caching) nothing is held: the
+// budget applies at each turn, as the seed says.
+func TestProxyHoldNeedsACacheThatBillsWrites(t *testing.T) {
+	rig, _ := holdRig(t, 20_000)
+	rig.profile.Cache = tokens.CacheRules{MinTokens: 1024, Increment: 128, TTL: 5 * time.Minute, Automatic: true}
+	rig.restart(t)
+	g := newAgent(t, rig, "Open the login page.")
+	g.start()
+	g.send(reply{tools: 1})
+	g.results(1, false, false)
+	g.send(reply{tools: 1})
+	g.results(1, false, false)
+	g.send(reply{})
+	g.human("And now?")
+	g.send(reply{})
+	if n := bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)); n != 1 || rig.counter("removed", "budget") != 1 {
+		t.Fatalf("%d screenshots sent at the next turn, %d removed; want the budget applied (1 kept, 1 removed)", n, rig.counter("removed", "budget"))
+	}
+}
+
+// An OpenAI Chat tool cannot return an image in its tool message, so
+// agents attach the screenshot in a user message right after it: that
+// image is the tool's (relayed, decided like any tool image) and the
+// message does not start a turn. A user message with text is the human's.
+func TestProxyOpenAIScreenshotAfterAToolMessageIsTheTools(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, b64 := samplePNG(t)
+	shot := "data:image/png;base64," + b64
+	hist := `{"role":"user","content":"open the page"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"screenshot","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"taken"},` +
+		`{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + shot + `"}}]}`
+	off := []string{"X-Imgctx-Keep-Turn-Images", "off", "X-Imgctx-Session", "echo"}
+	body := func(msgs string) []byte {
+		return []byte(`{"model":"tiny-vision","messages":[` + msgs + `]}`)
+	}
+	if resp, b := g.do(t, "POST", "/v1/chat/completions", "", body(hist), off...); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	next := hist + `,{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}`
+	if resp, b := g.do(t, "POST", "/v1/chat/completions", "", body(next), off...); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	up := g.up.received()
+	if last := up[len(up)-1]; bytes.Contains(last, []byte(`image_url`)) || !bytes.Contains(last, []byte(`key_off`)) {
+		t.Fatalf("the tool's screenshot was not a tool image (kept off: it leaves at the next turn): %s", last)
+	}
+}
