@@ -34,6 +34,7 @@ var allowed = map[string][]string{
 	"session/postgres":     {"chat", "imagestore", "session"},
 	"imagestore/s3":        {"blob", "imagestore"},
 	"internal/testsvc":     {},
+	"sim":                  {"chat", "engine", "gateway", "imagestore", "session", "tokens", "upstream", "wire"},
 	"wire":                 {"blob", "chat", "mimetype", "wire/jsonspan"},
 	"wire/jsonspan":        {},
 	"wire/wiretest":        {"chat", "wire"},
@@ -49,7 +50,7 @@ var allowed = map[string][]string{
 	"scripts/agentcheck":   {},
 	"scripts/attack":       {},
 	"internal/bodies":      {},
-	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "imagestore/s3", "session", "session/postgres", "session/sqlite", "tokens", "upstream"},
+	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "imagestore/s3", "session", "session/postgres", "session/sqlite", "sim", "tokens", "upstream"},
 }
 
 // forbiddenStd are standard packages a pure layer must not use.

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/imgctx/imgctx/sim"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/spf13/cobra"
+)
+
+func newSimulateCmd(a *app) *cobra.Command {
+	var (
+		workload, model, policies, from, svg, prices, size string
+		asJSON                                             bool
+		n, keepNewest                                      int
+		compactAt                                          float64
+		p                                                  = sim.DefaultParams("computer-use")
+	)
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Replay an image-heavy agent workload under each image policy, against an emulated provider",
+		Long: "simulate plays a seeded multi-turn workload (or a recorded session, --from) through an in-memory\n" +
+			"provider that counts tokens with the model's tokenizer and image rule, caches prompts as the provider\n" +
+			"documents (Anthropic breakpoints with their TTL and write/read prices, OpenAI automatic prefixes in\n" +
+			"128-token steps), refuses prompts past the window and the image limits, and bills with the profile's\n" +
+			"prices. Each policy runs the same steps on its own simulated clock: naive, ephemeral (imgctx with\n" +
+			"keep off), newest-n, ceiling-batch, strip-on-compact, and imgctx through the gateway's own handler\n" +
+			"and engine (this config's engine settings). No API key, no network.",
+		Example: "  imgctx simulate\n  imgctx simulate --model gpt-4o --workload doc-review --svg cost.svg\n  imgctx simulate --from session.jsonl --json",
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tbl, err := a.cfg.ProfileTable()
+			if err != nil {
+				return err
+			}
+			profile, ok := tbl.Lookup(model)
+			if !ok {
+				return usageError{fmt.Errorf("no profile matches model %q (imgctx profiles lists them)", model)}
+			}
+			if prices != "" {
+				pr, err := parsePrices(prices, profile.Prices)
+				if err != nil {
+					return usageError{err}
+				}
+				profile.Prices = pr
+			}
+			if size != "" {
+				if _, err := fmt.Sscanf(size, "%dx%d", &p.Width, &p.Height); err != nil || p.Width <= 0 || p.Height <= 0 {
+					return usageError{fmt.Errorf("--image-size %q: want WIDTHxHEIGHT, e.g. 1280x800", size)}
+				}
+			}
+			var w *sim.Workload
+			if from != "" {
+				f, err := os.Open(from)
+				if err != nil {
+					return err
+				}
+				w, err = sim.FromFile(f, p.Think)
+				f.Close()
+				if err != nil {
+					return err
+				}
+			} else {
+				defaults := sim.DefaultParams(workload)
+				for _, f := range []struct {
+					name string
+					dst  any
+					def  any
+				}{{"turns", &p.Turns, defaults.Turns}, {"images-per-turn", &p.ImagesPerTurn, defaults.ImagesPerTurn}, {"same", &p.Same, defaults.Same}} {
+					if !cmd.Flags().Changed(f.name) {
+						switch d := f.dst.(type) {
+						case *int:
+							*d = f.def.(int)
+						case *float64:
+							*d = f.def.(float64)
+						}
+					}
+				}
+				if !cmd.Flags().Changed("image-size") {
+					p.Width, p.Height = defaults.Width, defaults.Height
+				}
+				if w, err = sim.Build(workload, p); err != nil {
+					return usageError{err}
+				}
+			}
+			var list []string
+			if policies != "" {
+				list = strings.Split(policies, ",")
+			}
+			prog := newProgress(a.stderr)
+			rep, err := sim.Run(cmd.Context(), sim.Config{Workload: w, Model: model, Profile: profile, Policies: list,
+				N: n, KeepNewest: keepNewest, CompactAt: compactAt, Engine: engineConfig(a.cfg),
+				Progress: func(policy string, step, steps int) { prog.update("simulate: %s, step %d of %d", policy, step, steps) }})
+			prog.done()
+			if err != nil {
+				return err
+			}
+			if svg != "" {
+				f, err := os.Create(svg)
+				if err != nil {
+					return err
+				}
+				if err := rep.WriteSVG(f); err != nil {
+					f.Close()
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			rep.WriteTable(a.stdout)
+			if svg != "" {
+				fmt.Fprintf(a.stdout, "\nchart: %s\n", svg)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&workload, "workload", "computer-use", "computer-use, doc-review or mixed")
+	f.StringVar(&model, "model", "claude-sonnet-4-6", "the model asked for; its profile gives the window, image rule, cache rules and prices")
+	f.StringVar(&policies, "policies", "", "comma-separated policies to run (default all: "+strings.Join(sim.Policies, ",")+")")
+	f.StringVar(&from, "from", "", "replay a recorded session: a sessions export (JSONL) or one OpenAI/Anthropic request body a line")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&svg, "svg", "", "write cumulative cost and prompt size per step, one line per policy, to this SVG file")
+	f.StringVar(&prices, "prices", "", "override prices, USD per million tokens: input=3,output=15,cache_read=0.3,cache_write=3.75,cache_write_1h=6")
+	f.IntVar(&p.Turns, "turns", p.Turns, "human turns")
+	f.IntVar(&p.ImagesPerTurn, "images-per-turn", p.ImagesPerTurn, "screenshots per turn (computer-use, mixed); pasted diagrams in all (doc-review)")
+	f.StringVar(&size, "image-size", "", "screenshot size, WIDTHxHEIGHT (default 1280x800; doc-review 1600x1200)")
+	f.IntVar(&p.ImageKB, "image-kb", 0, "incompressible KB per image, for realistic request sizes (0: small synthetic PNGs; tokens depend on the size only)")
+	f.DurationVar(&p.Think, "think", p.Think, "time between two requests of a turn")
+	f.DurationVar(&p.TurnGap, "turn-gap", p.TurnGap, "time before each human message")
+	f.IntVar(&p.IdleEvery, "idle-every", p.IdleEvery, "an idle gap every so many turns (0: none)")
+	f.DurationVar(&p.Idle, "idle", p.Idle, "length of an idle gap (past the cache TTL, the cache goes cold)")
+	f.Float64Var(&p.Same, "same", p.Same, "share of screenshots identical to the one before (the screen did not change)")
+	f.Uint64Var(&p.Seed, "seed", p.Seed, "workload seed")
+	f.IntVar(&n, "n", 3, "newest-n: images kept")
+	f.IntVar(&keepNewest, "keep-newest", 5, "ceiling-batch: images kept when it evicts at the provider's image limit")
+	f.Float64Var(&compactAt, "compact-at", 0.9, "share of the window past which the agent compacts its history (every policy but naive)")
+	return cmd
+}
+
+// parsePrices reads key=value pairs over a base (nil: all zero).
+func parsePrices(s string, base *tokens.Prices) (*tokens.Prices, error) {
+	var p tokens.Prices
+	if base != nil {
+		p = *base
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil || f < 0 {
+			return nil, fmt.Errorf("--prices: %q is not key=dollars", kv)
+		}
+		switch k {
+		case "input":
+			p.Input = f
+		case "output":
+			p.Output = f
+		case "cache_read":
+			p.CacheRead = f
+		case "cache_write":
+			p.CacheWrite = f
+		case "cache_write_1h":
+			p.CacheWrite1h = f
+		default:
+			return nil, fmt.Errorf("--prices: unknown key %q (input, output, cache_read, cache_write, cache_write_1h)", k)
+		}
+	}
+	return &p, nil
+}

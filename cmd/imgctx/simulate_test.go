@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/sim"
+)
+
+// `imgctx simulate` with no arguments: computer-use on the Anthropic-like
+// profile, every policy, the serve defaults' engine. What issue "Proof of
+// value" asks of the imgctx row there, checked on the report itself.
+func TestSimulateDefaultScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two full simulations")
+	}
+	r := imgctx(t, "simulate")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range append([]string{"cost (USD)", "prefix breaks", "steady-state cache-hit rate"}, sim.Policies...) {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("the table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	svg := filepath.Join(t.TempDir(), "cost.svg")
+	r = imgctx(t, "simulate", "--json", "--svg", svg)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rep struct {
+		Workload, Model string
+		Policies        []struct {
+			Policy       string
+			Failed       int
+			Dollars      float64
+			PrefixBreaks int     `json:"prefix_breaks"`
+			Share        float64 `json:"image_removal_write_share"`
+			Hit          float64 `json:"steady_cache_hit_rate"`
+			Images       float64 `json:"images_per_request_mean"`
+		}
+		Reading []string
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]int{}
+	for i, p := range rep.Policies {
+		rows[p.Policy] = i
+	}
+	ours, newest := rep.Policies[rows["imgctx"]], rep.Policies[rows["newest-n"]]
+	if rep.Workload != "computer-use" || rep.Model != "claude-sonnet-4-6" {
+		t.Fatalf("default scenario: %s on %s", rep.Workload, rep.Model)
+	}
+	switch {
+	case ours.Failed != 0:
+		t.Errorf("imgctx: %d requests failed", ours.Failed)
+	case ours.PrefixBreaks >= newest.PrefixBreaks:
+		t.Errorf("imgctx: %d prefix breaks, newest-n %d", ours.PrefixBreaks, newest.PrefixBreaks)
+	case ours.Share > 0.10:
+		t.Errorf("imgctx: image removals cause %.1f%% of cache writes; at most 10%%", 100*ours.Share)
+	case ours.Hit < 0.95:
+		t.Errorf("imgctx: steady-state cache-hit rate %.1f%%; at least 95%%", 100*ours.Hit)
+	case ours.Images <= newest.Images:
+		t.Errorf("imgctx shows %.1f images per request, newest-n (N=3) %.1f", ours.Images, newest.Images)
+	}
+	// Its cost is compared with every policy that failed nothing, in words.
+	cheapest := ours
+	for _, p := range rep.Policies {
+		if p.Failed == 0 && p.Dollars < cheapest.Dollars {
+			cheapest = p
+		}
+	}
+	said := strings.Join(rep.Reading, "\n")
+	if cheapest.Policy != "imgctx" && !strings.Contains(said, "imgctx is not the cheapest policy with no refused request: "+cheapest.Policy) {
+		t.Errorf("%s is cheaper and the reading does not say so:\n%s", cheapest.Policy, said)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !strings.Contains(string(b), "<polyline") {
+		t.Fatalf("--svg wrote %d bytes, %v", len(b), err)
+	}
+}
+
+func TestSimulateRefusesBadArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"simulate", "--workload", "chess"},
+		{"simulate", "--model", "no-such-model-anywhere"},
+		{"simulate", "--image-size", "big"},
+		{"simulate", "--prices", "input=cheap"},
+		{"simulate", "--policies", "naive,magic"},
+	} {
+		if r := imgctx(t, args...); r.code == 0 {
+			t.Errorf("%v: exit 0", args)
+		}
+	}
+}

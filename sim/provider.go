@@ -1,0 +1,770 @@
+// Package sim replays image-heavy agent workloads against an emulated
+// provider that counts and bills like the real ones, under several image
+// policies side by side (imgctx simulate). The imgctx rows run through the
+// gateway's own handler and engine; the provider is reached through the
+// same upstream client the gateway uses, over an in-memory transport.
+package sim
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/imgctx/imgctx/tokens"
+)
+
+// Clock is the simulated time: think time and idle gaps advance it, so
+// cache TTLs expire as they would.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock starts a clock at a fixed date.
+func NewClock() *Clock { return &Clock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)} }
+
+// Now returns the simulated time.
+func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// Advance moves the clock forward.
+func (c *Clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// Bill is what the provider charged (or refused) for one request.
+type Bill struct {
+	Kind         string // "main" or "summary" (X-Sim-Kind)
+	Failed       string // "" or why the provider refused: overflow, images, bytes
+	Prompt       int    // prompt tokens, all of them
+	Input        int    // billed at the input price (after the last breakpoint, or uncached)
+	CacheRead    int
+	CacheWrite   int // 5-minute writes
+	CacheWrite1h int
+	Output       int
+	Bytes        int // the request body
+	Images       int // image blocks the request carried
+	Break        bool
+	BreakCause   string // "image", "expired" (the previous prompt had left the cache) or "other", when Break
+	Rewritten    int    // cache-write tokens that re-wrote what the previous request had cached, when Break
+	blocks       []block
+}
+
+// block is one content block of a prompt, in order, as the provider
+// caches it: its canonical hash (cache_control left out), its tokens, and
+// whether it carries an image.
+type block struct {
+	hash   [32]byte
+	tokens int
+	images int
+	bp     bool          // a cache_control breakpoint
+	ttl    time.Duration // of the breakpoint
+}
+
+// Provider is an in-memory model server speaking Anthropic Messages
+// (/v1/messages) and OpenAI Chat Completions (/v1/chat/completions) as
+// their API references document them: token counting with the profile's
+// tokenizer and image rule, prompt caching (Anthropic breakpoints, OpenAI
+// automatic prefixes), usage in each provider's own fields, and the errors
+// for prompts past the window and the image limits.
+type Provider struct {
+	Profile tokens.Profile
+	Clock   *Clock
+	// Output is the output tokens of a normal answer; SummaryOutput of an
+	// answer to a request marked X-Sim-Kind: summary.
+	Output, SummaryOutput int
+
+	mu     sync.Mutex
+	cache  map[[32]byte]*entry // prefix hash → cached prefix
+	bills  []Bill
+	last   []block  // the previous main request's blocks, for prefix breaks
+	lastAt [32]byte // the prefix hash under which the previous one was cached
+	counts *Counts
+	seq    int
+}
+
+type entry struct {
+	expires, written time.Time
+	ttl              time.Duration
+}
+
+// Counts memoises what blocks hash to and cost, across providers (and
+// policies) of one profile: a workload's blocks are read once.
+type Counts struct {
+	mu   sync.Mutex
+	m    map[[32]byte]block
+	msgs map[[32]byte][]block // a whole message's blocks, by its bytes
+}
+
+// message returns the blocks of one message read from raw, reading them
+// the first time only: a re-sent history costs a hash per message.
+func (p *Provider) message(raw json.RawMessage, read func() ([]block, error)) ([]block, error) {
+	h := hashOf("msg", raw)
+	p.counts.mu.Lock()
+	bs, ok := p.counts.msgs[h]
+	p.counts.mu.Unlock()
+	if ok {
+		return bs, nil
+	}
+	bs, err := read()
+	if err != nil {
+		return nil, err
+	}
+	p.counts.mu.Lock()
+	if p.counts.msgs == nil {
+		p.counts.msgs = map[[32]byte][]block{}
+	}
+	p.counts.msgs[h] = bs
+	p.counts.mu.Unlock()
+	return bs, nil
+}
+
+// NewProvider returns a provider for the profile on the clock; counts may
+// be shared between providers of one profile.
+func NewProvider(p tokens.Profile, c *Clock, counts *Counts) *Provider {
+	if counts == nil {
+		counts = &Counts{}
+	}
+	return &Provider{Profile: p, Clock: c, Output: 120, SummaryOutput: 2000, cache: map[[32]byte]*entry{}, counts: counts}
+}
+
+// Bills returns what the provider billed so far, in order.
+func (p *Provider) Bills() []Bill {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Bill(nil), p.bills...)
+}
+
+// Transport reaches the provider in memory: an http.Client with it talks
+// to the provider exactly as over the network.
+func (p *Provider) Transport() http.RoundTripper { return handlerTransport{p} }
+
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := &recorder{header: http.Header{}, code: 200}
+	t.h.ServeHTTP(rec, r)
+	return &http.Response{StatusCode: rec.code, Status: http.StatusText(rec.code), Header: rec.header, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Body: io.NopCloser(bytes.NewReader(rec.body.Bytes())), ContentLength: int64(rec.body.Len()), Request: r}, nil
+}
+
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) WriteHeader(code int)        { r.code = code }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+
+// ServeHTTP answers one request.
+func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	kind := r.Header.Get("X-Sim-Kind")
+	if kind == "" {
+		kind = "main"
+	}
+	anthropic := strings.HasSuffix(r.URL.Path, "/v1/messages")
+	if !anthropic && !strings.HasSuffix(r.URL.Path, "/v1/chat/completions") {
+		http.Error(w, "not found", 404)
+		return
+	}
+	var blocks []block
+	var maxTokens int
+	var err error
+	if anthropic {
+		blocks, maxTokens, err = p.anthropicBlocks(body)
+	} else {
+		blocks, maxTokens, err = p.openaiBlocks(body)
+	}
+	if err != nil {
+		p.refuse(w, anthropic, 400, "invalid_request_error", err.Error(), Bill{Kind: kind, Failed: "invalid", Bytes: len(body)})
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bill := Bill{Kind: kind, Bytes: len(body), blocks: blocks}
+	for _, b := range blocks {
+		bill.Prompt += b.tokens
+		bill.Images += b.images
+	}
+	_ = maxTokens
+	lim := p.Profile.Limits
+	switch {
+	case lim.MaxRequestBytes > 0 && int64(len(body)) > lim.MaxRequestBytes:
+		bill.Failed = "bytes"
+		p.refuseLocked(w, anthropic, 413, "request_too_large", fmt.Sprintf("Request exceeds the maximum allowed number of bytes: %d > %d", len(body), lim.MaxRequestBytes), bill)
+		return
+	case lim.MaxImages > 0 && bill.Images > lim.MaxImages:
+		bill.Failed = "images"
+		p.refuseLocked(w, anthropic, 400, "invalid_request_error", fmt.Sprintf("Too much media: 0 document pages + %d images > %d", bill.Images, lim.MaxImages), bill)
+		return
+	case bill.Prompt > p.Profile.ContextWindow:
+		bill.Failed = "overflow"
+		msg := fmt.Sprintf("prompt is too long: %d tokens > %d maximum", bill.Prompt, p.Profile.ContextWindow)
+		if !anthropic {
+			msg = fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", p.Profile.ContextWindow, bill.Prompt)
+		}
+		p.refuseLocked(w, anthropic, 400, "invalid_request_error", msg, bill)
+		return
+	}
+	if anthropic {
+		p.anthropicCache(&bill)
+	} else {
+		p.openaiCache(&bill)
+	}
+	if kind == "main" {
+		p.prefixBreak(&bill)
+		p.last, p.lastAt = blocks, p.cachedAt(blocks, anthropic)
+	}
+	bill.Output = p.Output
+	if kind == "summary" {
+		bill.Output = p.SummaryOutput
+	}
+	p.seq++
+	bill.blocks = nil
+	p.bills = append(p.bills, bill)
+	w.Header().Set("Content-Type", "application/json")
+	if anthropic {
+		fmt.Fprintf(w, `{"id":"msg_sim_%d","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,`+
+			`"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"cache_creation":{"ephemeral_5m_input_tokens":%d,"ephemeral_1h_input_tokens":%d},"output_tokens":%d}}`,
+			p.seq, p.Profile.Name, bill.Input, bill.CacheWrite+bill.CacheWrite1h, bill.CacheRead, bill.CacheWrite, bill.CacheWrite1h, bill.Output)
+		return
+	}
+	fmt.Fprintf(w, `{"id":"chatcmpl-sim-%d","object":"chat.completion","created":%d,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
+		p.seq, p.Clock.Now().Unix(), p.Profile.Name, bill.Prompt, bill.Output, bill.Prompt+bill.Output, bill.CacheRead)
+}
+
+func (p *Provider) refuse(w http.ResponseWriter, anthropic bool, code int, typ, msg string, bill Bill) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuseLocked(w, anthropic, code, typ, msg, bill)
+}
+
+// refuseLocked answers the provider's documented error shape.
+func (p *Provider) refuseLocked(w http.ResponseWriter, anthropic bool, code int, typ, msg string, bill Bill) {
+	bill.blocks = nil
+	p.bills = append(p.bills, bill)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	var enc bytes.Buffer
+	e := json.NewEncoder(&enc)
+	e.SetEscapeHTML(false) // "> 100", as the providers write it
+	e.Encode(msg)
+	m := bytes.TrimSpace(enc.Bytes())
+	if anthropic {
+		fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%s},"request_id":"req_sim"}`, typ, m)
+		return
+	}
+	codeField := "null"
+	if bill.Failed == "overflow" {
+		codeField = `"context_length_exceeded"`
+	}
+	fmt.Fprintf(w, `{"error":{"message":%s,"type":"invalid_request_error","param":"messages","code":%s}}`, m, codeField)
+}
+
+// anthropicCache bills a request with explicit breakpoints: the longest
+// prefix cached at a breakpoint or up to 20 blocks before one is read,
+// the prompt up to the last breakpoint is written (when it is at least the
+// model's minimum cacheable length), input_tokens is what follows it.
+// Hits refresh their TTL.
+func (p *Provider) anthropicCache(b *Bill) {
+	now := p.Clock.Now()
+	prefix := prefixHashes(b.blocks)
+	sums := prefixSums(b.blocks)
+	read, last := -1, -1
+	for i, bl := range b.blocks {
+		if !bl.bp {
+			continue
+		}
+		last = i
+		for j := i; j >= 0 && j >= i-20; j-- {
+			if e := p.cache[prefix[j]]; e != nil && now.Before(e.expires) {
+				if j > read {
+					read = j
+				}
+				break
+			}
+		}
+	}
+	readTokens := 0
+	if read >= 0 {
+		readTokens = sums[read]
+		e := p.cache[prefix[read]]
+		e.expires = now.Add(e.ttl)
+	}
+	b.CacheRead = readTokens
+	if last < 0 || sums[last] < p.Profile.Cache.MinTokens {
+		b.Input = b.Prompt - readTokens
+		return
+	}
+	for i := read + 1; i <= last; i++ {
+		if bl := b.blocks[i]; bl.bp {
+			p.cache[prefix[i]] = &entry{expires: now.Add(bl.ttl), written: now, ttl: bl.ttl}
+		}
+	}
+	// Tokens written are billed at the TTL of the breakpoint they lead to.
+	from := readTokens
+	for i := read + 1; i <= last; i++ {
+		if bl := b.blocks[i]; bl.bp {
+			if bl.ttl >= time.Hour {
+				b.CacheWrite1h += sums[i] - from
+			} else {
+				b.CacheWrite += sums[i] - from
+			}
+			from = sums[i]
+		}
+	}
+	b.Input = b.Prompt - sums[last]
+}
+
+// openaiCache bills a request under automatic prefix caching: prompts of
+// at least MinTokens read the longest prefix seen within the TTL (idle,
+// refreshed on use, an hour at most), in Increment steps; every prefix of
+// the request is cached for the next. Prefixes are matched at content
+// block boundaries.
+func (p *Provider) openaiCache(b *Bill) {
+	now := p.Clock.Now()
+	prefix := prefixHashes(b.blocks)
+	sums := prefixSums(b.blocks)
+	ttl := p.Profile.Cache.TTL
+	if ttl <= 0 {
+		ttl = 5 * time.Minute
+	}
+	hit := 0
+	if b.Prompt >= p.Profile.Cache.MinTokens {
+		for i := len(b.blocks) - 1; i >= 0; i-- {
+			if e := p.cache[prefix[i]]; e != nil && now.Before(e.expires) && now.Sub(e.written) < time.Hour {
+				hit = sums[i]
+				break
+			}
+		}
+	}
+	if step := p.Profile.Cache.Increment; step > 0 {
+		hit = hit / step * step
+	}
+	if hit < p.Profile.Cache.MinTokens {
+		hit = 0
+	}
+	b.CacheRead = hit
+	b.Input = b.Prompt - hit
+	for i := range b.blocks {
+		if e := p.cache[prefix[i]]; e != nil && now.Before(e.expires) {
+			e.expires = now.Add(ttl)
+			continue
+		}
+		p.cache[prefix[i]] = &entry{expires: now.Add(ttl), written: now, ttl: ttl}
+	}
+}
+
+// prefixBreak compares the request with the previous main one: when they
+// part before the previous one's end, the cached prefix broke there. The
+// cause is an image when the block that changed carried more images
+// before; Rewritten is what the request wrote again of what was cached.
+func (p *Provider) prefixBreak(b *Bill) {
+	if p.last == nil {
+		return
+	}
+	d := 0
+	for d < len(p.last) && d < len(b.blocks) && p.last[d].hash == b.blocks[d].hash {
+		d++
+	}
+	if d >= len(p.last) {
+		return
+	}
+	b.Break = true
+	b.BreakCause = "other"
+	if e := p.cache[p.lastAt]; e == nil || !p.Clock.Now().Before(e.expires) {
+		// The previous prompt had left the cache: nothing cached was lost.
+		b.BreakCause = "expired"
+		return
+	}
+	if d < len(b.blocks) && b.blocks[d].images < p.last[d].images {
+		b.BreakCause = "image"
+	}
+	sums := prefixSums(b.blocks)
+	end := min(len(p.last), len(b.blocks)) - 1
+	rewritten := sums[end] - b.CacheRead
+	b.Rewritten = max(0, min(rewritten, b.CacheWrite+b.CacheWrite1h))
+}
+
+// cachedAt is the prefix hash a request's cache entry is under: its last
+// breakpoint (Anthropic) or its whole prompt (OpenAI).
+func (p *Provider) cachedAt(bs []block, anthropic bool) [32]byte {
+	if len(bs) == 0 {
+		return [32]byte{}
+	}
+	prefix := prefixHashes(bs)
+	last := len(bs) - 1
+	if anthropic {
+		for last >= 0 && !bs[last].bp {
+			last--
+		}
+		if last < 0 {
+			return [32]byte{}
+		}
+	}
+	return prefix[last]
+}
+
+func prefixHashes(bs []block) [][32]byte {
+	out := make([][32]byte, len(bs))
+	var h [32]byte
+	for i, b := range bs {
+		h = sha256.Sum256(append(h[:], b.hash[:]...))
+		out[i] = h
+	}
+	return out
+}
+
+func prefixSums(bs []block) []int {
+	out := make([]int, len(bs))
+	t := 0
+	for i, b := range bs {
+		t += b.tokens
+		out[i] = t
+	}
+	return out
+}
+
+// messageFraming is the tokens each message costs beyond its content (role
+// and separators), as the providers' chat templates add.
+const messageFraming = 4
+
+// memo returns the block read from raw bytes with hash h, reading it the
+// first time only.
+func (p *Provider) memo(h [32]byte, read func() (block, error)) (block, error) {
+	p.counts.mu.Lock()
+	b, ok := p.counts.m[h]
+	p.counts.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	b, err := read()
+	if err != nil {
+		return block{}, err
+	}
+	p.counts.mu.Lock()
+	if p.counts.m == nil {
+		p.counts.m = map[[32]byte]block{}
+	}
+	p.counts.m[h] = b
+	p.counts.mu.Unlock()
+	return b, nil
+}
+
+// text is a block of plain text under a role.
+func (p *Provider) textBlock(role string, raw json.RawMessage, s func() string) block {
+	h := hashOf(role, raw)
+	b, _ := p.memo(h, func() (block, error) { return block{hash: h, tokens: p.text(s())}, nil })
+	return b
+}
+
+// canonical returns a block's bytes without its cache_control member, keys
+// sorted: moving a breakpoint does not change what is cached.
+func canonical(raw json.RawMessage) ([]byte, map[string]json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, nil, err
+	}
+	delete(m, "cache_control")
+	b, err := json.Marshal(m)
+	return b, m, err
+}
+
+func hashOf(role string, b []byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(role))
+	h.Write([]byte{0})
+	h.Write(b)
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// imageSize reads a PNG's or JPEG's dimensions from the start of its
+// base64 data.
+func imageSize(b64 string) (int, int, error) {
+	head := b64
+	if len(head) > 4096 {
+		head = head[:4096]
+	}
+	head = head[:len(head)/4*4]
+	raw, err := base64.StdEncoding.DecodeString(head)
+	if err != nil {
+		return 0, 0, fmt.Errorf("image data is not base64: %v", err)
+	}
+	if len(raw) >= 24 && string(raw[1:4]) == "PNG" {
+		return int(binary.BigEndian.Uint32(raw[16:20])), int(binary.BigEndian.Uint32(raw[20:24])), nil
+	}
+	if len(raw) > 4 && raw[0] == 0xFF && raw[1] == 0xD8 {
+		for i := 2; i+9 < len(raw); {
+			if raw[i] != 0xFF {
+				break
+			}
+			m := raw[i+1]
+			l := int(binary.BigEndian.Uint16(raw[i+2:]))
+			if m >= 0xC0 && m <= 0xC3 {
+				return int(binary.BigEndian.Uint16(raw[i+7:])), int(binary.BigEndian.Uint16(raw[i+5:])), nil
+			}
+			i += 2 + l
+		}
+	}
+	return 0, 0, fmt.Errorf("could not process image")
+}
+
+func (p *Provider) imageTokens(b64, detail string) (int, error) {
+	w, h, err := imageSize(b64)
+	if err != nil {
+		return 0, err
+	}
+	return tokens.ImageTokens(p.Profile, w, h, detail)
+}
+
+func (p *Provider) text(s string) int { return tokens.CounterFor(p.Profile.Tokenizer).Count(s) }
+
+// anthropicBlocks reads a Messages request into its cacheable blocks:
+// tools, system, then every content block of every message.
+func (p *Provider) anthropicBlocks(body []byte) ([]block, int, error) {
+	var req struct {
+		MaxTokens int               `json:"max_tokens"`
+		Tools     json.RawMessage   `json:"tools"`
+		System    json.RawMessage   `json:"system"`
+		Messages  []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, 0, err
+	}
+	var out []block
+	if len(req.Tools) > 0 {
+		out = append(out, p.textBlock("tools", req.Tools, func() string { return string(req.Tools) }))
+	}
+	if len(req.System) > 0 {
+		if req.System[0] == '"' {
+			out = append(out, p.textBlock("system", req.System, func() string { return unquote(req.System) }))
+		} else {
+			var parts []json.RawMessage
+			if err := json.Unmarshal(req.System, &parts); err != nil {
+				return nil, 0, fmt.Errorf("system: %v", err)
+			}
+			for _, raw := range parts {
+				b, err := p.anthropicBlock("system", raw)
+				if err != nil {
+					return nil, 0, err
+				}
+				out = append(out, b)
+			}
+		}
+	}
+	bps := 0
+	for _, raw := range req.Messages {
+		bs, err := p.message(raw, func() ([]block, error) { return p.anthropicMessage(raw) })
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, bs...)
+	}
+	for _, b := range out {
+		if b.bp {
+			bps++
+		}
+	}
+	if bps > 4 {
+		return nil, 0, fmt.Errorf("A maximum of 4 blocks with cache_control may be provided. Found %d.", bps)
+	}
+	return out, req.MaxTokens, nil
+}
+
+// anthropicMessage reads one message's content blocks; the first carries
+// the message's framing.
+func (p *Provider) anthropicMessage(raw json.RawMessage) ([]block, error) {
+	var m struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	var out []block
+	if len(m.Content) > 0 && m.Content[0] == '"' {
+		out = append(out, p.textBlock(m.Role, m.Content, func() string { return unquote(m.Content) }))
+	} else {
+		var parts []json.RawMessage
+		if err := json.Unmarshal(m.Content, &parts); err != nil {
+			return nil, fmt.Errorf("messages: content: %v", err)
+		}
+		for _, raw := range parts {
+			b, err := p.anthropicBlock(m.Role, raw)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b)
+		}
+	}
+	if len(out) > 0 {
+		out[0].tokens += messageFraming
+	}
+	return out, nil
+}
+
+type anthropicPart struct {
+	Type         string          `json:"type"`
+	Text         string          `json:"text"`
+	Name         string          `json:"name"`
+	Input        json.RawMessage `json:"input"`
+	Content      json.RawMessage `json:"content"`
+	CacheControl *struct {
+		TTL string `json:"ttl"`
+	} `json:"cache_control"`
+	Source *struct {
+		Type string `json:"type"`
+		Data string `json:"data"`
+	} `json:"source"`
+}
+
+func (p *Provider) anthropicBlock(role string, raw json.RawMessage) (block, error) {
+	return p.memo(hashOf(role, raw), func() (block, error) {
+		var part anthropicPart
+		if err := json.Unmarshal(raw, &part); err != nil {
+			return block{}, err
+		}
+		b := block{}
+		if part.CacheControl != nil {
+			b.bp = true
+			b.ttl = 5 * time.Minute
+			if part.CacheControl.TTL == "1h" {
+				b.ttl = time.Hour
+			}
+		}
+		c, _, err := canonical(raw)
+		if err != nil {
+			return block{}, err
+		}
+		b.hash = hashOf(role, c)
+		b.images = strings.Count(string(c), `"type":"image"`)
+		b.tokens, err = p.anthropicTokens(part)
+		return b, err
+	})
+}
+
+func (p *Provider) anthropicTokens(part anthropicPart) (int, error) {
+	switch part.Type {
+	case "text":
+		return p.text(part.Text), nil
+	case "image":
+		if part.Source == nil || part.Source.Type != "base64" {
+			return 0, fmt.Errorf("image source: only base64 is emulated")
+		}
+		return p.imageTokens(part.Source.Data, "")
+	case "tool_use":
+		return p.text(part.Name) + p.text(string(part.Input)), nil
+	case "tool_result":
+		if len(part.Content) > 0 && part.Content[0] == '"' {
+			var s string
+			json.Unmarshal(part.Content, &s)
+			return p.text(s), nil
+		}
+		var inner []anthropicPart
+		if err := json.Unmarshal(part.Content, &inner); err != nil && len(part.Content) > 0 {
+			return 0, err
+		}
+		t := 0
+		for _, in := range inner {
+			n, err := p.anthropicTokens(in)
+			if err != nil {
+				return 0, err
+			}
+			t += n
+		}
+		return t, nil
+	}
+	return p.text(part.Text), nil
+}
+
+// openaiBlocks reads a Chat Completions request: one block per message
+// (its content parts are one prefix unit), tools first.
+func (p *Provider) openaiBlocks(body []byte) ([]block, int, error) {
+	var req struct {
+		MaxTokens int               `json:"max_tokens"`
+		Tools     json.RawMessage   `json:"tools"`
+		Messages  []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, 0, err
+	}
+	var out []block
+	if len(req.Tools) > 0 {
+		out = append(out, p.textBlock("tools", req.Tools, func() string { return string(req.Tools) }))
+	}
+	for _, raw := range req.Messages {
+		h := hashOf("message", raw)
+		b, err := p.memo(h, func() (block, error) {
+			n, err := p.openaiTokens(raw)
+			return block{hash: h, tokens: n + messageFraming, images: strings.Count(string(raw), `"type":"image_url"`)}, err
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, b)
+	}
+	return out, req.MaxTokens, nil
+}
+
+func (p *Provider) openaiTokens(raw json.RawMessage) (int, error) {
+	var m struct {
+		Content   json.RawMessage `json:"content"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return 0, err
+	}
+	t := p.text(string(m.ToolCalls))
+	if len(m.Content) > 0 && m.Content[0] == '"' {
+		var s string
+		json.Unmarshal(m.Content, &s)
+		return t + p.text(s), nil
+	}
+	var parts []struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		ImageURL *struct {
+			URL    string `json:"url"`
+			Detail string `json:"detail"`
+		} `json:"image_url"`
+	}
+	if len(m.Content) > 0 && string(m.Content) != "null" {
+		if err := json.Unmarshal(m.Content, &parts); err != nil {
+			return 0, err
+		}
+	}
+	for _, part := range parts {
+		switch part.Type {
+		case "image_url":
+			_, data, ok := strings.Cut(part.ImageURL.URL, ";base64,")
+			if !ok {
+				return 0, fmt.Errorf("image_url: only data URLs are emulated")
+			}
+			n, err := p.imageTokens(data, part.ImageURL.Detail)
+			if err != nil {
+				return 0, err
+			}
+			t += n
+		default:
+			t += p.text(part.Text)
+		}
+	}
+	return t, nil
+}
+
+func unquote(raw json.RawMessage) string {
+	var s string
+	json.Unmarshal(raw, &s)
+	return s
+}

@@ -1,0 +1,540 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"time"
+
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/gateway"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Policies lists the image policies, in report order.
+var Policies = []string{"naive", "ephemeral", "newest-n", "ceiling-batch", "strip-on-compact", "imgctx"}
+
+// Config is one simulation: a workload under several policies against an
+// emulated provider of one profile.
+type Config struct {
+	Workload *Workload
+	Model    string         // the model the agent asks for
+	Profile  tokens.Profile // the provider's rules and prices
+	Policies []string       // default: all
+	// N is newest-n's image count; KeepNewest what ceiling-batch keeps when
+	// it evicts.
+	N, KeepNewest int
+	// CompactAt is the share of the window past which the agent (every
+	// policy but naive) compacts its history, as claude-code and codex do.
+	CompactAt float64
+	// Engine configures the imgctx and ephemeral rows' engine (the
+	// gateway's defaults: internal/config).
+	Engine engine.Config
+	// Progress, when set, is called after each request.
+	Progress func(policy string, step, steps int)
+}
+
+// Report is a simulation's result.
+type Report struct {
+	Workload    string         `json:"workload"`
+	Model       string         `json:"model"`
+	Profile     string         `json:"profile"`
+	Format      string         `json:"format"`
+	Steps       int            `json:"steps"`
+	Images      int            `json:"distinct_images"`
+	Occurrences int            `json:"image_attachments"`
+	Prices      tokens.Prices  `json:"prices_per_mtok"`
+	Policies    []PolicyReport `json:"policies"`
+	Notes       []string       `json:"reading"` // what the numbers say (Reading)
+}
+
+// PolicyReport is one policy's row.
+type PolicyReport struct {
+	Policy          string         `json:"policy"`
+	Requests        int            `json:"requests"`
+	Failed          int            `json:"failed"`
+	FailedBy        map[string]int `json:"failed_by,omitempty"`
+	Compactions     int            `json:"compactions"`
+	Input           int64          `json:"input_tokens"`
+	CacheRead       int64          `json:"cache_read_tokens"`
+	CacheWrite      int64          `json:"cache_write_tokens"`
+	Output          int64          `json:"output_tokens"`
+	Dollars         float64        `json:"dollars"`
+	PrefixBreaks    int            `json:"prefix_breaks"`
+	ImageBreaks     int            `json:"prefix_breaks_by_images"`
+	ImageWriteShare float64        `json:"image_removal_write_share"` // NaN when nothing was written (no write fee: OpenAI)
+	SteadyHitRate   float64        `json:"steady_cache_hit_rate"`
+	ImagesMean      float64        `json:"images_per_request_mean"`
+	ImagesMin       int            `json:"images_per_request_min"`
+	LargestRequest  int            `json:"largest_request_bytes"`
+	LargestPrompt   int            `json:"largest_prompt_accepted"` // tokens, of a request the provider answered
+	FinalImages     int            `json:"images_in_last_request"`
+	StoredBytes     int64          `json:"stored_image_bytes"`
+	UniqueBytes     int64          `json:"unique_image_bytes"`
+	Removed         map[string]int `json:"images_removed_by_reason"`
+	Series          []Point        `json:"series"`
+}
+
+// Point is the state after one step: cumulative dollars and the size of
+// that step's prompt (what the provider counted, sent or refused).
+type Point struct {
+	Dollars float64 `json:"dollars"`
+	Context int     `json:"context_tokens"`
+}
+
+// MarshalJSON writes NaN shares as null.
+func (r PolicyReport) MarshalJSON() ([]byte, error) {
+	type plain PolicyReport
+	out := struct {
+		plain
+		Share *float64 `json:"image_removal_write_share"`
+	}{plain: plain(r)}
+	if !math.IsNaN(r.ImageWriteShare) {
+		out.Share = &r.ImageWriteShare
+	}
+	return json.Marshal(out)
+}
+
+// Format is the wire a profile's provider speaks.
+func Format(p tokens.Profile) (string, error) {
+	switch p.Family {
+	case "anthropic":
+		return "anthropic", nil
+	case "openai":
+		return "openai", nil
+	}
+	return "", fmt.Errorf("profile %s: the emulated provider speaks anthropic and openai, not %q", p.Name, p.Family)
+}
+
+// Run simulates every policy in turn.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	format, err := Format(cfg.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Profile.Prices == nil {
+		return nil, fmt.Errorf("profile %s has no prices: give them (--prices)", cfg.Profile.Name)
+	}
+	if len(cfg.Policies) == 0 {
+		cfg.Policies = Policies
+	}
+	for _, p := range cfg.Policies {
+		if !slices.Contains(Policies, p) {
+			return nil, fmt.Errorf("unknown policy %q (want one of %v)", p, Policies)
+		}
+	}
+	if cfg.N <= 0 {
+		cfg.N = 3
+	}
+	if cfg.KeepNewest <= 0 {
+		cfg.KeepNewest = 5
+	}
+	if cfg.CompactAt <= 0 || cfg.CompactAt > 1 {
+		cfg.CompactAt = 0.9
+	}
+	w := cfg.Workload
+	rep := &Report{Workload: w.Name, Model: cfg.Model, Profile: cfg.Profile.Name, Format: format, Steps: len(w.Steps),
+		Images: len(w.Images), Occurrences: w.Occurrences, Prices: *cfg.Profile.Prices}
+	counts := &Counts{}
+	for _, name := range cfg.Policies {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r := &runner{cfg: cfg, format: format, policy: name, counts: counts, removed: map[string]int{}}
+		pr, err := r.run(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		rep.Policies = append(rep.Policies, *pr)
+	}
+	rep.Notes = rep.Reading()
+	return rep, nil
+}
+
+// runner plays the workload under one policy: the agent's transcript,
+// what it sends, and where.
+type runner struct {
+	cfg         Config
+	format      string
+	policy      string
+	counts      *Counts
+	clock       *Clock
+	prov        *Provider
+	client      *upstream.Client
+	gw          http.Handler
+	images      imagestore.Store
+	transcript  []Msg
+	lastPrompt  int
+	compactions int
+	removed     map[string]int
+	summaryN    int
+}
+
+// through reports whether the policy's requests go through imgctx.
+func (r *runner) through() bool { return r.policy == "imgctx" || r.policy == "ephemeral" }
+
+func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
+	r.clock = NewClock()
+	r.prov = NewProvider(r.cfg.Profile, r.clock, r.counts)
+	r.client = &upstream.Client{Format: upstream.Format(r.format), BaseURL: "http://provider.sim", HTTP: &http.Client{Transport: r.prov.Transport()}, MaxRetries: -1}
+	if r.through() {
+		r.images = imagestore.Verified{Store: &imagestore.Mem{}}
+		table, err := tokens.Default().With(r.cfg.Profile)
+		if err != nil {
+			return nil, err
+		}
+		e := &engine.Engine{Config: r.cfg.Engine, Images: r.images, Sessions: &session.Mem{}, Profiles: table, Upstream: r.client,
+			Now: r.clock.Now, Log: slog.New(slog.DiscardHandler),
+			Sink: func(ev engine.Event) {
+				if ev.Kind == "removed" {
+					r.removed[string(ev.Reason)]++
+				}
+			}}
+		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.policy == "ephemeral"}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
+	}
+	w := r.cfg.Workload
+	type stepInfo struct {
+		bills      []int // indexes into the provider's bills
+		main       int   // the bill of the step's main request, -1 if none
+		cold       bool  // after a gap longer than the cache TTL: cold by schedule
+		hasImages  bool
+		compaction bool
+	}
+	steps := make([]stepInfo, len(w.Steps))
+	ttl := r.cfg.Profile.Cache.TTL
+	if ttl <= 0 {
+		ttl = 5 * time.Minute
+	}
+	seenImage := false
+	for i, st := range w.Steps {
+		r.clock.Advance(st.Think)
+		if st.Reset {
+			r.transcript = nil
+		}
+		r.transcript = append(r.transcript, cloneMsgs(st.Add)...)
+		for _, m := range st.Add {
+			seenImage = seenImage || hasImage(m)
+		}
+		before := len(r.prov.Bills())
+		main, err := r.step(ctx, estimate(r.cfg.Profile, st.Add))
+		if err != nil {
+			return nil, err
+		}
+		info := stepInfo{main: main, cold: i == 0 || st.Think > ttl, hasImages: seenImage}
+		for b := before; b < len(r.prov.Bills()); b++ {
+			info.bills = append(info.bills, b)
+		}
+		steps[i] = info
+		if r.cfg.Progress != nil {
+			r.cfg.Progress(r.policy, i+1, len(w.Steps))
+		}
+	}
+	// The report, from what the provider billed.
+	bills := r.prov.Bills()
+	pr := &PolicyReport{Policy: r.policy, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1}
+	prices := *r.cfg.Profile.Prices
+	var dollars float64
+	var writes, imageRewrites, read, prompt int64
+	var imagesSum, imagesN int
+	for i, st := range steps {
+		for _, bi := range st.bills {
+			b := bills[bi]
+			pr.Requests++
+			pr.LargestRequest = max(pr.LargestRequest, b.Bytes)
+			if b.Failed != "" {
+				pr.Failed++
+				pr.FailedBy[b.Failed]++
+				continue
+			}
+			pr.LargestPrompt = max(pr.LargestPrompt, b.Prompt)
+			pr.Input += int64(b.Input)
+			pr.CacheRead += int64(b.CacheRead)
+			pr.CacheWrite += int64(b.CacheWrite + b.CacheWrite1h)
+			pr.Output += int64(b.Output)
+			dollars += (float64(b.Input)*prices.Input + float64(b.CacheRead)*prices.CacheRead + float64(b.CacheWrite)*prices.CacheWrite +
+				float64(b.CacheWrite1h)*prices.CacheWrite1h + float64(b.Output)*prices.Output) / 1e6
+			writes += int64(b.CacheWrite + b.CacheWrite1h)
+			if b.Kind != "main" {
+				continue
+			}
+			if b.Break {
+				pr.PrefixBreaks++
+				if b.BreakCause == "image" {
+					pr.ImageBreaks++
+					imageRewrites += int64(b.Rewritten)
+				}
+			}
+		}
+		ctxTokens := 0
+		if st.main >= 0 {
+			b := bills[st.main]
+			ctxTokens = b.Prompt
+			pr.FinalImages = b.Images
+			if b.Failed == "" {
+				if !st.cold {
+					read += int64(b.CacheRead)
+					prompt += int64(b.Prompt)
+				}
+				if st.hasImages {
+					imagesSum += b.Images
+					imagesN++
+					if pr.ImagesMin < 0 || b.Images < pr.ImagesMin {
+						pr.ImagesMin = b.Images
+					}
+				}
+			}
+		}
+		_ = i
+		pr.Series = append(pr.Series, Point{Dollars: dollars, Context: ctxTokens})
+	}
+	pr.Dollars = dollars
+	pr.ImageWriteShare = math.NaN()
+	if writes > 0 {
+		pr.ImageWriteShare = float64(imageRewrites) / float64(writes)
+	}
+	if prompt > 0 {
+		pr.SteadyHitRate = float64(read) / float64(prompt)
+	}
+	if imagesN > 0 {
+		pr.ImagesMean = float64(imagesSum) / float64(imagesN)
+	}
+	pr.ImagesMin = max(pr.ImagesMin, 0)
+	for _, im := range w.Images {
+		pr.UniqueBytes += int64(im.Bytes)
+	}
+	pr.StoredBytes = w.OccBytes // an agent's transcript holds every attachment
+	if r.images != nil {
+		pr.StoredBytes = 0
+		r.images.List(ctx, imagestore.DefaultTenant, func(in imagestore.Info) error { pr.StoredBytes += in.Size; return nil })
+	}
+	return pr, nil
+}
+
+// step sends the step's request under the policy: the agent's own image
+// handling and compaction first, then the request, compacting and
+// retrying once when the provider refuses it (naive never does either).
+// It returns the provider's bill index of the main request, or -1.
+func (r *runner) step(ctx context.Context, added int) (int, error) {
+	naive := r.policy == "naive"
+	window := r.cfg.Profile.ContextWindow
+	if !naive && float64(r.lastPrompt+added) > r.cfg.CompactAt*float64(window) {
+		if err := r.compact(ctx); err != nil {
+			return -1, err
+		}
+	}
+	r.evict()
+	for attempt := 0; ; attempt++ {
+		idx := len(r.prov.Bills())
+		status, usage, err := r.send(ctx, "main", r.transcript)
+		if err != nil {
+			return -1, err
+		}
+		if len(r.prov.Bills()) == idx {
+			return -1, nil // imgctx answered itself (it refused the request)
+		}
+		if status == 200 {
+			r.lastPrompt = usage
+			return len(r.prov.Bills()) - 1, nil
+		}
+		if naive || attempt > 0 {
+			return len(r.prov.Bills()) - 1, nil
+		}
+		if err := r.compact(ctx); err != nil {
+			return -1, err
+		}
+		r.evict()
+	}
+}
+
+// evict applies the agent's own image rule to its transcript.
+func (r *runner) evict() {
+	switch r.policy {
+	case "newest-n":
+		r.removeOldest(countImages(r.transcript)-r.cfg.N, "newest_n")
+	case "ceiling-batch":
+		lim := r.cfg.Profile.Limits.MaxImages
+		if n := countImages(r.transcript); lim > 0 && n > lim {
+			r.removeOldest(n-r.cfg.KeepNewest, "ceiling")
+		}
+	}
+}
+
+// removeOldest replaces the n oldest images of the transcript with a
+// placeholder.
+func (r *runner) removeOldest(n int, why string) {
+	for i := range r.transcript {
+		for j := range r.transcript[i].Parts {
+			p := &r.transcript[i].Parts[j]
+			if p.Result != nil {
+				for k := range p.Result.Parts {
+					if n > 0 && p.Result.Parts[k].Image != nil {
+						p.Result.Parts[k] = Part{Removed: why}
+						r.removed[why]++
+						n--
+					}
+				}
+			} else if n > 0 && p.Image != nil {
+				*p = Part{Removed: why}
+				r.removed[why]++
+				n--
+			}
+		}
+	}
+}
+
+// compact summarises the transcript before the current turn, as agents
+// do: one summary request with the images left out, then the summary in
+// place of that history.
+func (r *runner) compact(ctx context.Context) error {
+	tail := -1
+	for i := len(r.transcript) - 1; i >= 0; i-- {
+		if r.transcript[i].Human {
+			tail = i
+			break
+		}
+	}
+	if tail <= 0 {
+		return nil // nothing before the current turn
+	}
+	ask := append(cloneMsgs(r.transcript[:tail]), Msg{Role: "user", Parts: []Part{{Text: "Summarize the conversation so far so that the work can continue from the summary alone."}}})
+	if _, _, err := r.send(ctx, "summary", ask); err != nil {
+		return err
+	}
+	r.summaryN++
+	for _, m := range r.transcript[:tail] {
+		r.removed["compaction"] += countImages([]Msg{m})
+	}
+	g := &gen{rng: newRand(uint64(r.summaryN))}
+	rest := cloneMsgs(r.transcript[tail:])
+	rest[0].Parts = append([]Part{{Text: "Summary of the earlier conversation: " + g.words(r.prov.SummaryOutput)}}, rest[0].Parts...)
+	r.transcript = rest
+	r.compactions++
+	r.lastPrompt = 0
+	return nil
+}
+
+// send renders msgs and sends them: through the gateway for the imgctx
+// rows, to the provider through the upstream client for the others. It
+// returns the status and the prompt tokens the answer's usage reports.
+func (r *runner) send(ctx context.Context, kind string, msgs []Msg) (int, int, error) {
+	body := render(r.format, r.cfg.Model, r.cfg.Workload.System, r.cfg.Workload.Tools, msgs, kind == "summary")
+	h := http.Header{"Content-Type": {"application/json"}, "X-Sim-Kind": {kind}}
+	if r.format == "anthropic" {
+		h.Set("Anthropic-Version", "2023-06-01")
+	}
+	var status int
+	var answer []byte
+	if r.through() {
+		path := "/v1/chat/completions"
+		if r.format == "anthropic" {
+			path = "/v1/messages"
+		}
+		req := httptest.NewRequestWithContext(ctx, "POST", path, bytes.NewReader(body))
+		req.Header = h
+		req.Header.Set("X-Imgctx-Session", "sim-"+r.policy)
+		rec := httptest.NewRecorder()
+		r.gw.ServeHTTP(rec, req)
+		status, answer = rec.Code, rec.Body.Bytes()
+	} else {
+		resp, err := r.client.Send(ctx, upstream.Request{Header: h, Body: wire.BodyOf(body)})
+		var we *wire.Error
+		switch {
+		case errors.As(err, &we):
+			status = we.Status
+		case err != nil:
+			return 0, 0, err
+		default:
+			answer, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			status = resp.StatusCode
+		}
+	}
+	if status != 200 {
+		return status, 0, nil
+	}
+	var u struct {
+		Usage struct {
+			Input       int `json:"input_tokens"`
+			CacheWrite  int `json:"cache_creation_input_tokens"`
+			CacheRead   int `json:"cache_read_input_tokens"`
+			PromptTotal int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(answer, &u); err != nil {
+		return 0, 0, fmt.Errorf("answer: %v: %.200s", err, answer)
+	}
+	return status, u.Usage.Input + u.Usage.CacheWrite + u.Usage.CacheRead + u.Usage.PromptTotal, nil
+}
+
+func cloneMsgs(ms []Msg) []Msg {
+	out := make([]Msg, len(ms))
+	for i, m := range ms {
+		out[i] = m
+		out[i].Parts = slices.Clone(m.Parts)
+		for j, p := range out[i].Parts {
+			if p.Result != nil {
+				res := *p.Result
+				res.Parts = slices.Clone(res.Parts)
+				out[i].Parts[j].Result = &res
+			}
+		}
+	}
+	return out
+}
+
+func hasImage(m Msg) bool { return countImages([]Msg{m}) > 0 }
+
+func countImages(ms []Msg) int {
+	n := 0
+	for _, m := range ms {
+		for _, p := range m.Parts {
+			if p.Image != nil {
+				n++
+			}
+			if p.Result != nil {
+				for _, in := range p.Result.Parts {
+					if in.Image != nil {
+						n++
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// estimate is the agent's own guess of what appended messages add: four
+// characters a token, images at the profile's rule.
+func estimate(p tokens.Profile, ms []Msg) int {
+	n := 0
+	var walk func(parts []Part)
+	walk = func(parts []Part) {
+		for _, part := range parts {
+			n += len(part.Text) / 4
+			if part.Image != nil {
+				t, _ := tokens.ImageTokens(p, part.Image.W, part.Image.H, "")
+				n += t
+			}
+			if part.Result != nil {
+				walk(part.Result.Parts)
+			}
+		}
+	}
+	for _, m := range ms {
+		walk(m.Parts)
+	}
+	return n
+}

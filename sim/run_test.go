@@ -1,0 +1,191 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+)
+
+func sonnet(t *testing.T) tokens.Profile {
+	p, ok := tokens.Default().Lookup("claude-sonnet-4-6")
+	if !ok || p.Prices == nil {
+		t.Fatal("claude-sonnet-4-6 has no profile with prices")
+	}
+	return p
+}
+
+func small() Params {
+	p := DefaultParams("computer-use")
+	p.Turns, p.ImagesPerTurn, p.IdleEvery = 8, 5, 4
+	return p
+}
+
+func run(t *testing.T, w *Workload, prof tokens.Profile, e engine.Config, policies ...string) *Report {
+	t.Helper()
+	rep, err := Run(context.Background(), Config{Workload: w, Model: "claude-sonnet-4-6", Profile: prof, Engine: e, Policies: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func row(r *Report, policy string) PolicyReport {
+	for _, p := range r.Policies {
+		if p.Policy == policy {
+			return p
+		}
+	}
+	return PolicyReport{}
+}
+
+// The imgctx row runs the gateway's engine: changing an engine setting
+// changes what it sends, and so the report.
+func TestAnEngineSettingChangesTheImgctxRow(t *testing.T) {
+	w, err := Build("computer-use", small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := row(run(t, w, sonnet(t), engine.Config{Keep: policy.KeepConfig{Hold: true}}, "imgctx"), "imgctx")
+	perTurn := row(run(t, w, sonnet(t), engine.Config{Keep: policy.KeepConfig{Hold: false}}, "imgctx"), "imgctx")
+	if held.PrefixBreaks >= perTurn.PrefixBreaks || held.ImagesMean <= perTurn.ImagesMean {
+		t.Fatalf("keep.hold on: %d breaks, %.1f images; off: %d breaks, %.1f images — want fewer breaks and more images held",
+			held.PrefixBreaks, held.ImagesMean, perTurn.PrefixBreaks, perTurn.ImagesMean)
+	}
+	tight := row(run(t, w, sonnet(t), engine.Config{Keep: policy.KeepConfig{BudgetFraction: 0.01}}, "imgctx"), "imgctx")
+	if tight.ImagesMean >= perTurn.ImagesMean || tight.Removed["budget"] <= perTurn.Removed["budget"] {
+		t.Fatalf("a 1%% budget shows %.1f images (%d removed); the 10%% default %.1f (%d)", tight.ImagesMean, tight.Removed["budget"], perTurn.ImagesMean, perTurn.Removed["budget"])
+	}
+}
+
+// Invariants of every row: no accepted prompt past the window, every
+// attached image either in the last request or counted as removed, and
+// the same seed gives the same report.
+func TestEveryPolicyKeepsTheInvariants(t *testing.T) {
+	w, err := Build("computer-use", small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := sonnet(t)
+	rep := run(t, w, prof, engine.Config{Keep: policy.KeepConfig{Hold: true}})
+	again := run(t, w, prof, engine.Config{Keep: policy.KeepConfig{Hold: true}})
+	a, _ := json.Marshal(rep)
+	b, _ := json.Marshal(again)
+	if !bytes.Equal(a, b) {
+		t.Fatal("two runs of one workload differ")
+	}
+	if len(rep.Policies) != len(Policies) {
+		t.Fatalf("%d rows; want %d", len(rep.Policies), len(Policies))
+	}
+	for _, p := range rep.Policies {
+		if p.LargestPrompt > prof.ContextWindow {
+			t.Errorf("%s: a prompt of %d tokens was accepted in a %d window", p.Policy, p.LargestPrompt, prof.ContextWindow)
+		}
+		removed := 0
+		for _, n := range p.Removed {
+			removed += n
+		}
+		if p.Failed == 0 && removed+p.FinalImages != rep.Occurrences {
+			t.Errorf("%s: %d removed + %d in the last request ≠ %d attached", p.Policy, removed, p.FinalImages, rep.Occurrences)
+		}
+		if len(p.Series) != rep.Steps {
+			t.Errorf("%s: %d points for %d steps", p.Policy, len(p.Series), rep.Steps)
+		}
+	}
+	if row(rep, "naive").Removed == nil || len(row(rep, "naive").Removed) != 0 {
+		t.Error("naive removed images")
+	}
+	var svg bytes.Buffer
+	if err := rep.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(&svg)
+	lines := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+			lines++
+		}
+	}
+	if lines != 2*len(Policies) {
+		t.Fatalf("the SVG has %d lines; want one per policy in each of its two charts", lines)
+	}
+	var table strings.Builder
+	rep.WriteTable(&table)
+	for _, want := range []string{"imgctx", "newest-n", "steady-state cache-hit rate", "cost (USD)"} {
+		if !strings.Contains(table.String(), want) {
+			t.Fatalf("the table lacks %q:\n%s", want, table.String())
+		}
+	}
+}
+
+// A recorded session replays: request bodies a line (each the history so
+// far), and the sessions export.
+func TestReplayFromFile(t *testing.T) {
+	w, err := Build("computer-use", small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines bytes.Buffer
+	var transcript []Msg
+	for _, st := range w.Steps[:12] {
+		transcript = append(transcript, st.Add...)
+		lines.Write(render("anthropic", "claude-sonnet-4-6", w.System, w.Tools, transcript, false))
+		lines.WriteByte('\n')
+	}
+	rec, err := FromFile(&lines, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Steps) != 12 || rec.System != w.System || countImages(flatten(rec.Steps)) != countImages(flatten(w.Steps[:12])) {
+		t.Fatalf("replayed %d steps, %d images; recorded 12 steps, %d images", len(rec.Steps), countImages(flatten(rec.Steps)), countImages(flatten(w.Steps[:12])))
+	}
+	rep := run(t, rec, sonnet(t), engine.Config{}, "naive", "imgctx")
+	if row(rep, "imgctx").Requests != 12 || row(rep, "naive").ImagesMean == 0 {
+		t.Fatalf("replay: %+v", rep.Policies)
+	}
+
+	shot := chat.Image{Ref: blob.Of([]byte("shot")), MediaType: "image/png", Width: 1280, Height: 800, Origin: chat.FromTool}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	snap := session.Snapshot{Meta: session.Meta{ID: "s_1", Tenant: "default", Thread: chat.Main}, Log: []session.Entry{
+		{Seq: 1, At: at, Message: &chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "open the page"}}}},
+		{Seq: 2, At: at.Add(2 * time.Second), Message: &chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.ToolCall{ID: "c1", Name: "screenshot", Arguments: "{}"}}}},
+		{Seq: 3, At: at.Add(9 * time.Second), Message: &chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c1", Parts: []chat.Part{shot}}}}},
+		{Seq: 4, At: at.Add(12 * time.Second), Message: &chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: "I see it."}}}},
+	}}
+	var export bytes.Buffer
+	if err := session.ExportJSONL(&export, snap); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = FromFile(&export, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Steps) != 2 || rec.Steps[1].Think != 10*time.Second || len(rec.Images) != 1 || rec.Images[0].W != 1280 {
+		t.Fatalf("export replayed as %d steps (think %v), %d images", len(rec.Steps), rec.Steps[len(rec.Steps)-1].Think, len(rec.Images))
+	}
+	if _, err := FromFile(strings.NewReader(`{"hello":1}`), 0); err == nil {
+		t.Fatal("a file of neither kind was accepted")
+	}
+}
+
+func flatten(steps []Step) []Msg {
+	var out []Msg
+	for _, s := range steps {
+		out = append(out, s.Add...)
+	}
+	return out
+}
