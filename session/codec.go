@@ -68,3 +68,28 @@ func DecodeEntry(seq int64, at time.Time, body []byte) (Entry, error) {
 	}
 	return Entry{Seq: seq, At: at, Message: b.Message, Compaction: b.Compaction}, nil
 }
+
+// metaJSON is a session's meta column: its thread and settings.
+type metaJSON struct {
+	Thread   chat.Thread `json:"thread,omitempty"`
+	Model    string      `json:"model,omitempty"`
+	KeepTurn bool        `json:"keep_turn_images,omitempty"`
+}
+
+// EncodeMeta writes the stored part of a session's meta: its thread and
+// settings (docs/format.md).
+func EncodeMeta(m Meta) string {
+	b, _ := json.Marshal(metaJSON{m.Thread, m.Settings.Model, m.Settings.KeepTurnImages})
+	return string(b)
+}
+
+// DecodeMeta reads what EncodeMeta wrote into a meta of that session,
+// tenant and times.
+func DecodeMeta(id ID, tenant string, created, updated int64, s string) (Meta, error) {
+	var mj metaJSON
+	if err := json.Unmarshal([]byte(s), &mj); err != nil {
+		return Meta{}, fmt.Errorf("load session meta: %w", err)
+	}
+	return Meta{ID: id, Tenant: tenant, Thread: mj.Thread, Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
+		Created: time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()}, nil
+}

@@ -104,24 +104,28 @@ type Counts struct {
 // message returns the blocks of one message read from raw, reading them
 // the first time only: a re-sent history costs a hash per message.
 func (p *Provider) message(raw json.RawMessage, read func() ([]block, error)) ([]block, error) {
-	h := hashOf("msg", raw)
-	p.counts.mu.Lock()
-	bs, ok := p.counts.msgs[h]
-	p.counts.mu.Unlock()
+	return remember(&p.counts.mu, &p.counts.msgs, hashOf("msg", raw), read)
+}
+
+// remember returns m[h], computing and storing it the first time.
+func remember[V any](mu *sync.Mutex, m *map[[32]byte]V, h [32]byte, read func() (V, error)) (V, error) {
+	mu.Lock()
+	v, ok := (*m)[h]
+	mu.Unlock()
 	if ok {
-		return bs, nil
+		return v, nil
 	}
-	bs, err := read()
+	v, err := read()
 	if err != nil {
-		return nil, err
+		return v, err
 	}
-	p.counts.mu.Lock()
-	if p.counts.msgs == nil {
-		p.counts.msgs = map[[32]byte][]block{}
+	mu.Lock()
+	if *m == nil {
+		*m = map[[32]byte]V{}
 	}
-	p.counts.msgs[h] = bs
-	p.counts.mu.Unlock()
-	return bs, nil
+	(*m)[h] = v
+	mu.Unlock()
+	return v, nil
 }
 
 // NewProvider returns a provider for the profile on the clock; counts may
@@ -441,26 +445,10 @@ const messageFraming = 4
 // memo returns the block read from raw bytes with hash h, reading it the
 // first time only.
 func (p *Provider) memo(h [32]byte, read func() (block, error)) (block, error) {
-	p.counts.mu.Lock()
-	b, ok := p.counts.m[h]
-	p.counts.mu.Unlock()
-	if ok {
-		return b, nil
-	}
-	b, err := read()
-	if err != nil {
-		return block{}, err
-	}
-	p.counts.mu.Lock()
-	if p.counts.m == nil {
-		p.counts.m = map[[32]byte]block{}
-	}
-	p.counts.m[h] = b
-	p.counts.mu.Unlock()
-	return b, nil
+	return remember(&p.counts.mu, &p.counts.m, h, read)
 }
 
-// text is a block of plain text under a role.
+// textBlock is a block of plain text under a role.
 func (p *Provider) textBlock(role string, raw json.RawMessage, s func() string) block {
 	h := hashOf(role, raw)
 	b, _ := p.memo(h, func() (block, error) { return block{hash: h, tokens: p.text(s())}, nil })

@@ -43,6 +43,10 @@ func TestReplicasShareEverything(t *testing.T) {
 		"IMGCTX_STORAGE_SESSIONS=postgres", "IMGCTX_STORAGE_POSTGRES_DSN=" + dsn,
 		"IMGCTX_STORAGE_IMAGES=s3", "IMGCTX_STORAGE_S3_ENDPOINT=" + srv.Endpoint, "IMGCTX_STORAGE_S3_BUCKET=" + bucket,
 		"IMGCTX_STORAGE_S3_PREFIX=imgctx/", "IMGCTX_STORAGE_S3_ACCESS_KEY=" + srv.AccessKey, "IMGCTX_STORAGE_S3_SECRET_KEY=" + srv.SecretKey,
+		// The budget at every turn: the agent's turns then remove images,
+		// decisions the other replica must find (held images would only
+		// leave at a cold cache or the image limit).
+		"IMGCTX_KEEP_HOLD=false",
 	}
 	var a, b *replica
 	t.Cleanup(func() {

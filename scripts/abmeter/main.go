@@ -157,20 +157,8 @@ func post(base, path string, body []byte) (time.Duration, error) {
 }
 
 func run(n int, load time.Duration) {
-	dir, err := os.MkdirTemp("", "abmeter")
-	if err != nil {
-		log.Fatal(err)
-	}
+	dir, bin, up, rp := setup()
 	defer os.RemoveAll(dir)
-	self, _ := os.Executable()
-	listening := regexp.MustCompile(`listening on (http://\S+)`)
-	fmt.Fprintln(os.Stderr, "building imgctx…")
-	bin := filepath.Join(dir, "imgctx")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imgctx").CombinedOutput(); err != nil {
-		log.Fatalf("build: %v\n%s", err, out)
-	}
-	up := start("upstream", exec.Command(self, "-role", "upstream"), listening)
-	rp := start("ReverseProxy", exec.Command(self, "-role", "rproxy", "-target", up.url), listening)
 	gw := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--upstream", up.url)
 	gw.Env = append(os.Environ(), "IMGCTX_DATA_DIR="+filepath.Join(dir, "data"), "IMGCTX_LOG_LEVEL=warn", "IMGCTX_SERVER_MAX_CONCURRENT=1024")
 	ic := start("imgctx", gw, listening)
@@ -257,6 +245,26 @@ func run(n int, load time.Duration) {
 		}
 		fmt.Printf("| %d | %.0f | %.0f | %.0f | %.2f |\n", c, rates[0]/2, rates[1]/2, rates[2]/2, rates[2]/rates[1])
 	}
+}
+
+var listening = regexp.MustCompile(`listening on (http://\S+)`)
+
+// setup builds imgctx into a temporary directory and starts the scripted
+// upstream and a ReverseProxy in front of it.
+func setup() (dir, bin string, up, rp *proc) {
+	dir, err := os.MkdirTemp("", "abmeter")
+	if err != nil {
+		log.Fatal(err)
+	}
+	self, _ := os.Executable()
+	fmt.Fprintln(os.Stderr, "building imgctx…")
+	bin = filepath.Join(dir, "imgctx")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imgctx").CombinedOutput(); err != nil {
+		log.Fatalf("build: %v\n%s", err, out)
+	}
+	up = start("upstream", exec.Command(self, "-role", "upstream"), listening)
+	rp = start("ReverseProxy", exec.Command(self, "-role", "rproxy", "-target", up.url), listening)
+	return dir, bin, up, rp
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -32,20 +31,8 @@ func scaleout(n int, load time.Duration) {
 	}
 	f := strings.SplitN(s3env, ",", 3)
 	bucket := makeBucket(f[0], f[1], f[2])
-	dir, err := os.MkdirTemp("", "abmeter")
-	if err != nil {
-		log.Fatal(err)
-	}
+	dir, bin, up, rp := setup()
 	defer os.RemoveAll(dir)
-	self, _ := os.Executable()
-	listening := regexp.MustCompile(`listening on (http://\S+)`)
-	fmt.Fprintln(os.Stderr, "building imgctx…")
-	bin := filepath.Join(dir, "imgctx")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imgctx").CombinedOutput(); err != nil {
-		log.Fatalf("build: %v\n%s", err, out)
-	}
-	up := start("upstream", exec.Command(self, "-role", "upstream"), listening)
-	rp := start("ReverseProxy", exec.Command(self, "-role", "rproxy", "-target", up.url), listening)
 	gateway := func(name string, env ...string) *proc {
 		cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--upstream", up.url)
 		cmd.Env = append(os.Environ(), append(env, "IMGCTX_DATA_DIR="+filepath.Join(dir, name), "IMGCTX_LOG_LEVEL=warn", "IMGCTX_SERVER_MAX_CONCURRENT=1024")...)

@@ -12,7 +12,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -158,17 +157,6 @@ func (s *Store) now() time.Time {
 	return time.Now().UTC()
 }
 
-type metaJSON struct {
-	Thread   chat.Thread `json:"thread,omitempty"`
-	Model    string      `json:"model,omitempty"`
-	KeepTurn bool        `json:"keep_turn_images,omitempty"`
-}
-
-func encodeMeta(meta session.Meta) string {
-	m, _ := json.Marshal(metaJSON{meta.Thread, meta.Settings.Model, meta.Settings.KeepTurnImages})
-	return string(m)
-}
-
 func (s *Store) Create(ctx context.Context, meta session.Meta) (session.Meta, error) {
 	if err := imagestore.ValidTenant(meta.Tenant); err != nil {
 		return session.Meta{}, err
@@ -180,7 +168,7 @@ func (s *Store) Create(ctx context.Context, meta session.Meta) (session.Meta, er
 	meta.Updated = meta.Created
 	st, _ := session.EncodeState(session.State{})
 	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (tenant, id, created_at, updated_at, meta, state) VALUES ($1, $2, $3, $4, $5, $6)`,
-		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), encodeMeta(meta), string(st))
+		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), session.EncodeMeta(meta), string(st))
 	if err != nil {
 		return session.Meta{}, fmt.Errorf("create session: %w", err)
 	}
@@ -203,12 +191,8 @@ func meta(ctx context.Context, q pgx.Tx, tenant string, id session.ID, forUpdate
 	if err != nil {
 		return session.Meta{}, "", fmt.Errorf("load session: %w", err)
 	}
-	var mj metaJSON
-	if err := json.Unmarshal([]byte(m), &mj); err != nil {
-		return session.Meta{}, "", fmt.Errorf("load session meta: %w", err)
-	}
-	return session.Meta{ID: id, Tenant: tenant, Thread: mj.Thread, Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
-		Created: time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()}, st, nil
+	meta, err := session.DecodeMeta(id, tenant, created, updated, m)
+	return meta, st, err
 }
 
 func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session.Snapshot, error) {
@@ -301,7 +285,7 @@ func (s *Store) SetSettings(ctx context.Context, tenant string, id session.ID, s
 	}
 	m.Settings, m.Updated = st, s.now()
 	if _, err := tx.Exec(ctx, `UPDATE sessions SET meta = $1, updated_at = $2 WHERE tenant = $3 AND id = $4`,
-		encodeMeta(m), m.Updated.UnixNano(), tenant, string(id)); err != nil {
+		session.EncodeMeta(m), m.Updated.UnixNano(), tenant, string(id)); err != nil {
 		return session.Meta{}, fmt.Errorf("set settings: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -323,13 +307,11 @@ func (s *Store) List(ctx context.Context, tenant string) ([]session.Meta, error)
 		if err := rows.Scan(&id, &created, &updated, &m); err != nil {
 			return nil, fmt.Errorf("list sessions: %w", err)
 		}
-		var mj metaJSON
-		if err := json.Unmarshal([]byte(m), &mj); err != nil {
+		meta, err := session.DecodeMeta(session.ID(id), tenant, created, updated, m)
+		if err != nil {
 			return nil, fmt.Errorf("list sessions: %w", err)
 		}
-		out = append(out, session.Meta{ID: session.ID(id), Tenant: tenant, Thread: mj.Thread,
-			Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
-			Created:  time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()})
+		out = append(out, meta)
 	}
 	return out, rows.Err()
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -115,12 +114,6 @@ func (s *Store) now() time.Time {
 	return time.Now().UTC()
 }
 
-type metaJSON struct {
-	Thread   chat.Thread `json:"thread,omitempty"`
-	Model    string      `json:"model,omitempty"`
-	KeepTurn bool        `json:"keep_turn_images,omitempty"`
-}
-
 func (s *Store) Create(ctx context.Context, meta session.Meta) (session.Meta, error) {
 	if err := imagestore.ValidTenant(meta.Tenant); err != nil {
 		return session.Meta{}, err
@@ -130,10 +123,10 @@ func (s *Store) Create(ctx context.Context, meta session.Meta) (session.Meta, er
 	}
 	meta.Created = s.now()
 	meta.Updated = meta.Created
-	m, _ := json.Marshal(metaJSON{meta.Thread, meta.Settings.Model, meta.Settings.KeepTurnImages})
+	m := session.EncodeMeta(meta)
 	st, _ := session.EncodeState(session.State{})
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (tenant, id, created_at, updated_at, meta, state) VALUES (?, ?, ?, ?, ?, ?)`,
-		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), string(m), string(st))
+		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), m, string(st))
 	if err != nil {
 		return session.Meta{}, fmt.Errorf("create session: %w", err)
 	}
@@ -153,12 +146,8 @@ func (s *Store) meta(ctx context.Context, q interface {
 	if err != nil {
 		return session.Meta{}, "", fmt.Errorf("load session: %w", err)
 	}
-	var mj metaJSON
-	if err := json.Unmarshal([]byte(m), &mj); err != nil {
-		return session.Meta{}, "", fmt.Errorf("load session meta: %w", err)
-	}
-	return session.Meta{ID: id, Tenant: tenant, Thread: mj.Thread, Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
-		Created: time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()}, st, nil
+	meta, err := session.DecodeMeta(id, tenant, created, updated, m)
+	return meta, st, err
 }
 
 func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session.Snapshot, error) {
@@ -248,9 +237,9 @@ func (s *Store) SetSettings(ctx context.Context, tenant string, id session.ID, s
 		return session.Meta{}, err
 	}
 	meta.Settings, meta.Updated = st, s.now()
-	m, _ := json.Marshal(metaJSON{meta.Thread, st.Model, st.KeepTurnImages})
+	m := session.EncodeMeta(meta)
 	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET meta = ?, updated_at = ? WHERE tenant = ? AND id = ?`,
-		string(m), meta.Updated.UnixNano(), tenant, string(id)); err != nil {
+		m, meta.Updated.UnixNano(), tenant, string(id)); err != nil {
 		return session.Meta{}, fmt.Errorf("set settings: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
