@@ -64,6 +64,8 @@ type block struct {
 	images int
 	bp     bool          // a cache_control breakpoint
 	ttl    time.Duration // of the breakpoint
+	edge   int           // the longest edge of its images, pixels
+	size   int           // the largest of its images, base64 bytes
 }
 
 // Provider is an in-memory model server speaking Anthropic Messages
@@ -208,6 +210,15 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case lim.MaxImages > 0 && bill.Images > lim.MaxImages:
 		bill.Failed = "images"
 		p.refuseLocked(w, anthropic, 400, "invalid_request_error", fmt.Sprintf("Too much media: 0 document pages + %d images > %d", bill.Images, lim.MaxImages), bill)
+		return
+	case lim.ManyImagesAbove > 0 && bill.Images > lim.ManyImagesAbove && maxOf(blocks, func(b block) int { return b.edge }) > lim.ManyImagesMaxEdge:
+		bill.Failed = "images"
+		p.refuseLocked(w, anthropic, 400, "invalid_request_error", fmt.Sprintf("At least one of the image dimensions exceed max allowed size for many-image requests: %d pixels", lim.ManyImagesMaxEdge), bill)
+		return
+	case lim.MaxImageBytes > 0 && int64(maxOf(blocks, func(b block) int { return b.size })) > lim.MaxImageBytes:
+		bill.Failed = "images"
+		n := maxOf(blocks, func(b block) int { return b.size })
+		p.refuseLocked(w, anthropic, 400, "invalid_request_error", fmt.Sprintf("image exceeds %d MB maximum: %d bytes > %d bytes", lim.MaxImageBytes>>20, n, lim.MaxImageBytes), bill)
 		return
 	case bill.Prompt > p.Profile.ContextWindow:
 		bill.Failed = "overflow"
@@ -418,6 +429,14 @@ func (p *Provider) cachedAt(bs []block, anthropic bool) [32]byte {
 	return prefix[last]
 }
 
+func maxOf(bs []block, f func(block) int) int {
+	m := 0
+	for _, b := range bs {
+		m = max(m, f(b))
+	}
+	return m
+}
+
 func prefixHashes(bs []block) [][32]byte {
 	out := make([][32]byte, len(bs))
 	var h [32]byte
@@ -508,11 +527,13 @@ func imageSize(b64 string) (int, int, error) {
 	return 0, 0, fmt.Errorf("could not process image")
 }
 
-func (p *Provider) imageTokens(b64, detail string) (int, error) {
+// imageTokens prices one image and notes its size in the block.
+func (p *Provider) imageTokens(b64, detail string, b *block) (int, error) {
 	w, h, err := imageSize(b64)
 	if err != nil {
 		return 0, err
 	}
+	b.edge, b.size = max(b.edge, w, h), max(b.size, len(b64))
 	return tokens.ImageTokens(p.Profile, w, h, detail)
 }
 
@@ -637,12 +658,12 @@ func (p *Provider) anthropicBlock(role string, raw json.RawMessage) (block, erro
 		}
 		b.hash = hashOf(role, c)
 		b.images = strings.Count(string(c), `"type":"image"`)
-		b.tokens, err = p.anthropicTokens(part)
+		b.tokens, err = p.anthropicTokens(part, &b)
 		return b, err
 	})
 }
 
-func (p *Provider) anthropicTokens(part anthropicPart) (int, error) {
+func (p *Provider) anthropicTokens(part anthropicPart, b *block) (int, error) {
 	switch part.Type {
 	case "text":
 		return p.text(part.Text), nil
@@ -650,7 +671,7 @@ func (p *Provider) anthropicTokens(part anthropicPart) (int, error) {
 		if part.Source == nil || part.Source.Type != "base64" {
 			return 0, fmt.Errorf("image source: only base64 is emulated")
 		}
-		return p.imageTokens(part.Source.Data, "")
+		return p.imageTokens(part.Source.Data, "", b)
 	case "tool_use":
 		return p.text(part.Name) + p.text(string(part.Input)), nil
 	case "tool_result":
@@ -665,7 +686,7 @@ func (p *Provider) anthropicTokens(part anthropicPart) (int, error) {
 		}
 		t := 0
 		for _, in := range inner {
-			n, err := p.anthropicTokens(in)
+			n, err := p.anthropicTokens(in, b)
 			if err != nil {
 				return 0, err
 			}
@@ -694,8 +715,10 @@ func (p *Provider) openaiBlocks(body []byte) ([]block, int, error) {
 	for _, raw := range req.Messages {
 		h := hashOf("message", raw)
 		b, err := p.memo(h, func() (block, error) {
-			n, err := p.openaiTokens(raw)
-			return block{hash: h, tokens: n + messageFraming, images: strings.Count(string(raw), `"type":"image_url"`)}, err
+			b := block{hash: h, images: strings.Count(string(raw), `"type":"image_url"`)}
+			n, err := p.openaiTokens(raw, &b)
+			b.tokens = n + messageFraming
+			return b, err
 		})
 		if err != nil {
 			return nil, 0, err
@@ -705,7 +728,7 @@ func (p *Provider) openaiBlocks(body []byte) ([]block, int, error) {
 	return out, req.MaxTokens, nil
 }
 
-func (p *Provider) openaiTokens(raw json.RawMessage) (int, error) {
+func (p *Provider) openaiTokens(raw json.RawMessage, b *block) (int, error) {
 	var m struct {
 		Content   json.RawMessage `json:"content"`
 		ToolCalls json.RawMessage `json:"tool_calls"`
@@ -739,7 +762,7 @@ func (p *Provider) openaiTokens(raw json.RawMessage) (int, error) {
 			if !ok {
 				return 0, fmt.Errorf("image_url: only data URLs are emulated")
 			}
-			n, err := p.imageTokens(data, part.ImageURL.Detail)
+			n, err := p.imageTokens(data, part.ImageURL.Detail, b)
 			if err != nil {
 				return 0, err
 			}

@@ -232,4 +232,27 @@ func TestImagesAreCountedAndLimited(t *testing.T) {
 	if !bytes.Contains([]byte(raw), []byte(`"request_id"`)) {
 		t.Fatalf("not the documented error shape: %s", raw)
 	}
+
+	// The many-image rule: past 20 images, none may pass 2000 pixels.
+	g.p.Width, g.p.Height = 2400, 1000
+	wide := g.image("user")
+	many := claudeLike
+	many.Limits = tokens.Limits{MaxImages: 100, ManyImagesAbove: 20, ManyImagesMaxEdge: 2000, MaxImageBytes: 5 << 20}
+	p = NewProvider(many, NewClock(), nil)
+	one = `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + wide.B64 + `"}}`
+	if status, _, raw := call(t, p, "/v1/messages", body(20)); status != 200 {
+		t.Fatalf("20 images of 2400 px: %d %s; the rule starts past 20", status, raw)
+	}
+	status, _, raw = call(t, p, "/v1/messages", body(21))
+	if status != 400 || !strings.Contains(raw, "exceed max allowed size for many-image requests: 2000 pixels") {
+		t.Fatalf("21 images of 2400 px: %d %s", status, raw)
+	}
+	// And no image past 5 MB.
+	g.p.Width, g.p.Height, g.p.ImageKB = 2400, 2400, 5200
+	big := g.image("user")
+	one = `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + big.B64 + `"}}`
+	status, _, raw = call(t, p, "/v1/messages", body(1))
+	if status != 400 || !strings.Contains(raw, "image exceeds 5 MB maximum") {
+		t.Fatalf("a %d-byte image: %d %.300s", len(big.B64), status, raw)
+	}
 }

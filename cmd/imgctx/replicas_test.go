@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/internal/testsvc"
 )
 
@@ -69,10 +70,11 @@ func TestReplicasShareEverything(t *testing.T) {
 	})
 	a, b = startReplica(t, bin, env), startReplica(t, bin, env)
 
+	var uploaded struct{ Ref string }
 	t.Run("an image uploaded to one is served by the other", func(t *testing.T) {
 		shot := screenshot(1)
-		var up struct{ Ref string }
-		postJSON(t, a.url+"/v1/images", "image/png", shot, &up)
+		up := &uploaded
+		postJSON(t, a.url+"/v1/images", "image/png", shot, up)
 		resp, err := http.Get(b.url + "/v1/images/" + up.Ref)
 		if err != nil {
 			t.Fatal(err)
@@ -111,6 +113,44 @@ func TestReplicasShareEverything(t *testing.T) {
 		}
 		if markers == 0 {
 			t.Fatal("no image was ever removed: the script does not exercise the decisions")
+		}
+	})
+
+	t.Run("store gc and migrate run on the shared stores", func(t *testing.T) {
+		var s struct{ ID string }
+		postJSON(t, a.url+"/v1/sessions", "application/json", []byte(`{"model":"claude-sonnet-4-6"}`), &s)
+		pasted := base64.StdEncoding.EncodeToString(screenshot(999))
+		postJSON(t, b.url+"/v1/sessions/"+s.ID+"/turn", "application/json",
+			[]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,`+pasted+`"}}]}]}`), nil)
+		cli := func(args ...string) string {
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), append(env, "IMGCTX_DATA_DIR="+t.TempDir())...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("imgctx %v: %v\n%s", args, err, out)
+			}
+			return string(out)
+		}
+		if out := cli("migrate"); !strings.Contains(out, "the postgres session store is up to date") {
+			t.Fatalf("migrate: %s", out)
+		}
+		out := cli("store", "gc", "--older-than", "1ns")
+		if !strings.Contains(out, "kept 1 still used by a session") {
+			t.Fatalf("gc: %s", out)
+		}
+		get := func(ref string) int {
+			resp, err := http.Get(a.url + "/v1/images/" + ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if code := get(uploaded.Ref); code != 404 {
+			t.Fatalf("an image no session uses is still served after gc: %d", code)
+		}
+		if code := get(blob.Of(screenshot(999)).String()); code != 200 {
+			t.Fatalf("the image a session's live context holds was collected: %d", code)
 		}
 	})
 

@@ -14,8 +14,8 @@ import (
 // profile, every policy, the serve defaults' engine. What issue "Proof of
 // value" asks of the imgctx row there, checked on the report itself.
 func TestSimulateDefaultScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("two full simulations")
+	if testing.Short() || raceEnabled {
+		t.Skip("two full simulations, sequential: nothing for the race detector, ten times slower under it")
 	}
 	r := imgctx(t, "simulate")
 	if r.code != 0 {
