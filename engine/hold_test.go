@@ -1,0 +1,43 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/upstream"
+)
+
+// The sessions API holds as the proxy does (KeepConfig.Hold, a cache that
+// bills writes): screenshots over the budget stay kept while the cache is
+// warm, and the first turn that starts with it cold applies the budget in
+// one batch. Without Hold the budget applies as each image is measured.
+func TestHoldKeepsOverTheBudgetUntilTheCacheIsCold(t *testing.T) {
+	for _, hold := range []bool{true, false} {
+		const window = 15000 // keep budget 1,500: room for one 1,334-token screenshot
+		r := newRig(t, upstream.Anthropic, window)
+		r.up.profile.Cache.Breakpoints = 4 // Anthropic's cache, which bills writes
+		r.engine = r.open(t)
+		now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+		r.engine.Now = func() time.Time { return now }
+		r.engine.Keep.Hold = hold
+		id := r.session(t, true)
+		for i := range 3 {
+			r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: "ok"})
+			turn(t, r, id, "look", screenshot(1280, 800, uint8(40+i)))
+			now = now.Add(30 * time.Second)
+		}
+		kept := len(keptImages(r.live(t, id).Live))
+		if hold && kept != 3 || !hold && kept != 1 {
+			t.Fatalf("hold %v: %d kept after three warm turns; want %d", hold, kept, map[bool]int{true: 3, false: 1}[hold])
+		}
+		if !hold {
+			continue
+		}
+		now = now.Add(10 * time.Minute) // past the cache TTL
+		r.up.replies = append(r.up.replies, reply{text: "back"})
+		r.call(t, id, user("still there?"))
+		if n := len(keptImages(r.live(t, id).Live)); n != 0 || !hasEvent(r.events, "removed", "budget") {
+			t.Fatalf("cold turn start: %d still kept; want the budget's low-water mark (750 tokens: none) in one batch", n)
+		}
+	}
+}
