@@ -51,9 +51,9 @@ type toolLoop struct {
 	turns, shotsPerTurn, idleEvery int
 }
 
-func (s toolLoop) run(b *testing.B, lowWater float64, direct func([]byte) []byte) *pricedUpstream {
+func (s toolLoop) run(b *testing.B, lowWater float64, hold bool, direct func([]byte) []byte) *pricedUpstream {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	rig := &agentRig{profile: agentProfile(200_000), sessions: &session.Mem{}, lowWater: lowWater, clock: func() time.Time { return now }}
+	rig := &agentRig{profile: agentProfile(200_000), sessions: &session.Mem{}, lowWater: lowWater, hold: hold, clock: func() time.Time { return now }}
 	rig.images = newAgentRig(b, 200_000, rig.sessions).images
 	rig.up = newPriced(b, rig.profile)
 	rig.restart(b)
@@ -100,21 +100,23 @@ func BenchmarkToolLoopCache(b *testing.B) {
 	policies := []struct {
 		name     string
 		lowWater float64
+		hold     bool
 		direct   func([]byte) []byte
 	}{
-		{"imgctx low_water=0.5", 0.5, nil},
-		{"imgctx low_water=0.25", 0.25, nil},
-		{"imgctx low_water=0.75", 0.75, nil},
-		{"imgctx low_water=0.9", 0.9, nil},
-		{"keep newest 3", 0, keepNewest(3)},
-		{"keep everything", 0, func(b []byte) []byte { return b }},
+		{"imgctx keep.hold", 0.5, true, nil},
+		{"imgctx low_water=0.5", 0.5, false, nil},
+		{"imgctx low_water=0.25", 0.25, false, nil},
+		{"imgctx low_water=0.75", 0.75, false, nil},
+		{"imgctx low_water=0.9", 0.9, false, nil},
+		{"keep newest 3", 0, false, keepNewest(3)},
+		{"keep everything", 0, false, func(b []byte) []byte { return b }},
 	}
 	for _, sc := range scenarios {
 		for _, p := range policies {
 			b.Run(sc.name+"/"+p.name, func(b *testing.B) {
 				var up *pricedUpstream
 				for range b.N {
-					up = sc.loop.run(b, p.lowWater, p.direct)
+					up = sc.loop.run(b, p.lowWater, p.hold, p.direct)
 				}
 				b.ReportMetric(float64(up.answered), "requests")
 				b.ReportMetric(float64(up.breaks), "prefix_breaks")
