@@ -128,8 +128,8 @@ var palette = map[string]struct{ color, dash string }{
 // steps: the cumulative cost, and the size of each step's prompt (the
 // window drawn across), one line per policy, with a legend.
 func (r *Report) WriteSVG(w io.Writer) error {
-	const width, chartH, left, right, top = 900, 260, 80, 170, 40
-	height := top + 2*chartH + 90
+	const width, chartH, left, right, top = 940, 260, 80, 210, 40
+	height := top + 2*chartH + 110
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%d" y="22" font-size="15" font-weight="bold">%s on %s: %d steps, %d images</text>`+"\n",
@@ -144,7 +144,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 			func(v float64) string { return thousands(int64(v)) }},
 	}
 	for c, ch := range charts {
-		y0 := top + c*(chartH+45)
+		y0 := top + c*(chartH+60)
 		plotW, plotH := width-left-right, chartH-30
 		maxV := 0.0
 		for _, p := range r.Policies {
@@ -163,7 +163,17 @@ func (r *Report) WriteSVG(w io.Writer) error {
 			fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
 				left, left+plotW, y, y, left-6, y+4, ch.unit(v))
 		}
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#333"/><text x="%d" y="%d" text-anchor="end">step</text>`+"\n", left, left+plotW, base, base, left+plotW, base+16)
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#333"/>`+"\n", left, left+plotW, base, base)
+		for i := 0; i <= 4; i++ {
+			x := float64(left) + float64(plotW)*float64(i)/4
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%d</text>`+"\n", x, base+15, r.Steps*i/4)
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">step</text>`+"\n", left+plotW, base+30)
+		if c == 1 && r.Window > 0 && float64(r.Window) <= maxV {
+			y := float64(base) - float64(plotH)*float64(r.Window)/maxV
+			fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#000" stroke-dasharray="1,3"/><text x="%d" y="%.1f">window %s</text>`+"\n",
+				left, left+plotW, y, y, left+4, y-4, thousands(int64(r.Window)))
+		}
 		for _, p := range r.Policies {
 			st := palette[p.Policy]
 			var pts []string

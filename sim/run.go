@@ -54,6 +54,7 @@ type Report struct {
 	Profile     string         `json:"profile"`
 	Format      string         `json:"format"`
 	Steps       int            `json:"steps"`
+	Window      int            `json:"context_window"`
 	Images      int            `json:"distinct_images"`
 	Occurrences int            `json:"image_attachments"`
 	Prices      tokens.Prices  `json:"prices_per_mtok"`
@@ -146,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.CompactAt = 0.9
 	}
 	w := cfg.Workload
-	rep := &Report{Workload: w.Name, Model: cfg.Model, Profile: cfg.Profile.Name, Format: format, Steps: len(w.Steps),
+	rep := &Report{Workload: w.Name, Model: cfg.Model, Profile: cfg.Profile.Name, Format: format, Steps: len(w.Steps), Window: cfg.Profile.ContextWindow,
 		Images: len(w.Images), Occurrences: w.Occurrences, Prices: *cfg.Profile.Prices}
 	counts := &Counts{}
 	for _, name := range cfg.Policies {
