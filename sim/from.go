@@ -197,14 +197,20 @@ func fromRequests(data []byte, think time.Duration) (*Workload, error) {
 			reset = true
 		}
 		var add []Msg
+		afterTool := false
 		for _, raw := range req.Messages[from:] {
 			m, ok, err := im.wireMessage(raw)
 			if err != nil {
 				return nil, fmt.Errorf("--from line %d: %v", line, err)
 			}
-			if ok {
-				add = append(add, m)
+			if !ok {
+				continue
 			}
+			if afterTool && m.Role == "user" && onlyImages(m) {
+				m.Human = false // OpenAI Chat: the screenshot a tool message could not hold
+			}
+			afterTool = len(m.Parts) > 0 && m.Parts[0].Result != nil
+			add = append(add, m)
 		}
 		st := Step{Think: think, Add: add, Reset: reset && len(w.Steps) > 0}
 		if len(w.Steps) == 0 {
@@ -223,6 +229,15 @@ func fromRequests(data []byte, think time.Duration) (*Workload, error) {
 }
 
 var cacheControl = regexp.MustCompile(`,?"cache_control":\{[^{}]*\}`)
+
+func onlyImages(m Msg) bool {
+	for _, p := range m.Parts {
+		if p.Image == nil {
+			return false
+		}
+	}
+	return len(m.Parts) > 0
+}
 
 func equalStrings(a, b []string) bool {
 	for i := range a {

@@ -139,19 +139,29 @@ func TestReplayFromFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines bytes.Buffer
-	var transcript []Msg
-	for _, st := range w.Steps[:12] {
-		transcript = append(transcript, st.Add...)
-		lines.Write(render("anthropic", "claude-sonnet-4-6", w.System, w.Tools, transcript, false))
-		lines.WriteByte('\n')
-	}
-	rec, err := FromFile(&lines, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rec.Steps) != 12 || rec.System != w.System || countImages(flatten(rec.Steps)) != countImages(flatten(w.Steps[:12])) {
-		t.Fatalf("replayed %d steps, %d images; recorded 12 steps, %d images", len(rec.Steps), countImages(flatten(rec.Steps)), countImages(flatten(w.Steps[:12])))
+	var rec *Workload
+	for _, format := range []string{"openai", "anthropic"} {
+		var lines bytes.Buffer
+		var transcript []Msg
+		for _, st := range w.Steps[:12] {
+			transcript = append(transcript, st.Add...)
+			lines.Write(render(format, "claude-sonnet-4-6", w.System, w.Tools, transcript, false))
+			lines.WriteByte('\n')
+		}
+		rec, err = FromFile(&lines, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		humans := 0
+		for _, m := range flatten(rec.Steps) {
+			if m.Human {
+				humans++
+			}
+		}
+		if len(rec.Steps) != 12 || rec.System != w.System || countImages(flatten(rec.Steps)) != countImages(flatten(w.Steps[:12])) || humans != 2 {
+			t.Fatalf("%s: replayed %d steps, %d images, %d human messages; recorded 12 steps, %d images, 2 human messages",
+				format, len(rec.Steps), countImages(flatten(rec.Steps)), humans, countImages(flatten(w.Steps[:12])))
+		}
 	}
 	rep := run(t, rec, sonnet(t), engine.Config{}, "naive", "imgctx")
 	if row(rep, "imgctx").Requests != 12 || row(rep, "naive").ImagesMean == 0 {
