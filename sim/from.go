@@ -40,7 +40,7 @@ func FromFile(r io.Reader, think time.Duration) (*Workload, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--from: %w", err)
 		}
-		return fromExport(snap), nil
+		return fromExport(snap)
 	case probe.Messages != nil:
 		return fromRequests(data, think)
 	}
@@ -69,7 +69,11 @@ func (im *images) get(key string, make func() *Image) *Image {
 	return i
 }
 
-func fromExport(snap session.Snapshot) *Workload {
+// maxSynthPixels bounds the images an export makes us draw: its sizes are
+// data, and a PNG of them is allocated whole.
+const maxSynthPixels = 40_000_000
+
+func fromExport(snap session.Snapshot) (*Workload, error) {
 	w := &Workload{Name: "from " + string(snap.Meta.ID), Tools: "[]"}
 	im := &images{w: w, seen: map[string]*Image{}, g: &gen{rng: newRand(1)}}
 	var pending []Msg
@@ -102,7 +106,11 @@ func fromExport(snap session.Snapshot) *Workload {
 		if m.Role == chat.Assistant {
 			msg.Role = "assistant"
 		}
-		msg.Parts = im.parts(m.Parts)
+		parts, err := im.parts(m.Parts)
+		if err != nil {
+			return nil, fmt.Errorf("--from: entry %d: %w", e.Seq, err)
+		}
+		msg.Parts = parts
 		for _, p := range msg.Parts {
 			if p.Result != nil {
 				msg.Human = false
@@ -118,16 +126,19 @@ func fromExport(snap session.Snapshot) *Workload {
 			break
 		}
 	}
-	return w
+	return w, nil
 }
 
-func (im *images) parts(ps []chat.Part) []Part {
+func (im *images) parts(ps []chat.Part) ([]Part, error) {
 	var out []Part
 	for _, p := range ps {
 		switch p := p.(type) {
 		case chat.Text:
 			out = append(out, Part{Text: p.Text})
 		case chat.Image:
+			if p.Width <= 0 || p.Height <= 0 || int64(p.Width)*int64(p.Height) > maxSynthPixels {
+				return nil, fmt.Errorf("image %s is %d×%d: replayed images are drawn at their recorded size, 1 to %d pixels", p.Ref, p.Width, p.Height, maxSynthPixels)
+			}
 			origin := "user"
 			if p.Origin == chat.FromTool {
 				origin = "tool"
@@ -145,14 +156,18 @@ func (im *images) parts(ps []chat.Part) []Part {
 			}
 			out = append(out, Part{Call: &Call{ID: p.ID, Name: p.Name, Input: args}})
 		case chat.ToolResult:
-			out = append(out, Part{Result: &Result{CallID: p.CallID, Parts: im.parts(p.Parts)}})
+			inner, err := im.parts(p.Parts)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Part{Result: &Result{CallID: p.CallID, Parts: inner}})
 		case chat.Marker:
 			out = append(out, Part{Text: p.String()})
 		case chat.Summary:
 			out = append(out, Part{Text: p.Text})
 		}
 	}
-	return out
+	return out, nil
 }
 
 // fromRequests reads request bodies, one a line: each step appends what a

@@ -199,3 +199,18 @@ func flatten(steps []Step) []Msg {
 	}
 	return out
 }
+
+// A recorded file is data: whatever it holds, FromFile answers a workload
+// or an error, never a panic, and never draws an image past the bound.
+func FuzzFromFile(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB"}}]}]}`))
+	f.Add([]byte(`{"type":"session","version":1,"id":"s_1","tenant":"default"}` + "\n" + `{"type":"state","state":{"version":1}}`))
+	f.Add([]byte(`{"messages":[{"role":"tool","content":null},{"role":"assistant","tool_calls":[{"id":"c"}]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w, err := FromFile(bytes.NewReader(data), time.Second)
+		if err == nil && w == nil {
+			t.Fatal("no workload and no error")
+		}
+	})
+}
