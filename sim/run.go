@@ -43,6 +43,9 @@ type Config struct {
 	// Engine configures the imgctx and ephemeral rows' engine (the
 	// gateway's defaults: internal/config).
 	Engine engine.Config
+	// KeepOff turns keep-turn-images off for the imgctx row too, as
+	// proxy.keep_turn_images: false does for serve.
+	KeepOff bool
 	// Progress, when set, is called after each request.
 	Progress func(policy string, step, steps int)
 }
@@ -204,7 +207,7 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 					r.removed[string(ev.Reason)]++
 				}
 			}}
-		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.policy == "ephemeral"}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
+		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.policy == "ephemeral" || r.cfg.KeepOff}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
 	}
 	w := r.cfg.Workload
 	type stepInfo struct {

@@ -93,7 +93,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 			}
 			prog := newProgress(a.stderr)
 			rep, err := sim.Run(cmd.Context(), sim.Config{Workload: w, Model: model, Profile: profile, Policies: list,
-				N: n, KeepNewest: keepNewest, CompactAt: compactAt, Engine: engineConfig(a.cfg),
+				N: n, KeepNewest: keepNewest, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages,
 				Progress: func(policy string, step, steps int) { prog.update("simulate: %s, step %d of %d", policy, step, steps) }})
 			prog.done()
 			if err != nil {
