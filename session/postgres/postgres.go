@@ -37,6 +37,13 @@ type Store struct {
 	// in flight, apart from the queries' pool: turns waiting on locks can
 	// never take every connection the turn holding one needs.
 	locks *pgxpool.Pool
+	// proxied writes the decisions of proxied conversations with
+	// synchronous_commit off: visible to every replica at commit, durable
+	// across a crash of imgctx, and a proxied request does not wait for
+	// the server's WAL flush; a crash of PostgreSQL itself may lose the
+	// last few, which costs a measurement, never a message (as the SQLite
+	// store's synchronous=NORMAL writes).
+	proxied *pgxpool.Pool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -60,6 +67,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	lockCfg := cfg.Copy()
 	lockCfg.MaxConns = max(cfg.MaxConns, 64)
+	fastCfg := cfg.Copy()
+	if fastCfg.ConnConfig.RuntimeParams == nil {
+		fastCfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	fastCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("session database: %s", redact(err))
@@ -73,7 +85,13 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("session database: %s", redact(err))
 	}
-	return &Store{pool: pool, locks: locks}, nil
+	fast, err := pgxpool.NewWithConfig(ctx, fastCfg)
+	if err != nil {
+		pool.Close()
+		locks.Close()
+		return nil, fmt.Errorf("session database: %s", redact(err))
+	}
+	return &Store{pool: pool, locks: locks, proxied: fast}, nil
 }
 
 // redact keeps a connection error's reason without the DSN pgx may quote.
@@ -370,7 +388,7 @@ func (s *Store) SaveProxied(ctx context.Context, tenant, key string, p session.P
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO proxied (tenant, key, updated_at, state) VALUES ($1, $2, $3, $4)
+	_, err = s.proxied.Exec(ctx, `INSERT INTO proxied (tenant, key, updated_at, state) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (tenant, key) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state`,
 		tenant, key, s.now().UnixNano(), string(b))
 	if err != nil {
@@ -395,6 +413,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the pool.
 func (s *Store) Close() error {
+	s.proxied.Close()
 	s.locks.Close()
 	s.pool.Close()
 	return nil

@@ -151,3 +151,21 @@ func TestOpenErrorsHideThePassword(t *testing.T) {
 		}
 	}
 }
+
+// Proxied decisions are written without waiting for the WAL flush (as the
+// SQLite store's synchronous=NORMAL); sessions and their log keep the
+// server's full durability.
+func TestProxiedWritesSkipTheWALWait(t *testing.T) {
+	s := open(t, testsvc.Schema(t))
+	ctx := context.Background()
+	var fast, full string
+	if err := s.proxied.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&fast); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&full); err != nil {
+		t.Fatal(err)
+	}
+	if fast != "off" || full != "on" {
+		t.Fatalf("synchronous_commit: proxied %q, sessions %q; want off and on", fast, full)
+	}
+}
