@@ -182,12 +182,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var blocks []block
-	var maxTokens int
 	var err error
 	if anthropic {
-		blocks, maxTokens, err = p.anthropicBlocks(body)
+		blocks, err = p.anthropicBlocks(body)
 	} else {
-		blocks, maxTokens, err = p.openaiBlocks(body)
+		blocks, err = p.openaiBlocks(body)
 	}
 	if err != nil {
 		p.refuse(w, anthropic, 400, "invalid_request_error", err.Error(), Bill{Kind: kind, Failed: "invalid", Bytes: len(body)})
@@ -200,7 +199,6 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		bill.Prompt += b.tokens
 		bill.Images += b.images
 	}
-	_ = maxTokens
 	lim := p.Profile.Limits
 	switch {
 	case lim.MaxRequestBytes > 0 && int64(len(body)) > lim.MaxRequestBytes:
@@ -541,15 +539,14 @@ func (p *Provider) text(s string) int { return tokens.CounterFor(p.Profile.Token
 
 // anthropicBlocks reads a Messages request into its cacheable blocks:
 // tools, system, then every content block of every message.
-func (p *Provider) anthropicBlocks(body []byte) ([]block, int, error) {
+func (p *Provider) anthropicBlocks(body []byte) ([]block, error) {
 	var req struct {
-		MaxTokens int               `json:"max_tokens"`
-		Tools     json.RawMessage   `json:"tools"`
-		System    json.RawMessage   `json:"system"`
-		Messages  []json.RawMessage `json:"messages"`
+		Tools    json.RawMessage   `json:"tools"`
+		System   json.RawMessage   `json:"system"`
+		Messages []json.RawMessage `json:"messages"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	var out []block
 	if len(req.Tools) > 0 {
@@ -561,12 +558,12 @@ func (p *Provider) anthropicBlocks(body []byte) ([]block, int, error) {
 		} else {
 			var parts []json.RawMessage
 			if err := json.Unmarshal(req.System, &parts); err != nil {
-				return nil, 0, fmt.Errorf("system: %v", err)
+				return nil, fmt.Errorf("system: %v", err)
 			}
 			for _, raw := range parts {
 				b, err := p.anthropicBlock("system", raw)
 				if err != nil {
-					return nil, 0, err
+					return nil, err
 				}
 				out = append(out, b)
 			}
@@ -576,7 +573,7 @@ func (p *Provider) anthropicBlocks(body []byte) ([]block, int, error) {
 	for _, raw := range req.Messages {
 		bs, err := p.message(raw, func() ([]block, error) { return p.anthropicMessage(raw) })
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		out = append(out, bs...)
 	}
@@ -586,9 +583,9 @@ func (p *Provider) anthropicBlocks(body []byte) ([]block, int, error) {
 		}
 	}
 	if bps > 4 {
-		return nil, 0, fmt.Errorf("A maximum of 4 blocks with cache_control may be provided. Found %d.", bps)
+		return nil, fmt.Errorf("A maximum of 4 blocks with cache_control may be provided. Found %d.", bps)
 	}
-	return out, req.MaxTokens, nil
+	return out, nil
 }
 
 // anthropicMessage reads one message's content blocks; the first carries
@@ -699,14 +696,13 @@ func (p *Provider) anthropicTokens(part anthropicPart, b *block) (int, error) {
 
 // openaiBlocks reads a Chat Completions request: one block per message
 // (its content parts are one prefix unit), tools first.
-func (p *Provider) openaiBlocks(body []byte) ([]block, int, error) {
+func (p *Provider) openaiBlocks(body []byte) ([]block, error) {
 	var req struct {
-		MaxTokens int               `json:"max_tokens"`
-		Tools     json.RawMessage   `json:"tools"`
-		Messages  []json.RawMessage `json:"messages"`
+		Tools    json.RawMessage   `json:"tools"`
+		Messages []json.RawMessage `json:"messages"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	var out []block
 	if len(req.Tools) > 0 {
@@ -721,11 +717,11 @@ func (p *Provider) openaiBlocks(body []byte) ([]block, int, error) {
 			return b, err
 		})
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		out = append(out, b)
 	}
-	return out, req.MaxTokens, nil
+	return out, nil
 }
 
 func (p *Provider) openaiTokens(raw json.RawMessage, b *block) (int, error) {

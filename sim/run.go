@@ -253,7 +253,7 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 	var dollars float64
 	var writes, imageRewrites, read, prompt int64
 	var imagesSum, imagesN int
-	for i, st := range steps {
+	for _, st := range steps {
 		for _, bi := range st.bills {
 			b := bills[bi]
 			pr.Requests++
@@ -301,7 +301,6 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 				}
 			}
 		}
-		_ = i
 		pr.Series = append(pr.Series, Point{Dollars: dollars, Context: ctxTokens})
 	}
 	pr.Dollars = dollars
