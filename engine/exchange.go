@@ -21,6 +21,8 @@ func (c *call) exchange(ctx context.Context) (*Result, error) {
 	if err := c.relieve(ctx); err != nil {
 		return nil, err
 	}
+	live, removed := policy.ImageLimit(c.st.Live, c.profile.Limits.MaxImages, c.e.lowWater(), reason.ProviderLimit)
+	c.evicted(live, removed)
 	var resp *response
 	var err error
 	netStep := 0 // 0 nothing done, 1 images removed, 2 compacted

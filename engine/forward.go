@@ -344,18 +344,10 @@ func (f *Forwarded) relieve(live []chat.Message) []chat.Message {
 	return live
 }
 
-// imageLimit keeps the request under the provider's image count: past it,
-// the oldest kept images leave in one batch, down to the low-water share
-// of the limit, rather than one a request at the limit (which would break
-// the cached prefix on every request).
+// imageLimit keeps the request under the provider's image count, in
+// batches (policy.ImageLimit).
 func (f *Forwarded) imageLimit(live []chat.Message) []chat.Message {
-	limit := f.r.Profile.Limits.MaxImages
-	n := 0
-	eachImage(live, func(pos, chat.Image) { n++ })
-	if limit <= 0 || n <= limit {
-		return live
-	}
-	live, removed := policy.EvictOldest(live, n-int(f.e.lowWater()*float64(limit)), reason.ProviderLimit)
+	live, removed := policy.ImageLimit(live, f.r.Profile.Limits.MaxImages, f.e.lowWater(), reason.ProviderLimit)
 	if len(removed) > 0 {
 		f.removed(removed)
 		f.kt.InvalidateBase()

@@ -41,3 +41,35 @@ func TestHoldKeepsOverTheBudgetUntilTheCacheIsCold(t *testing.T) {
 		}
 	}
 }
+
+// Past the provider's image count the oldest kept images leave in one
+// batch, down to half the limit, as on the proxy path.
+func TestImageLimitEvictsInOneBatch(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 200_000)
+	r.up.profile.Limits.MaxImages = 4
+	r.engine = r.open(t)
+	id := r.session(t, true)
+	var counts []int
+	for i := range 7 {
+		r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: "ok"})
+		turn(t, r, id, "look", screenshot(1280, 800, uint8(60+i)))
+		counts = append(counts, r.up.imageTokens[len(r.up.imageTokens)-1]/1334)
+	}
+	drops, removed := 0, 0
+	for i, n := range counts {
+		if n > 4 {
+			t.Fatalf("request with %d images; the limit is 4 (%v)", n, counts)
+		}
+		if i > 0 && n < counts[i-1] {
+			drops++
+		}
+	}
+	for _, e := range r.events {
+		if e.Kind == "removed" && e.Reason == "provider_limit" {
+			removed++
+		}
+	}
+	if drops != 1 || removed != 3 {
+		t.Fatalf("images per request %v, %d removed for the limit: want one batch of 3 (5 images down to 2)", counts, removed)
+	}
+}

@@ -77,3 +77,23 @@ func EvictOldest(msgs []chat.Message, n int, why reason.Code) ([]chat.Message, [
 	})
 	return out, removed
 }
+
+// ImageLimit keeps a request under a provider's image count: past limit,
+// the oldest kept images leave in one batch, down to lowWater of the limit,
+// each with why — rather than one a request at the limit, which would
+// break the cached prefix on every request. limit 0 means none.
+func ImageLimit(msgs []chat.Message, limit int, lowWater float64, why reason.Code) ([]chat.Message, []Removal) {
+	n := 0
+	for _, m := range msgs {
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			if _, ok := p.(chat.Image); ok {
+				n++
+			}
+			return true
+		})
+	}
+	if limit <= 0 || n <= limit {
+		return msgs, nil
+	}
+	return EvictOldest(msgs, n-int(lowWater*float64(limit)), why)
+}
