@@ -23,7 +23,9 @@ func newStoreCmd(a *app) *cobra.Command {
 		Use:   "store",
 		Short: "Manage the image store: put, get, stat, verify, gc",
 		Long: "The image store keeps each image once, by the SHA-256 of its bytes, under\n" +
-			"<data-dir>/images (docs/format.md). With --encrypt-key-file every blob is sealed with AES-256-GCM.",
+			"<data-dir>/images, or in the S3 bucket storage.s3.* names when storage.images is s3 (docs/format.md).\n" +
+			"With --encrypt-key-file every blob is sealed with AES-256-GCM. gc keeps what the sessions of the\n" +
+			"configured session store (SQLite or PostgreSQL) still use.",
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("encrypt-key-file") {
 				a.flagOverrides["store.encrypt_key_file"] = keyFile
