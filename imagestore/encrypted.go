@@ -107,7 +107,7 @@ func (e *Encrypted) open(ref blob.Ref, sealed []byte) ([]byte, error) {
 
 // Put seals data and stores it; an identical blob already stored is only touched.
 func (e *Encrypted) Put(ctx context.Context, tenant string, ref blob.Ref, data []byte) error {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return err
 	}
 	if sealed, err := e.inner.Get(ctx, tenant, ref); err == nil && sealed[0] == e.current.Version {

@@ -76,7 +76,7 @@ func (s *FS) path(tenant string, ref blob.Ref) string {
 // Put writes data durably under ref. When a valid blob is already there,
 // Put only refreshes its date.
 func (s *FS) Put(ctx context.Context, tenant string, ref blob.Ref, data []byte) error {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -213,7 +213,7 @@ func (s *FS) read(path string) ([]byte, error) {
 
 // Get returns the payload under ref, checked against its stored digest.
 func (s *FS) Get(ctx context.Context, tenant string, ref blob.Ref) ([]byte, error) {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -228,7 +228,7 @@ func (s *FS) Get(ctx context.Context, tenant string, ref blob.Ref) ([]byte, erro
 
 // Stat describes the blob under ref from the file's metadata.
 func (s *FS) Stat(_ context.Context, tenant string, ref blob.Ref) (Info, error) {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return Info{}, err
 	}
 	fi, err := os.Stat(s.path(tenant, ref))
@@ -247,7 +247,7 @@ func fsInfo(ref blob.Ref, fi fs.FileInfo) Info {
 
 // Touch sets the blob's modification time to now.
 func (s *FS) Touch(_ context.Context, tenant string, ref blob.Ref) error {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return err
 	}
 	if err := s.touchPath(s.path(tenant, ref)); err != nil {
@@ -267,7 +267,7 @@ func (s *FS) touchPath(path string) error {
 
 // Delete removes the blob under ref.
 func (s *FS) Delete(_ context.Context, tenant string, ref blob.Ref) error {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return err
 	}
 	err := os.Remove(s.path(tenant, ref))

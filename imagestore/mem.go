@@ -36,7 +36,7 @@ func (m *Mem) now() time.Time {
 
 // Put stores a copy of data.
 func (m *Mem) Put(_ context.Context, tenant string, ref blob.Ref, data []byte) error {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -52,7 +52,7 @@ func (m *Mem) Put(_ context.Context, tenant string, ref blob.Ref, data []byte) e
 }
 
 func (m *Mem) lookup(tenant string, ref blob.Ref) (memBlob, error) {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return memBlob{}, err
 	}
 	b, ok := m.blobs[tenant][ref]
@@ -99,7 +99,7 @@ func (m *Mem) Touch(_ context.Context, tenant string, ref blob.Ref) error {
 
 // Delete removes the blob under ref.
 func (m *Mem) Delete(_ context.Context, tenant string, ref blob.Ref) error {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return err
 	}
 	m.mu.Lock()

@@ -74,7 +74,8 @@ func ValidTenant(t string) error {
 	return nil
 }
 
-func checkArgs(tenant string, ref blob.Ref) error {
+// CheckArgs refuses an invalid tenant or ref, as every backend does first.
+func CheckArgs(tenant string, ref blob.Ref) error {
 	if err := ValidTenant(tenant); err != nil {
 		return err
 	}
@@ -95,7 +96,7 @@ func Put(ctx context.Context, s Store, tenant string, data []byte) (blob.Ref, er
 // 1 MB image is hashed once, not twice. Given any other ref, it is Put.
 func PutComputed(ctx context.Context, s Store, tenant string, ref blob.Ref, data []byte) error {
 	if v, ok := s.(Verified); ok {
-		if err := checkArgs(tenant, ref); err != nil {
+		if err := CheckArgs(tenant, ref); err != nil {
 			return err
 		}
 		s = v.Store

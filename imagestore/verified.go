@@ -18,7 +18,7 @@ var _ Store = Verified{}
 
 // Put stores data after checking that it hashes to ref.
 func (v Verified) Put(ctx context.Context, tenant string, ref blob.Ref, data []byte) error {
-	if err := checkArgs(tenant, ref); err != nil {
+	if err := CheckArgs(tenant, ref); err != nil {
 		return err
 	}
 	if !ref.Matches(data) {

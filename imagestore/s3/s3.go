@@ -127,11 +127,8 @@ func (s *Store) meta(crc uint32) map[string]string {
 }
 
 func check(ctx context.Context, tenant string, ref blob.Ref) error {
-	if err := imagestore.ValidTenant(tenant); err != nil {
+	if err := imagestore.CheckArgs(tenant, ref); err != nil {
 		return err
-	}
-	if !ref.Valid() {
-		return imagestore.ErrInvalidRef
 	}
 	return ctx.Err()
 }

@@ -55,12 +55,12 @@ var _ session.Shared = (*Store)(nil)
 const migrateLock = 0x696d67637478
 
 // Open connects to the database named by dsn (a PostgreSQL URL or key=value
-// string) and applies any migration it has not seen. The error never
-// carries the password.
+// string) and applies any migration it has not seen. Its errors never carry
+// the password (pgx redacts it from the connection string it quotes).
 func Open(ctx context.Context, dsn string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("session database: bad DSN: %s", redact(err))
+		return nil, fmt.Errorf("session database: bad DSN: %w", err)
 	}
 	if !strings.Contains(dsn, "pool_max_conns") {
 		cfg.MaxConns = 16
@@ -74,7 +74,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	fastCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("session database: %s", redact(err))
+		return nil, fmt.Errorf("session database: %w", err)
 	}
 	if err := migrate(ctx, pool); err != nil {
 		pool.Close()
@@ -83,45 +83,15 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	locks, err := pgxpool.NewWithConfig(ctx, lockCfg)
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("session database: %s", redact(err))
+		return nil, fmt.Errorf("session database: %w", err)
 	}
 	fast, err := pgxpool.NewWithConfig(ctx, fastCfg)
 	if err != nil {
 		pool.Close()
 		locks.Close()
-		return nil, fmt.Errorf("session database: %s", redact(err))
+		return nil, fmt.Errorf("session database: %w", err)
 	}
 	return &Store{pool: pool, locks: locks, proxied: fast}, nil
-}
-
-// redact keeps a connection error's reason without the DSN pgx may quote.
-func redact(err error) string {
-	msg := err.Error()
-	if i := strings.Index(msg, "password="); i >= 0 {
-		j := strings.IndexAny(msg[i:], " )")
-		if j < 0 {
-			j = len(msg) - i
-		}
-		msg = msg[:i] + "password=***" + msg[i+j:]
-	}
-	if i := strings.Index(msg, "://"); i >= 0 {
-		if at := strings.Index(msg[i:], "@"); at >= 0 {
-			if colon := strings.Index(msg[i+3:i+at], ":"); colon >= 0 {
-				msg = msg[:i+3+colon+1] + "***" + msg[i+at:]
-			}
-		}
-	}
-	return msg
-}
-
-// Migrate applies the embedded migrations not yet recorded (imgctx migrate).
-func Migrate(ctx context.Context, dsn string) error {
-	s, err := Open(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	s.Close()
-	return nil
 }
 
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
@@ -132,7 +102,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	slices.Sort(files)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("migrate: %s", redact(err))
+		return fmt.Errorf("migrate: %w", err)
 	}
 	defer tx.Rollback(ctx)
 	// Replicas starting together apply migrations one at a time.
