@@ -51,7 +51,6 @@ func FromFile(r io.Reader, think time.Duration) (*Workload, error) {
 type images struct {
 	w    *Workload
 	seen map[string]*Image
-	g    *gen
 }
 
 func (im *images) get(key string, make func() *Image) *Image {
@@ -75,7 +74,7 @@ const maxSynthPixels = 40_000_000
 
 func fromExport(snap session.Snapshot) (*Workload, error) {
 	w := &Workload{Name: "from " + string(snap.Meta.ID), Tools: "[]"}
-	im := &images{w: w, seen: map[string]*Image{}, g: &gen{rng: newRand(1)}}
+	im := &images{w: w, seen: map[string]*Image{}}
 	var pending []Msg
 	var last time.Time
 	flush := func(at time.Time) {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -153,21 +154,10 @@ func (p *Provider) Transport() http.RoundTripper { return handlerTransport{p} }
 type handlerTransport struct{ h http.Handler }
 
 func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	rec := &recorder{header: http.Header{}, code: 200}
+	rec := httptest.NewRecorder()
 	t.h.ServeHTTP(rec, r)
-	return &http.Response{StatusCode: rec.code, Status: http.StatusText(rec.code), Header: rec.header, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Body: io.NopCloser(bytes.NewReader(rec.body.Bytes())), ContentLength: int64(rec.body.Len()), Request: r}, nil
+	return rec.Result(), nil
 }
-
-type recorder struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header         { return r.header }
-func (r *recorder) WriteHeader(code int)        { r.code = code }
-func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 
 // ServeHTTP answers one request.
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {

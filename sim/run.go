@@ -211,11 +211,10 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 	}
 	w := r.cfg.Workload
 	type stepInfo struct {
-		bills      []int // indexes into the provider's bills
-		main       int   // the bill of the step's main request, -1 if none
-		cold       bool  // after a gap longer than the cache TTL: cold by schedule
-		hasImages  bool
-		compaction bool
+		bills     []int // indexes into the provider's bills
+		main      int   // the bill of the step's main request, -1 if none
+		cold      bool  // after a gap longer than the cache TTL: cold by schedule
+		hasImages bool
 	}
 	steps := make([]stepInfo, len(w.Steps))
 	ttl := r.cfg.Profile.Cache.TTL

@@ -65,23 +65,19 @@ func newSimulateCmd(a *app) *cobra.Command {
 					return err
 				}
 			} else {
-				defaults := sim.DefaultParams(workload)
-				for _, f := range []struct {
-					name string
-					dst  any
-					def  any
-				}{{"turns", &p.Turns, defaults.Turns}, {"images-per-turn", &p.ImagesPerTurn, defaults.ImagesPerTurn}, {"same", &p.Same, defaults.Same}} {
-					if !cmd.Flags().Changed(f.name) {
-						switch d := f.dst.(type) {
-						case *int:
-							*d = f.def.(int)
-						case *float64:
-							*d = f.def.(float64)
-						}
-					}
+				// The workload's own defaults, under what the flags set.
+				def, set := sim.DefaultParams(workload), cmd.Flags().Changed
+				if !set("turns") {
+					p.Turns = def.Turns
 				}
-				if !cmd.Flags().Changed("image-size") {
-					p.Width, p.Height = defaults.Width, defaults.Height
+				if !set("images-per-turn") {
+					p.ImagesPerTurn = def.ImagesPerTurn
+				}
+				if !set("same") {
+					p.Same = def.Same
+				}
+				if !set("image-size") {
+					p.Width, p.Height = def.Width, def.Height
 				}
 				if w, err = sim.Build(workload, p); err != nil {
 					return usageError{err}
