@@ -398,9 +398,7 @@ func (c *call) coldTrim() {
 	if !c.e.Keep.Holds(c.profile) || c.cacheWarm() {
 		return
 	}
-	budget := c.e.Keep.Budget(c.profile.ContextWindow)
-	low := int(c.e.lowWater() * float64(budget))
-	live, removed, _ := policy.EvictImages(c.st.Live, policy.Pressure{Estimate: policy.KeptCost(c.st.Live), Threshold: low, LowWater: max(low, 1)}, reason.Budget)
+	live, removed := c.e.budgetBatch(c.st.Live, c.profile, true)
 	if len(removed) > 0 {
 		c.st.Live = live
 		c.st.Keep.Base.Valid = false

@@ -282,18 +282,26 @@ func (f *Forwarded) evictForBudget(live []chat.Message, cold bool, st *policy.Ke
 	if f.e.Keep.Holds(f.r.Profile) && !cold {
 		return live // a warm prefix: the budget waits for a batch that costs no extra break
 	}
-	budget := f.budget()
-	low := int(f.e.lowWater() * float64(budget))
-	threshold := budget
-	if cold {
-		threshold = low
-	}
-	out, removed, _ := policy.EvictImages(live, policy.Pressure{Estimate: policy.KeptCost(live), Threshold: threshold, LowWater: max(low, 1)}, reason.Budget)
+	out, removed := f.e.budgetBatch(live, f.r.Profile, cold)
 	if len(removed) > 0 {
 		f.removed(removed)
 		st.Base.Valid = false
 	}
 	return out
+}
+
+// budgetBatch takes kept images down to the low-water mark of the budget,
+// oldest first, in one batch: once they pass the budget, or, with the cache
+// cold (the batch breaks nothing then), once they pass the mark itself.
+func (e *Engine) budgetBatch(live []chat.Message, p tokens.Profile, cold bool) ([]chat.Message, []policy.Removal) {
+	budget := e.Keep.Budget(p.ContextWindow)
+	low := int(e.lowWater() * float64(budget))
+	threshold := budget
+	if cold {
+		threshold = low
+	}
+	out, removed, _ := policy.EvictImages(live, policy.Pressure{Estimate: policy.KeptCost(live), Threshold: threshold, LowWater: max(low, 1)}, reason.Budget)
+	return out, removed
 }
 
 // relayTurn hands the tool images of the current turn to keeping: one seen

@@ -83,6 +83,9 @@ func EvictOldest(msgs []chat.Message, n int, why reason.Code) ([]chat.Message, [
 // each with why — rather than one a request at the limit, which would
 // break the cached prefix on every request. limit 0 means none.
 func ImageLimit(msgs []chat.Message, limit int, lowWater float64, why reason.Code) ([]chat.Message, []Removal) {
+	if limit <= 0 {
+		return msgs, nil
+	}
 	n := 0
 	for _, m := range msgs {
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
@@ -92,7 +95,7 @@ func ImageLimit(msgs []chat.Message, limit int, lowWater float64, why reason.Cod
 			return true
 		})
 	}
-	if limit <= 0 || n <= limit {
+	if n <= limit {
 		return msgs, nil
 	}
 	return EvictOldest(msgs, n-int(lowWater*float64(limit)), why)
