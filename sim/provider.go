@@ -12,7 +12,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -48,8 +47,10 @@ type Bill struct {
 	CacheWrite   int // 5-minute writes
 	CacheWrite1h int
 	Output       int
-	Bytes        int // the request body
-	Images       int // image blocks the request carried
+	Bytes        int      // the request body
+	Images       int      // image blocks the request carried
+	Pages        int      // PDF pages it carried
+	Keys         []string // imageKey of each image it carried
 	Break        bool
 	BreakCause   string // "image", "expired" (the previous prompt had left the cache) or "other", when Break
 	Rewritten    int    // cache-write tokens that re-wrote what the previous request had cached, when Break
@@ -67,6 +68,16 @@ type block struct {
 	ttl    time.Duration // of the breakpoint
 	edge   int           // the longest edge of its images, pixels
 	size   int           // the largest of its images, base64 bytes
+	pages  int           // PDF pages
+	keys   []string      // its images' imageKey
+}
+
+// imageKey names an image by its data's head and length: what the
+// recency measure needs to tell which screenshots a request carried.
+func imageKey(b64 string, n int) string {
+	head := b64[:min(len(b64), 4096)]
+	sum := sha256.Sum256([]byte(head))
+	return fmt.Sprintf("%x:%d", sum[:8], n)
 }
 
 // Provider is an in-memory model server speaking Anthropic Messages
@@ -89,6 +100,9 @@ type Provider struct {
 	lastAt [32]byte // the prefix hash under which the previous one was cached
 	counts *Counts
 	seq    int
+	prev   []seen // the previous request's messages
+	bufs   [2]bytes.Buffer
+	reads  int
 }
 
 type entry struct {
@@ -106,8 +120,8 @@ type Counts struct {
 
 // message returns the blocks of one message read from raw, reading them
 // the first time only: a re-sent history costs a hash per message.
-func (p *Provider) message(raw json.RawMessage, read func() ([]block, error)) ([]block, error) {
-	return remember(&p.counts.mu, &p.counts.msgs, hashOf("msg", raw), read)
+func (p *Provider) message(api string, raw json.RawMessage, read func() ([]block, error)) ([]block, error) {
+	return remember(&p.counts.mu, &p.counts.msgs, hashOf(api, raw), read)
 }
 
 // remember returns m[h], computing and storing it the first time.
@@ -161,70 +175,84 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // ServeHTTP answers one request.
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Two buffers in turn: the previous body stays readable (p.prev).
+	p.reads++
+	buf := &p.bufs[p.reads%2]
+	buf.Reset()
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	buf.ReadFrom(r.Body)
+	body := buf.Bytes()
 	kind := r.Header.Get("X-Sim-Kind")
 	if kind == "" {
 		kind = "main"
 	}
-	anthropic := strings.HasSuffix(r.URL.Path, "/v1/messages")
-	if !anthropic && !strings.HasSuffix(r.URL.Path, "/v1/chat/completions") {
+	var api string
+	switch path := r.URL.Path; {
+	case strings.HasSuffix(path, "/v1/messages"):
+		api = "anthropic"
+	case strings.HasSuffix(path, "/v1/chat/completions"):
+		api = "openai"
+	case strings.Contains(path, "/v1beta/models/") && strings.HasSuffix(path, ":generateContent"):
+		api = "gemini"
+	default:
 		http.Error(w, "not found", 404)
 		return
 	}
-	var blocks []block
-	var err error
-	if anthropic {
-		blocks, err = p.anthropicBlocks(body)
-	} else {
-		blocks, err = p.openaiBlocks(body)
-	}
+	blocks, err := p.blocks(api, body)
 	if err != nil {
-		p.refuse(w, anthropic, 400, "invalid_request_error", err.Error(), Bill{Kind: kind, Failed: "invalid", Bytes: len(body)})
+		p.refuseLocked(w, api, 400, "invalid_request_error", err.Error(), Bill{Kind: kind, Failed: "invalid", Bytes: len(body)})
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	bill := Bill{Kind: kind, Bytes: len(body), blocks: blocks}
 	for _, b := range blocks {
 		bill.Prompt += b.tokens
 		bill.Images += b.images
+		bill.Pages += b.pages
+		bill.Keys = append(bill.Keys, b.keys...)
 	}
 	lim := p.Profile.Limits
 	switch {
 	case lim.MaxRequestBytes > 0 && int64(len(body)) > lim.MaxRequestBytes:
 		bill.Failed = "bytes"
-		p.refuseLocked(w, anthropic, 413, "request_too_large", fmt.Sprintf("Request exceeds the maximum allowed number of bytes: %d > %d", len(body), lim.MaxRequestBytes), bill)
+		p.refuseLocked(w, api, 413, "request_too_large", fmt.Sprintf("Request exceeds the maximum allowed number of bytes: %d > %d", len(body), lim.MaxRequestBytes), bill)
 		return
-	case lim.MaxImages > 0 && bill.Images > lim.MaxImages:
+	case lim.MaxImages > 0 && bill.Images+bill.Pages > lim.MaxImages:
 		bill.Failed = "images"
-		p.refuseLocked(w, anthropic, 400, "invalid_request_error", fmt.Sprintf("Too much media: 0 document pages + %d images > %d", bill.Images, lim.MaxImages), bill)
+		p.refuseLocked(w, api, 400, "invalid_request_error", fmt.Sprintf("Too much media: %d document pages + %d images > %d", bill.Pages, bill.Images, lim.MaxImages), bill)
 		return
 	case lim.ManyImagesAbove > 0 && bill.Images > lim.ManyImagesAbove && maxOf(blocks, func(b block) int { return b.edge }) > lim.ManyImagesMaxEdge:
 		bill.Failed = "images"
-		p.refuseLocked(w, anthropic, 400, "invalid_request_error", fmt.Sprintf("At least one of the image dimensions exceed max allowed size for many-image requests: %d pixels", lim.ManyImagesMaxEdge), bill)
+		p.refuseLocked(w, api, 400, "invalid_request_error", fmt.Sprintf("At least one of the image dimensions exceed max allowed size for many-image requests: %d pixels", lim.ManyImagesMaxEdge), bill)
 		return
 	case lim.MaxImageBytes > 0 && int64(maxOf(blocks, func(b block) int { return b.size })) > lim.MaxImageBytes:
 		bill.Failed = "images"
 		n := maxOf(blocks, func(b block) int { return b.size })
-		p.refuseLocked(w, anthropic, 400, "invalid_request_error", fmt.Sprintf("image exceeds %d MB maximum: %d bytes > %d bytes", lim.MaxImageBytes>>20, n, lim.MaxImageBytes), bill)
+		p.refuseLocked(w, api, 400, "invalid_request_error", fmt.Sprintf("image exceeds %d MB maximum: %d bytes > %d bytes", lim.MaxImageBytes>>20, n, lim.MaxImageBytes), bill)
 		return
 	case bill.Prompt > p.Profile.ContextWindow:
 		bill.Failed = "overflow"
 		msg := fmt.Sprintf("prompt is too long: %d tokens > %d maximum", bill.Prompt, p.Profile.ContextWindow)
-		if !anthropic {
+		switch api {
+		case "openai":
 			msg = fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", p.Profile.ContextWindow, bill.Prompt)
+		case "gemini":
+			msg = fmt.Sprintf("The input token count (%d) exceeds the maximum number of tokens allowed (%d).", bill.Prompt, p.Profile.ContextWindow)
 		}
-		p.refuseLocked(w, anthropic, 400, "invalid_request_error", msg, bill)
+		p.refuseLocked(w, api, 400, "invalid_request_error", msg, bill)
 		return
 	}
-	if anthropic {
+	if api == "anthropic" {
 		p.anthropicCache(&bill)
 	} else {
-		p.openaiCache(&bill)
+		p.prefixCache(&bill, api)
 	}
 	if kind == "main" {
 		p.prefixBreak(&bill)
-		p.last, p.lastAt = blocks, p.cachedAt(blocks, anthropic)
+		p.last, p.lastAt = blocks, p.cachedAt(blocks, api == "anthropic")
 	}
 	bill.Output = p.Output
 	if kind == "summary" {
@@ -234,7 +262,14 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	bill.blocks = nil
 	p.bills = append(p.bills, bill)
 	w.Header().Set("Content-Type", "application/json")
-	if anthropic {
+	switch api {
+	case "gemini":
+		// usageMetadata: promptTokenCount includes the cached tokens.
+		fmt.Fprintf(w, `{"candidates":[{"content":{"role":"model","parts":[{"text":"ok"}]},"finishReason":"STOP","index":0}],`+
+			`"usageMetadata":{"promptTokenCount":%d,"cachedContentTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d},"modelVersion":%q}`,
+			bill.Prompt, bill.CacheRead, bill.Output, bill.Prompt+bill.Output, p.Profile.Name)
+		return
+	case "anthropic":
 		fmt.Fprintf(w, `{"id":"msg_sim_%d","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,`+
 			`"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"cache_creation":{"ephemeral_5m_input_tokens":%d,"ephemeral_1h_input_tokens":%d},"output_tokens":%d}}`,
 			p.seq, p.Profile.Name, bill.Input, bill.CacheWrite+bill.CacheWrite1h, bill.CacheRead, bill.CacheWrite, bill.CacheWrite1h, bill.Output)
@@ -245,14 +280,8 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.seq, p.Clock.Now().Unix(), p.Profile.Name, bill.Prompt, bill.Output, bill.Prompt+bill.Output, bill.CacheRead)
 }
 
-func (p *Provider) refuse(w http.ResponseWriter, anthropic bool, code int, typ, msg string, bill Bill) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refuseLocked(w, anthropic, code, typ, msg, bill)
-}
-
 // refuseLocked answers the provider's documented error shape.
-func (p *Provider) refuseLocked(w http.ResponseWriter, anthropic bool, code int, typ, msg string, bill Bill) {
+func (p *Provider) refuseLocked(w http.ResponseWriter, api string, code int, typ, msg string, bill Bill) {
 	bill.blocks = nil
 	p.bills = append(p.bills, bill)
 	w.Header().Set("Content-Type", "application/json")
@@ -262,7 +291,11 @@ func (p *Provider) refuseLocked(w http.ResponseWriter, anthropic bool, code int,
 	e.SetEscapeHTML(false) // "> 100", as the providers write it
 	e.Encode(msg)
 	m := bytes.TrimSpace(enc.Bytes())
-	if anthropic {
+	if api == "gemini" {
+		fmt.Fprintf(w, `{"error":{"code":%d,"message":%s,"status":%q}}`, code, m, geminiStatus(code))
+		return
+	}
+	if api == "anthropic" {
 		fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%s},"request_id":"req_sim"}`, typ, m)
 		return
 	}
@@ -274,10 +307,12 @@ func (p *Provider) refuseLocked(w http.ResponseWriter, anthropic bool, code int,
 }
 
 // anthropicCache bills a request with explicit breakpoints: the longest
-// prefix cached at a breakpoint or up to 20 blocks before one is read,
-// the prompt up to the last breakpoint is written (when it is at least the
-// model's minimum cacheable length), input_tokens is what follows it.
-// Hits refresh their TTL.
+// prefix cached at a breakpoint or up to 20 blocks before one is read; the
+// prompt up to each later breakpoint is written when that prefix is at
+// least the model's minimum cacheable length (checked per breakpoint: a
+// short system breakpoint is not cached even when the last one is);
+// input_tokens is what follows the last prefix read or written. Hits
+// refresh their TTL.
 func (p *Provider) anthropicCache(b *Bill) {
 	now := p.Clock.Now()
 	prefix := prefixHashes(b.blocks)
@@ -297,54 +332,63 @@ func (p *Provider) anthropicCache(b *Bill) {
 			}
 		}
 	}
-	readTokens := 0
+	from := 0
 	if read >= 0 {
-		readTokens = sums[read]
-		e := p.cache[prefix[read]]
-		e.expires = now.Add(e.ttl)
-	}
-	b.CacheRead = readTokens
-	if last < 0 || sums[last] < p.Profile.Cache.MinTokens {
-		b.Input = b.Prompt - readTokens
-		return
-	}
-	for i := read + 1; i <= last; i++ {
-		if bl := b.blocks[i]; bl.bp {
-			p.cache[prefix[i]] = &entry{expires: now.Add(bl.ttl), written: now, ttl: bl.ttl}
-		}
-	}
-	// Tokens written are billed at the TTL of the breakpoint they lead to.
-	from := readTokens
-	for i := read + 1; i <= last; i++ {
-		if bl := b.blocks[i]; bl.bp {
-			if bl.ttl >= time.Hour {
-				b.CacheWrite1h += sums[i] - from
-			} else {
-				b.CacheWrite += sums[i] - from
+		// The prefix read is used content: its entry, and those of this
+		// request's breakpoints inside it, are refreshed.
+		from = sums[read]
+		for i := 0; i <= read; i++ {
+			if e := p.cache[prefix[i]]; e != nil && (i == read || b.blocks[i].bp) && now.Before(e.expires) {
+				e.expires = now.Add(e.ttl)
 			}
-			from = sums[i]
 		}
 	}
-	b.Input = b.Prompt - sums[last]
+	b.CacheRead = from
+	// Tokens written are billed at the TTL of the breakpoint they lead to.
+	for i := read + 1; i <= last; i++ {
+		bl := b.blocks[i]
+		if !bl.bp || sums[i] < p.Profile.Cache.MinTokens {
+			continue
+		}
+		p.cache[prefix[i]] = &entry{expires: now.Add(bl.ttl), written: now, ttl: bl.ttl}
+		if bl.ttl >= time.Hour {
+			b.CacheWrite1h += sums[i] - from
+		} else {
+			b.CacheWrite += sums[i] - from
+		}
+		from = sums[i]
+	}
+	b.Input = b.Prompt - from
 }
 
-// openaiCache bills a request under automatic prefix caching: prompts of
-// at least MinTokens read the longest prefix seen within the TTL (idle,
-// refreshed on use, an hour at most), in Increment steps; every prefix of
-// the request is cached for the next. Prefixes are matched at content
-// block boundaries.
-func (p *Provider) openaiCache(b *Bill) {
+// prefixCache bills a request under automatic prefix caching (OpenAI,
+// Gemini implicit): prompts of at least MinTokens read the longest prefix
+// seen within the TTL (idle, refreshed on use), in Increment steps; every
+// prefix of the request is cached for the next, an entry past the
+// provider's longest retention written anew. Prefixes are matched at
+// message (content) boundaries.
+func (p *Provider) prefixCache(b *Bill, api string) {
 	now := p.Clock.Now()
 	prefix := prefixHashes(b.blocks)
 	sums := prefixSums(b.blocks)
 	ttl := p.Profile.Cache.TTL
-	if ttl <= 0 {
+	if ttl <= 0 || api == "gemini" {
+		// Gemini documents no retention for implicit hits ("send requests
+		// with a similar prefix in a short amount of time"): OpenAI's
+		// in-memory idle time is assumed.
 		ttl = 5 * time.Minute
+	}
+	var longest time.Duration // OpenAI in_memory: at most an hour
+	if api == "openai" {
+		longest = time.Hour
+	}
+	alive := func(e *entry) bool {
+		return e != nil && now.Before(e.expires) && (longest == 0 || now.Sub(e.written) < longest)
 	}
 	hit := 0
 	if b.Prompt >= p.Profile.Cache.MinTokens {
 		for i := len(b.blocks) - 1; i >= 0; i-- {
-			if e := p.cache[prefix[i]]; e != nil && now.Before(e.expires) && now.Sub(e.written) < time.Hour {
+			if alive(p.cache[prefix[i]]) {
 				hit = sums[i]
 				break
 			}
@@ -359,12 +403,22 @@ func (p *Provider) openaiCache(b *Bill) {
 	b.CacheRead = hit
 	b.Input = b.Prompt - hit
 	for i := range b.blocks {
-		if e := p.cache[prefix[i]]; e != nil && now.Before(e.expires) {
+		if e := p.cache[prefix[i]]; alive(e) {
 			e.expires = now.Add(ttl)
 			continue
 		}
 		p.cache[prefix[i]] = &entry{expires: now.Add(ttl), written: now, ttl: ttl}
 	}
+}
+
+func geminiStatus(code int) string {
+	switch code {
+	case 413:
+		return "FAILED_PRECONDITION"
+	case 429:
+		return "RESOURCE_EXHAUSTED"
+	}
+	return "INVALID_ARGUMENT"
 }
 
 // prefixBreak compares the request with the previous main one: when they
@@ -516,71 +570,22 @@ func imageSize(b64 string) (int, int, error) {
 }
 
 // imageTokens prices one image and notes its size in the block.
-func (p *Provider) imageTokens(b64, detail string, b *block) (int, error) {
+func (p *Provider) imageTokens(b64, detail string, b *block, e elided) (int, error) {
 	w, h, err := imageSize(b64)
 	if err != nil {
 		return 0, err
 	}
-	b.edge, b.size = max(b.edge, w, h), max(b.size, len(b64))
+	b.edge, b.size = max(b.edge, w, h), max(b.size, e.length(b64))
+	b.keys = append(b.keys, imageKey(b64, e.length(b64)))
 	return tokens.ImageTokens(p.Profile, w, h, detail)
 }
 
 func (p *Provider) text(s string) int { return tokens.CounterFor(p.Profile.Tokenizer).Count(s) }
 
-// anthropicBlocks reads a Messages request into its cacheable blocks:
-// tools, system, then every content block of every message.
-func (p *Provider) anthropicBlocks(body []byte) ([]block, error) {
-	var req struct {
-		Tools    json.RawMessage   `json:"tools"`
-		System   json.RawMessage   `json:"system"`
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, err
-	}
-	var out []block
-	if len(req.Tools) > 0 {
-		out = append(out, p.textBlock("tools", req.Tools, func() string { return string(req.Tools) }))
-	}
-	if len(req.System) > 0 {
-		if req.System[0] == '"' {
-			out = append(out, p.textBlock("system", req.System, func() string { return unquote(req.System) }))
-		} else {
-			var parts []json.RawMessage
-			if err := json.Unmarshal(req.System, &parts); err != nil {
-				return nil, fmt.Errorf("system: %v", err)
-			}
-			for _, raw := range parts {
-				b, err := p.anthropicBlock("system", raw)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, b)
-			}
-		}
-	}
-	bps := 0
-	for _, raw := range req.Messages {
-		bs, err := p.message(raw, func() ([]block, error) { return p.anthropicMessage(raw) })
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, bs...)
-	}
-	for _, b := range out {
-		if b.bp {
-			bps++
-		}
-	}
-	if bps > 4 {
-		return nil, fmt.Errorf("A maximum of 4 blocks with cache_control may be provided. Found %d.", bps)
-	}
-	return out, nil
-}
-
 // anthropicMessage reads one message's content blocks; the first carries
 // the message's framing.
-func (p *Provider) anthropicMessage(raw json.RawMessage) ([]block, error) {
+func (p *Provider) anthropicMessage(e elided) ([]block, error) {
+	raw := e.small
 	var m struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
@@ -597,7 +602,7 @@ func (p *Provider) anthropicMessage(raw json.RawMessage) ([]block, error) {
 			return nil, fmt.Errorf("messages: content: %v", err)
 		}
 		for _, raw := range parts {
-			b, err := p.anthropicBlock(m.Role, raw)
+			b, err := p.anthropicBlock(m.Role, raw, e)
 			if err != nil {
 				return nil, err
 			}
@@ -620,12 +625,13 @@ type anthropicPart struct {
 		TTL string `json:"ttl"`
 	} `json:"cache_control"`
 	Source *struct {
-		Type string `json:"type"`
-		Data string `json:"data"`
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
 	} `json:"source"`
 }
 
-func (p *Provider) anthropicBlock(role string, raw json.RawMessage) (block, error) {
+func (p *Provider) anthropicBlock(role string, raw json.RawMessage, e elided) (block, error) {
 	return p.memo(hashOf(role, raw), func() (block, error) {
 		var part anthropicPart
 		if err := json.Unmarshal(raw, &part); err != nil {
@@ -645,12 +651,12 @@ func (p *Provider) anthropicBlock(role string, raw json.RawMessage) (block, erro
 		}
 		b.hash = hashOf(role, c)
 		b.images = strings.Count(string(c), `"type":"image"`)
-		b.tokens, err = p.anthropicTokens(part, &b)
+		b.tokens, err = p.anthropicTokens(part, &b, e)
 		return b, err
 	})
 }
 
-func (p *Provider) anthropicTokens(part anthropicPart, b *block) (int, error) {
+func (p *Provider) anthropicTokens(part anthropicPart, b *block, e elided) (int, error) {
 	switch part.Type {
 	case "text":
 		return p.text(part.Text), nil
@@ -658,7 +664,12 @@ func (p *Provider) anthropicTokens(part anthropicPart, b *block) (int, error) {
 		if part.Source == nil || part.Source.Type != "base64" {
 			return 0, fmt.Errorf("image source: only base64 is emulated")
 		}
-		return p.imageTokens(part.Source.Data, "", b)
+		return p.imageTokens(part.Source.Data, "", b, e)
+	case "document":
+		if part.Source == nil || part.Source.Type != "base64" || part.Source.MediaType != "application/pdf" {
+			return 0, fmt.Errorf("document source: only base64 PDFs are emulated")
+		}
+		return p.pdfTokens(e.resolve(part.Source.Data), b)
 	case "tool_use":
 		return p.text(part.Name) + p.text(string(part.Input)), nil
 	case "tool_result":
@@ -673,7 +684,7 @@ func (p *Provider) anthropicTokens(part anthropicPart, b *block) (int, error) {
 		}
 		t := 0
 		for _, in := range inner {
-			n, err := p.anthropicTokens(in, b)
+			n, err := p.anthropicTokens(in, b, e)
 			if err != nil {
 				return 0, err
 			}
@@ -684,37 +695,8 @@ func (p *Provider) anthropicTokens(part anthropicPart, b *block) (int, error) {
 	return p.text(part.Text), nil
 }
 
-// openaiBlocks reads a Chat Completions request: one block per message
-// (its content parts are one prefix unit), tools first.
-func (p *Provider) openaiBlocks(body []byte) ([]block, error) {
-	var req struct {
-		Tools    json.RawMessage   `json:"tools"`
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, err
-	}
-	var out []block
-	if len(req.Tools) > 0 {
-		out = append(out, p.textBlock("tools", req.Tools, func() string { return string(req.Tools) }))
-	}
-	for _, raw := range req.Messages {
-		h := hashOf("message", raw)
-		b, err := p.memo(h, func() (block, error) {
-			b := block{hash: h, images: strings.Count(string(raw), `"type":"image_url"`)}
-			n, err := p.openaiTokens(raw, &b)
-			b.tokens = n + messageFraming
-			return b, err
-		})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
-}
-
-func (p *Provider) openaiTokens(raw json.RawMessage, b *block) (int, error) {
+func (p *Provider) openaiTokens(e elided, b *block) (int, error) {
+	raw := e.small
 	var m struct {
 		Content   json.RawMessage `json:"content"`
 		ToolCalls json.RawMessage `json:"tool_calls"`
@@ -735,6 +717,9 @@ func (p *Provider) openaiTokens(raw json.RawMessage, b *block) (int, error) {
 			URL    string `json:"url"`
 			Detail string `json:"detail"`
 		} `json:"image_url"`
+		File *struct {
+			Data string `json:"file_data"`
+		} `json:"file"`
 	}
 	if len(m.Content) > 0 && string(m.Content) != "null" {
 		if err := json.Unmarshal(m.Content, &parts); err != nil {
@@ -748,7 +733,20 @@ func (p *Provider) openaiTokens(raw json.RawMessage, b *block) (int, error) {
 			if !ok {
 				return 0, fmt.Errorf("image_url: only data URLs are emulated")
 			}
-			n, err := p.imageTokens(data, part.ImageURL.Detail, b)
+			n, err := p.imageTokens(data, part.ImageURL.Detail, b, e)
+			if err != nil {
+				return 0, err
+			}
+			t += n
+		case "file":
+			if part.File == nil {
+				return 0, fmt.Errorf("file: no file object")
+			}
+			_, data, ok := strings.Cut(e.resolve(part.File.Data), "application/pdf;base64,")
+			if !ok {
+				return 0, fmt.Errorf("file: only base64 PDF data is emulated")
+			}
+			n, err := p.pdfTokens(data, b)
 			if err != nil {
 				return 0, err
 			}

@@ -256,3 +256,78 @@ func TestImagesAreCountedAndLimited(t *testing.T) {
 		t.Fatalf("a %d-byte image: %d %.300s", len(big.B64), status, raw)
 	}
 }
+
+// The minimum cacheable length holds at every breakpoint: a 500-token
+// system breakpoint is not written even when the last one is.
+func TestAnthropicMinimumPerBreakpoint(t *testing.T) {
+	p := NewProvider(claudeLike, NewClock(), nil)
+	_, u, raw := call(t, p, "/v1/messages", anthropicBody(500, "5m", 2000, "5m"))
+	if u.CacheWrite != 2500 || u.Input != 0 {
+		t.Fatalf("first request: %s; want 2,500 written at the last breakpoint", raw)
+	}
+	// A new user message: the old system prefix alone was never cached.
+	_, u, raw = call(t, p, "/v1/messages", anthropicBody(500, "5m", 1900, "5m"))
+	if u.CacheRead != 0 {
+		t.Fatalf("a 500-token system breakpoint was cached: %s", raw)
+	}
+}
+
+// OpenAI keeps an in-memory prefix an hour at most; after that it is
+// written again and read as usual, not lost for good.
+func TestOpenAIRetentionRenews(t *testing.T) {
+	clock := NewClock()
+	p := NewProvider(gptLike, clock, nil)
+	body := func(rest int) string {
+		return `{"model":"m","messages":[{"role":"system","content":"` + text(2000-messageFraming) + `"},{"role":"user","content":"` + text(rest) + `"}]}`
+	}
+	for minute := 0; minute <= 90; minute += 3 {
+		_, u, _ := call(t, p, "/v1/chat/completions", body(10+minute))
+		switch {
+		case (minute == 0 || minute == 60) && u.Details.CachedTokens != 0:
+			t.Fatalf("minute %d: %d cached; the entry is new, or an hour old", minute, u.Details.CachedTokens)
+		case minute != 0 && minute != 60 && u.Details.CachedTokens < 1920:
+			t.Fatalf("minute %d: %d cached; want the prefix", minute, u.Details.CachedTokens)
+		}
+		clock.Advance(3 * time.Minute)
+	}
+}
+
+// Gemini generateContent: usage in usageMetadata (promptTokenCount
+// includes the cached tokens), implicit prefix caching from the model's
+// minimum, inlineData images at the tile rule, the documented overflow
+// error.
+func TestGeminiImplicitCachingAndUsage(t *testing.T) {
+	prof, ok := tokens.Default().Lookup("gemini-2.5-flash")
+	if !ok {
+		t.Fatal("no gemini-2.5-flash profile")
+	}
+	prof.Tokenizer = "chars4"
+	p := NewProvider(prof, NewClock(), nil)
+	png := fmt.Sprintf(`{"inlineData":{"mimeType":"image/png","data":%q}}`, pngBase64(t, 1280, 800))
+	body := func(rest int) string {
+		return `{"systemInstruction":{"parts":[{"text":"` + text(3000) + `"}]},"contents":[{"role":"user","parts":[` + png + `,{"text":"` + text(rest) + `"}]}]}`
+	}
+	get := func(b string) (int, string) {
+		req, _ := http.NewRequest("POST", "http://provider/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(b))
+		resp, _ := p.Transport().RoundTrip(req)
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	// 1280×800: 2×2 tiles of 258.
+	if _, raw := get(body(10)); !strings.Contains(raw, `"promptTokenCount":`+fmt.Sprint(3000+4+4*258+10+4)) || !strings.Contains(raw, `"cachedContentTokenCount":0`) {
+		t.Fatalf("first request: %s", raw)
+	}
+	if _, raw := get(body(20)); !strings.Contains(raw, `"cachedContentTokenCount":3004`) {
+		t.Fatalf("same system instruction: %s; want its 3,004 tokens cached", raw)
+	}
+	status, raw := get(`{"contents":[{"role":"user","parts":[{"text":"` + text(1_048_577) + `"}]}]}`)
+	if status != 400 || !strings.Contains(raw, "The input token count (") || !strings.Contains(raw, `"status":"INVALID_ARGUMENT"`) {
+		t.Fatalf("over the window: %d %.300s", status, raw)
+	}
+}
+
+func pngBase64(t *testing.T, w, h int) string {
+	t.Helper()
+	g := &gen{rng: newRand(1), p: Params{Width: w, Height: h}}
+	return g.image("tool").B64
+}

@@ -14,15 +14,43 @@ import (
 // image (a summary request).
 func render(format, model, system, tools string, msgs []Msg, stripImages bool) []byte {
 	var b bytes.Buffer
-	b.Grow(1 << 16)
+	return renderInto(&b, format, model, system, tools, msgs, stripImages, lastBreakpoint)
+}
+
+// Where an Anthropic agent puts its cache breakpoints (besides the one on
+// the system prompt).
+const (
+	lastBreakpoint  = iota // on the last block, as claude-code does
+	turnBreakpoints        // on the last block of each of the 3 latest user messages, as the reference computer-use loop does (_inject_prompt_caching)
+	noBreakpoints          // none at all, the system prompt's included: caching off
+)
+
+// renderInto is render into a buffer the caller reuses: a body of real
+// screenshots weighs tens of MB, and allocating it anew at every step is
+// most of the simulator's time.
+func renderInto(b *bytes.Buffer, format, model, system, tools string, msgs []Msg, stripImages bool, bps int) []byte {
+	b.Reset()
+	b.Grow(1<<16 + len(system) + len(tools) + imageBytes(msgs)) // one allocation: real screenshots weigh megabytes
 	if format == "anthropic" {
 		b.WriteString(`{"model":`)
-		quote(&b, model)
+		quote(b, model)
 		b.WriteString(`,"max_tokens":1024,"system":[{"type":"text","text":`)
-		quote(&b, system)
-		b.WriteString(`,"cache_control":{"type":"ephemeral"}}],"tools":`)
+		quote(b, system)
+		if bps != noBreakpoints {
+			b.WriteString(`,"cache_control":{"type":"ephemeral"}`)
+		}
+		b.WriteString(`}],"tools":`)
 		b.WriteString(tools)
 		b.WriteString(`,"messages":[`)
+		marked := map[int]bool{len(msgs) - 1: bps == lastBreakpoint}
+		if bps == turnBreakpoints {
+			for i, n := len(msgs)-1, 0; i >= 0 && n < 3; i-- {
+				if msgs[i].Role == "user" {
+					marked[i] = true
+					n++
+				}
+			}
+		}
 		for i, m := range msgs {
 			if i > 0 {
 				b.WriteByte(',')
@@ -34,20 +62,24 @@ func render(format, model, system, tools string, msgs []Msg, stripImages bool) [
 				if j > 0 {
 					b.WriteByte(',')
 				}
-				last := i == len(msgs)-1 && j == len(m.Parts)-1
-				writeAnthropicPart(&b, p, stripImages, last)
+				last := marked[i] && j == len(m.Parts)-1
+				writeAnthropicPart(b, p, stripImages, last)
 			}
 			b.WriteString(`]}`)
 		}
 		b.WriteString(`]}`)
 		return b.Bytes()
 	}
+	if format == "gemini" {
+		renderGemini(b, system, tools, msgs, stripImages)
+		return b.Bytes()
+	}
 	b.WriteString(`{"model":`)
-	quote(&b, model)
+	quote(b, model)
 	b.WriteString(`,"max_tokens":1024,"tools":`)
 	b.WriteString(openaiTools(tools))
 	b.WriteString(`,"messages":[{"role":"system","content":`)
-	quote(&b, system)
+	quote(b, system)
 	b.WriteByte('}')
 	for _, m := range msgs {
 		switch {
@@ -61,7 +93,7 @@ func render(format, model, system, tools string, msgs []Msg, stripImages bool) [
 					text += p.Text
 				}
 			}
-			quote(&b, text)
+			quote(b, text)
 			if len(calls) > 0 {
 				b.WriteString(`,"tool_calls":[`)
 				for k, c := range calls {
@@ -69,11 +101,11 @@ func render(format, model, system, tools string, msgs []Msg, stripImages bool) [
 						b.WriteByte(',')
 					}
 					b.WriteString(`{"id":`)
-					quote(&b, c.ID)
+					quote(b, c.ID)
 					b.WriteString(`,"type":"function","function":{"name":`)
-					quote(&b, c.Name)
+					quote(b, c.Name)
 					b.WriteString(`,"arguments":`)
-					quote(&b, c.Input)
+					quote(b, c.Input)
 					b.WriteString(`}}`)
 				}
 				b.WriteByte(']')
@@ -83,7 +115,7 @@ func render(format, model, system, tools string, msgs []Msg, stripImages bool) [
 			for _, p := range m.Parts {
 				r := p.Result
 				b.WriteString(`,{"role":"tool","tool_call_id":`)
-				quote(&b, r.CallID)
+				quote(b, r.CallID)
 				b.WriteString(`,"content":`)
 				text := ""
 				var images []Part
@@ -94,7 +126,7 @@ func render(format, model, system, tools string, msgs []Msg, stripImages bool) [
 						text += in.Text
 					}
 				}
-				quote(&b, text)
+				quote(b, text)
 				b.WriteByte('}')
 				if len(images) > 0 {
 					b.WriteString(`,{"role":"user","content":[`)
@@ -102,7 +134,7 @@ func render(format, model, system, tools string, msgs []Msg, stripImages bool) [
 						if k > 0 {
 							b.WriteByte(',')
 						}
-						writeOpenAIPart(&b, in, stripImages)
+						writeOpenAIPart(b, in, stripImages)
 					}
 					b.WriteString(`]}`)
 				}
@@ -113,7 +145,7 @@ func render(format, model, system, tools string, msgs []Msg, stripImages bool) [
 				if k > 0 {
 					b.WriteByte(',')
 				}
-				writeOpenAIPart(&b, p, stripImages)
+				writeOpenAIPart(b, p, stripImages)
 			}
 			b.WriteString(`]}`)
 		}
@@ -152,6 +184,10 @@ func writeAnthropicPart(b *bytes.Buffer, p Part, strip, breakpoint bool) {
 		b.WriteString(`,"name":`)
 		quote(b, p.Call.Name)
 		b.WriteString(`,"input":` + p.Call.Input + cc + `}`)
+	case p.Image != nil && !strip && p.Image.Pages > 0:
+		b.WriteString(`{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"`)
+		b.WriteString(p.Image.B64)
+		b.WriteString(`"}` + cc + `}`)
 	case p.Image != nil && !strip:
 		b.WriteString(`{"type":"image","source":{"type":"base64","media_type":"` + p.Image.mediaType() + `","data":"`)
 		b.WriteString(p.Image.B64)
@@ -174,6 +210,10 @@ func imageText(p Part) string {
 
 func writeOpenAIPart(b *bytes.Buffer, p Part, strip bool) {
 	switch {
+	case p.Image != nil && !strip && p.Image.Pages > 0:
+		b.WriteString(`{"type":"file","file":{"filename":"document.pdf","file_data":"data:application/pdf;base64,`)
+		b.WriteString(p.Image.B64)
+		b.WriteString(`"}}`)
 	case p.Image != nil && !strip:
 		b.WriteString(`{"type":"image_url","image_url":{"url":"data:` + p.Image.mediaType() + `;base64,`)
 		b.WriteString(p.Image.B64)
@@ -217,4 +257,118 @@ func (im *Image) mediaType() string {
 		return "image/png"
 	}
 	return im.MediaType
+}
+
+// imageBytes is the base64 the images of msgs add to a body, at most.
+func imageBytes(msgs []Msg) int {
+	n := 0
+	var walk func(parts []Part)
+	walk = func(parts []Part) {
+		for _, p := range parts {
+			if p.Image != nil {
+				n += len(p.Image.B64) + 128
+			}
+			if p.Result != nil {
+				walk(p.Result.Parts)
+			}
+		}
+	}
+	for _, m := range msgs {
+		walk(m.Parts)
+	}
+	return n
+}
+
+// renderGemini writes a generateContent body as gemini-cli sends one: the
+// system prompt as systemInstruction, tools as functionDeclarations, and a
+// tool's screenshot as an inlineData part beside its functionResponse in
+// the user content that answers the call.
+func renderGemini(b *bytes.Buffer, system, tools string, msgs []Msg, strip bool) {
+	b.WriteString(`{"systemInstruction":{"parts":[{"text":`)
+	quote(b, system)
+	b.WriteString(`}]},"tools":[{"functionDeclarations":`)
+	b.WriteString(geminiTools(tools))
+	b.WriteString(`}],"contents":[`)
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		role := "user"
+		if m.Role == "assistant" {
+			role = "model"
+		}
+		b.WriteString(`{"role":"` + role + `","parts":[`)
+		n := 0
+		part := func() {
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			n++
+		}
+		var media func(p Part)
+		media = func(p Part) {
+			switch {
+			case p.Call != nil:
+				part()
+				b.WriteString(`{"functionCall":{"name":`)
+				quote(b, p.Call.Name)
+				b.WriteString(`,"args":` + p.Call.Input + `}}`)
+			case p.Result != nil:
+				text := ""
+				for _, in := range p.Result.Parts {
+					if in.Image == nil && in.Removed == "" {
+						text += in.Text
+					}
+				}
+				part()
+				b.WriteString(`{"functionResponse":{"name":"tool","response":{"output":`)
+				quote(b, text)
+				b.WriteString(`}}}`)
+				for _, in := range p.Result.Parts {
+					if in.Image != nil || in.Removed != "" {
+						media(in)
+					}
+				}
+			case p.Image != nil && !strip:
+				part()
+				b.WriteString(`{"inlineData":{"mimeType":"` + p.Image.mediaType() + `","data":"`)
+				b.WriteString(p.Image.B64)
+				b.WriteString(`"}}`)
+			case p.Image != nil || p.Removed != "":
+				part()
+				b.WriteString(`{"text":` + strconv.Quote(imageText(p)) + `}`)
+			default:
+				part()
+				b.WriteString(`{"text":`)
+				quote(b, p.Text)
+				b.WriteByte('}')
+			}
+		}
+		for _, p := range m.Parts {
+			media(p)
+		}
+		b.WriteString(`]}`)
+	}
+	b.WriteString(`]}`)
+}
+
+// geminiTools rewrites the Anthropic tool list as function declarations.
+func geminiTools(tools string) string {
+	var in []struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Schema      json.RawMessage `json:"input_schema"`
+	}
+	json.Unmarshal([]byte(tools), &in)
+	type fn struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	}
+	out := make([]fn, len(in))
+	for i, t := range in {
+		out[i] = fn{t.Name, t.Description, t.Schema}
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
 }

@@ -13,8 +13,8 @@ import (
 // WriteTable prints the report side by side: one column a policy, one row
 // a measure, then what the numbers say.
 func (r *Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "imgctx simulate: %s on %s (profile %s, %s wire): %d steps, %d distinct images in %d attachments\n\n",
-		r.Workload, r.Model, r.Profile, r.Format, r.Steps, r.Images, r.Occurrences)
+	fmt.Fprintf(w, "imgctx simulate: %s on %s (profile %s, %s wire): %d steps, %d distinct images in %d attachments, %s bytes an image on average\n\n",
+		r.Workload, r.Model, r.Profile, r.Format, r.Steps, r.Images, r.Occurrences, thousands(r.ImageBytes))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(name string, f func(p PolicyReport) string) {
 		cells := []string{name}
@@ -38,6 +38,13 @@ func (r *Report) WriteTable(w io.Writer) {
 	row("steady-state cache-hit rate", func(p PolicyReport) string { return percent(p.SteadyHitRate) })
 	row("images per request, mean", func(p PolicyReport) string { return fmt.Sprintf("%.1f", p.ImagesMean) })
 	row("images per request, min", func(p PolicyReport) string { return fmt.Sprint(p.ImagesMin) })
+	row("last 10 screenshots visible", func(p PolicyReport) string { return percent(p.Recency) })
+	row("cost over the hindsight frontier", func(p PolicyReport) string {
+		if p.FrontierGap == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%+.0f%%", 100**p.FrontierGap)
+	})
 	row("largest request (bytes)", func(p PolicyReport) string { return thousands(int64(p.LargestRequest)) })
 	row("stored image bytes", func(p PolicyReport) string { return thousands(p.StoredBytes) })
 	row("  unique image bytes", func(p PolicyReport) string { return thousands(p.UniqueBytes) })
@@ -51,6 +58,12 @@ func (r *Report) WriteTable(w io.Writer) {
 		row("images removed: "+k, func(p PolicyReport) string { return fmt.Sprint(p.Removed[k]) })
 	}
 	tw.Flush()
+	if f := r.Frontier; f != nil && len(f.Points) > 0 {
+		fmt.Fprintf(w, "\nhindsight frontier (%s):\n", f.Assumes)
+		for _, p := range f.Points {
+			fmt.Fprintf(w, "  %6.1f images per request: $%.2f (%d removal batches)\n", p.Images, p.Dollars, p.Batches)
+		}
+	}
 	fmt.Fprintln(w)
 	for _, line := range r.Notes {
 		fmt.Fprintln(w, line)

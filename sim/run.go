@@ -11,7 +11,11 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/debug"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/imgctx/imgctx/engine"
@@ -24,8 +28,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Policies lists the image policies, in report order.
-var Policies = []string{"naive", "ephemeral", "newest-n", "ceiling-batch", "strip-on-compact", "imgctx"}
+// Policies lists the image policies at their default parameters, in
+// report order.
+var Policies = func() []string {
+	var out []string
+	for _, p := range Peers(3, 10, 5) {
+		out = append(out, p.Name)
+	}
+	return out
+}()
+
+// matches reports whether a policy asked for by name selects a row: its
+// whole name or its name without parameters ("chunked" for "chunked-3/10").
+func matches(row, asked string) bool {
+	return row == asked || strings.HasPrefix(row, asked+"-")
+}
 
 // Config is one simulation: a workload under several policies against an
 // emulated provider of one profile.
@@ -34,9 +51,9 @@ type Config struct {
 	Model    string         // the model the agent asks for
 	Profile  tokens.Profile // the provider's rules and prices
 	Policies []string       // default: all
-	// N is newest-n's image count; KeepNewest what ceiling-batch keeps when
-	// it evicts.
-	N, KeepNewest int
+	// N and Chunk are the chunked newest-n row's (default 3 and 10);
+	// KeepNewest what ceiling-batch keeps when it evicts (5).
+	N, Chunk, KeepNewest int
 	// CompactAt is the share of the window past which the agent (every
 	// policy but naive) compacts its history, as claude-code and codex do.
 	CompactAt float64
@@ -48,6 +65,8 @@ type Config struct {
 	KeepOff bool
 	// Progress, when set, is called after each request.
 	Progress func(policy string, step, steps int)
+	// NoFrontier skips the hindsight frontier.
+	NoFrontier bool
 }
 
 // Report is a simulation's result.
@@ -61,13 +80,16 @@ type Report struct {
 	Images      int            `json:"distinct_images"`
 	Occurrences int            `json:"image_attachments"`
 	Prices      tokens.Prices  `json:"prices_per_mtok"`
+	ImageBytes  int64          `json:"image_bytes_mean"` // encoded bytes of a distinct image, mean
 	Policies    []PolicyReport `json:"policies"`
+	Frontier    *Frontier      `json:"frontier,omitempty"`
 	Notes       []string       `json:"reading"` // what the numbers say (Reading)
 }
 
 // PolicyReport is one policy's row.
 type PolicyReport struct {
 	Policy          string         `json:"policy"`
+	Reproduces      string         `json:"reproduces"`
 	Requests        int            `json:"requests"`
 	Failed          int            `json:"failed"`
 	FailedBy        map[string]int `json:"failed_by,omitempty"`
@@ -83,6 +105,8 @@ type PolicyReport struct {
 	SteadyHitRate   float64        `json:"steady_cache_hit_rate"`
 	ImagesMean      float64        `json:"images_per_request_mean"`
 	ImagesMin       int            `json:"images_per_request_min"`
+	Recency         float64        `json:"recent_screenshots_visible"` // share of the last 10 tool screenshots each request carries, mean
+	FrontierGap     *float64       `json:"frontier_gap,omitempty"`     // cost over the hindsight frontier's at the same images per request
 	LargestRequest  int            `json:"largest_request_bytes"`
 	LargestPrompt   int            `json:"largest_prompt_accepted"` // tokens, of a request the provider answered
 	FinalImages     int            `json:"images_in_last_request"`
@@ -115,12 +139,10 @@ func (r PolicyReport) MarshalJSON() ([]byte, error) {
 // Format is the wire a profile's provider speaks.
 func Format(p tokens.Profile) (string, error) {
 	switch p.Family {
-	case "anthropic":
-		return "anthropic", nil
-	case "openai":
-		return "openai", nil
+	case "anthropic", "openai", "gemini":
+		return p.Family, nil
 	}
-	return "", fmt.Errorf("profile %s: the emulated provider speaks anthropic and openai, not %q", p.Name, p.Family)
+	return "", fmt.Errorf("profile %s: the emulated provider speaks anthropic, openai and gemini, not %q", p.Name, p.Family)
 }
 
 // Run simulates every policy in turn.
@@ -132,19 +154,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Profile.Prices == nil {
 		return nil, fmt.Errorf("profile %s has no prices: give them (--prices)", cfg.Profile.Name)
 	}
-	if len(cfg.Policies) == 0 {
-		cfg.Policies = Policies
-	}
-	for _, p := range cfg.Policies {
-		if !slices.Contains(Policies, p) {
-			return nil, fmt.Errorf("unknown policy %q (want one of %v)", p, Policies)
-		}
-	}
 	if cfg.N <= 0 {
 		cfg.N = 3
 	}
+	if cfg.Chunk <= 0 {
+		cfg.Chunk = 10
+	}
 	if cfg.KeepNewest <= 0 {
 		cfg.KeepNewest = 5
+	}
+	peers := Peers(cfg.N, cfg.Chunk, cfg.KeepNewest)
+	if len(cfg.Policies) > 0 {
+		var chosen []Peer
+		for _, asked := range cfg.Policies {
+			n := len(chosen)
+			for _, p := range peers {
+				if matches(p.Name, asked) {
+					chosen = append(chosen, p)
+				}
+			}
+			if len(chosen) == n {
+				return nil, fmt.Errorf("unknown policy %q (want one of %v)", asked, Policies)
+			}
+		}
+		peers = chosen
 	}
 	if cfg.CompactAt <= 0 || cfg.CompactAt > 1 {
 		cfg.CompactAt = 0.9
@@ -152,19 +185,68 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	w := cfg.Workload
 	rep := &Report{Workload: w.Name, Model: cfg.Model, Profile: cfg.Profile.Name, Format: format, Steps: len(w.Steps), Window: cfg.Profile.ContextWindow,
 		Images: len(w.Images), Occurrences: w.Occurrences, Prices: *cfg.Profile.Prices}
-	counts := &Counts{}
-	for _, name := range cfg.Policies {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		r := &runner{cfg: cfg, format: format, policy: name, counts: counts, removed: map[string]int{}}
-		pr, err := r.run(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		rep.Policies = append(rep.Policies, *pr)
+	for _, im := range w.Images {
+		rep.ImageBytes += int64(im.Bytes)
 	}
-	rep.Notes = rep.Reading()
+	if len(w.Images) > 0 {
+		rep.ImageBytes /= int64(len(w.Images))
+	}
+	// The policies run side by side, one a core: each has its own
+	// provider, clock and gateway; what blocks cost is shared.
+	counts := &Counts{}
+	rep.Policies = make([]PolicyReport, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 1) // one at a time: see below
+	// The gateway rows one at a time: imgctx's request path holds GBs
+	// under tens-of-MB bodies (measured: 4.8 GB peak for the imgctx row
+	// of the default workload; see BENCHMARKS).
+	var gateway sync.Mutex
+	for i, peer := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if peer.Through {
+				gateway.Lock()
+				defer gateway.Unlock()
+			}
+			if err := ctx.Err(); err != nil {
+				errs[i] = err
+				return
+			}
+			r := &runner{cfg: cfg, format: format, peer: peer, policy: peer.Name, counts: counts, removed: map[string]int{}, refused: map[string]int{}}
+			pr, err := r.run(ctx)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", peer.Name, err)
+				return
+			}
+			rep.Policies[i] = *pr
+			runtime.GC()
+			debug.FreeOSMemory()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if !cfg.NoFrontier {
+		f, err := HindsightFrontier(w, cfg.Profile)
+		if err != nil {
+			rep.Notes = append(rep.Notes, "no hindsight frontier: "+err.Error())
+		} else {
+			rep.Frontier = f
+			for i := range rep.Policies {
+				p := &rep.Policies[i]
+				if c, ok := f.CostAt(p.ImagesMean); ok && p.Failed == 0 && c > 0 {
+					gap := p.Dollars/c - 1
+					p.FrontierGap = &gap
+				}
+			}
+		}
+	}
+	rep.Notes = append(rep.Notes, rep.Reading()...)
 	return rep, nil
 }
 
@@ -173,6 +255,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type runner struct {
 	cfg         Config
 	format      string
+	peer        Peer
 	policy      string
 	counts      *Counts
 	clock       *Clock
@@ -185,10 +268,12 @@ type runner struct {
 	compactions int
 	removed     map[string]int
 	summaryN    int
+	body        bytes.Buffer   // the request being sent, reused
+	refused     map[string]int // requests imgctx refused itself, by status
 }
 
 // through reports whether the policy's requests go through imgctx.
-func (r *runner) through() bool { return r.policy == "imgctx" || r.policy == "ephemeral" }
+func (r *runner) through() bool { return r.peer.Through }
 
 func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 	r.clock = NewClock()
@@ -207,7 +292,7 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 					r.removed[string(ev.Reason)]++
 				}
 			}}
-		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.policy == "ephemeral" || r.cfg.KeepOff}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
+		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.peer.KeepOff || r.cfg.KeepOff}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
 	}
 	w := r.cfg.Workload
 	type stepInfo struct {
@@ -215,6 +300,7 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 		main      int   // the bill of the step's main request, -1 if none
 		cold      bool  // after a gap longer than the cache TTL: cold by schedule
 		hasImages bool
+		recent    []string // imageKey of the last 10 tool screenshots attached so far
 	}
 	steps := make([]stepInfo, len(w.Steps))
 	ttl := r.cfg.Profile.Cache.TTL
@@ -222,6 +308,7 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 		ttl = 5 * time.Minute
 	}
 	seenImage := false
+	var shots []string
 	for i, st := range w.Steps {
 		r.clock.Advance(st.Think)
 		if st.Reset {
@@ -230,13 +317,22 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 		r.transcript = append(r.transcript, cloneMsgs(st.Add)...)
 		for _, m := range st.Add {
 			seenImage = seenImage || hasImage(m)
+			for _, p := range m.Parts {
+				if p.Result != nil {
+					for _, in := range p.Result.Parts {
+						if in.Image != nil && in.Image.Pages == 0 {
+							shots = append(shots, in.Image.key())
+						}
+					}
+				}
+			}
 		}
 		before := len(r.prov.Bills())
 		main, err := r.step(ctx, estimate(r.cfg.Profile, st.Add))
 		if err != nil {
 			return nil, err
 		}
-		info := stepInfo{main: main, cold: i == 0 || st.Think > ttl, hasImages: seenImage}
+		info := stepInfo{main: main, cold: i == 0 || st.Think > ttl, hasImages: seenImage, recent: shots[max(0, len(shots)-10):]}
 		for b := before; b < len(r.prov.Bills()); b++ {
 			info.bills = append(info.bills, b)
 		}
@@ -247,11 +343,13 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 	}
 	// The report, from what the provider billed.
 	bills := r.prov.Bills()
-	pr := &PolicyReport{Policy: r.policy, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1}
+	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1}
 	prices := *r.cfg.Profile.Prices
 	var dollars float64
 	var writes, imageRewrites, read, prompt int64
 	var imagesSum, imagesN int
+	var recency float64
+	recentN := 0
 	for _, st := range steps {
 		for _, bi := range st.bills {
 			b := bills[bi]
@@ -291,6 +389,16 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 					read += int64(b.CacheRead)
 					prompt += int64(b.Prompt)
 				}
+				if len(st.recent) > 0 {
+					have := 0
+					for _, k := range st.recent {
+						if slices.Contains(b.Keys, k) {
+							have++
+						}
+					}
+					recency += float64(have) / float64(len(st.recent))
+					recentN++
+				}
 				if st.hasImages {
 					imagesSum += b.Images
 					imagesN++
@@ -303,6 +411,11 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 		pr.Series = append(pr.Series, Point{Dollars: dollars, Context: ctxTokens})
 	}
 	pr.Dollars = dollars
+	for why, n := range r.refused {
+		pr.Requests += n
+		pr.Failed += n
+		pr.FailedBy[why] += n
+	}
 	pr.ImageWriteShare = math.NaN()
 	if writes > 0 {
 		pr.ImageWriteShare = float64(imageRewrites) / float64(writes)
@@ -312,6 +425,9 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 	}
 	if imagesN > 0 {
 		pr.ImagesMean = float64(imagesSum) / float64(imagesN)
+	}
+	if recentN > 0 {
+		pr.Recency = recency / float64(recentN)
 	}
 	pr.ImagesMin = max(pr.ImagesMin, 0)
 	for _, im := range w.Images {
@@ -327,12 +443,13 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 
 // step sends the step's request under the policy: the agent's own image
 // handling and compaction first, then the request, compacting and
-// retrying once when the provider refuses it (naive never does either).
-// It returns the provider's bill index of the main request, or -1.
+// retrying once when the provider refuses it (an agent that never
+// compacts does neither). It returns the provider's bill index of the
+// main request, or -1.
 func (r *runner) step(ctx context.Context, added int) (int, error) {
-	naive := r.policy == "naive"
+	compacts := r.peer.Compact != ""
 	window := r.cfg.Profile.ContextWindow
-	if !naive && float64(r.lastPrompt+added) > r.cfg.CompactAt*float64(window) {
+	if compacts && float64(r.lastPrompt+added) > r.cfg.CompactAt*float64(window) {
 		if err := r.compact(ctx); err != nil {
 			return -1, err
 		}
@@ -340,18 +457,29 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 	r.evict()
 	for attempt := 0; ; attempt++ {
 		idx := len(r.prov.Bills())
-		status, usage, err := r.send(ctx, "main", r.transcript)
+		status, usage, err := r.send(ctx, "main", r.transcript, false)
 		if err != nil {
 			return -1, err
 		}
 		if len(r.prov.Bills()) == idx {
-			return -1, nil // imgctx answered itself (it refused the request)
+			// imgctx answered itself: it refused the request (a body over
+			// server.max_body_bytes, say). The agent sees an error as
+			// from the provider.
+			r.refused[fmt.Sprintf("imgctx_%d", status)]++
+			if !compacts || attempt > 0 {
+				return -1, nil
+			}
+			if err := r.compact(ctx); err != nil {
+				return -1, err
+			}
+			r.evict()
+			continue
 		}
 		if status == 200 {
 			r.lastPrompt = usage
 			return len(r.prov.Bills()) - 1, nil
 		}
-		if naive || attempt > 0 {
+		if !compacts || attempt > 0 {
 			return len(r.prov.Bills()) - 1, nil
 		}
 		if err := r.compact(ctx); err != nil {
@@ -363,43 +491,68 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 
 // evict applies the agent's own image rule to its transcript.
 func (r *runner) evict() {
-	switch r.policy {
-	case "newest-n":
-		r.removeOldest(countImages(r.transcript)-r.cfg.N, "newest_n")
-	case "ceiling-batch":
+	pe := r.peer
+	switch {
+	case pe.AtLimit:
 		lim := r.cfg.Profile.Limits.MaxImages
-		if n := countImages(r.transcript); lim > 0 && n > lim {
-			r.removeOldest(n-r.cfg.KeepNewest, "ceiling")
+		if n := countImages(r.transcript, false); lim > 0 && n > lim {
+			r.removeOldest(n-pe.Keep, "ceiling", false, pe.Drop)
 		}
+	case pe.Keep > 0:
+		// The reference loop's arithmetic: images_to_remove = total -
+		// images_to_keep, less its remainder by min_removal_threshold.
+		over := countImages(r.transcript, pe.ToolOnly) - pe.Keep
+		if over > 0 {
+			over -= over % pe.Chunk
+		}
+		why := "chunked"
+		if pe.Chunk == 1 {
+			why = "newest_n"
+		}
+		r.removeOldest(over, why, pe.ToolOnly, pe.Drop)
 	}
 }
 
-// removeOldest replaces the n oldest images of the transcript with a
-// placeholder.
-func (r *runner) removeOldest(n int, why string) {
+// removeOldest takes the n oldest images (tool images only, when
+// toolOnly) out of the transcript: dropped from their tool result, or
+// replaced by a placeholder.
+func (r *runner) removeOldest(n int, why string, toolOnly, drop bool) {
+	take := func(p Part) bool {
+		if n > 0 && p.Image != nil && p.Image.Pages == 0 {
+			r.removed[why]++
+			n--
+			return true
+		}
+		return false
+	}
 	for i := range r.transcript {
-		for j := range r.transcript[i].Parts {
-			p := &r.transcript[i].Parts[j]
+		parts := r.transcript[i].Parts
+		for j := range parts {
+			p := &parts[j]
 			if p.Result != nil {
-				for k := range p.Result.Parts {
-					if n > 0 && p.Result.Parts[k].Image != nil {
-						p.Result.Parts[k] = Part{Removed: why}
-						r.removed[why]++
-						n--
+				kept := p.Result.Parts[:0:0]
+				for _, in := range p.Result.Parts {
+					switch {
+					case !take(in):
+						kept = append(kept, in)
+					case !drop:
+						kept = append(kept, Part{Removed: why})
 					}
 				}
-			} else if n > 0 && p.Image != nil {
+				p.Result.Parts = kept
+			} else if !toolOnly && take(*p) {
 				*p = Part{Removed: why}
-				r.removed[why]++
-				n--
 			}
 		}
 	}
 }
 
 // compact summarises the transcript before the current turn, as agents
-// do: one summary request with the images left out, then the summary in
-// place of that history.
+// do: one summary request, then the summary in place of that history.
+// "shared" sends the history as it was sent (images, breakpoints) with
+// the instruction after it, so the request reads the cache, as
+// claude-code's compaction does; when that is refused (the history is
+// over a limit), or for "fresh", the images are left out.
 func (r *runner) compact(ctx context.Context) error {
 	tail := -1
 	for i := len(r.transcript) - 1; i >= 0; i-- {
@@ -412,12 +565,21 @@ func (r *runner) compact(ctx context.Context) error {
 		return nil // nothing before the current turn
 	}
 	ask := append(cloneMsgs(r.transcript[:tail]), Msg{Role: "user", Parts: []Part{{Text: "Summarize the conversation so far so that the work can continue from the summary alone."}}})
-	if _, _, err := r.send(ctx, "summary", ask); err != nil {
-		return err
+	status := 0
+	if r.peer.Compact == "shared" {
+		var err error
+		if status, _, err = r.send(ctx, "summary", ask, false); err != nil {
+			return err
+		}
+	}
+	if status != 200 {
+		if _, _, err := r.send(ctx, "summary", ask, true); err != nil {
+			return err
+		}
 	}
 	r.summaryN++
 	for _, m := range r.transcript[:tail] {
-		r.removed["compaction"] += countImages([]Msg{m})
+		r.removed["compaction"] += countImages([]Msg{m}, false)
 	}
 	g := &gen{rng: newRand(uint64(r.summaryN))}
 	rest := cloneMsgs(r.transcript[tail:])
@@ -428,11 +590,22 @@ func (r *runner) compact(ctx context.Context) error {
 	return nil
 }
 
+// path is where the wire's requests go.
+func (r *runner) path() string {
+	switch r.format {
+	case "anthropic":
+		return "/v1/messages"
+	case "gemini":
+		return "/v1beta/models/" + r.cfg.Model + ":generateContent"
+	}
+	return "/v1/chat/completions"
+}
+
 // send renders msgs and sends them: through the gateway for the imgctx
 // rows, to the provider through the upstream client for the others. It
 // returns the status and the prompt tokens the answer's usage reports.
-func (r *runner) send(ctx context.Context, kind string, msgs []Msg) (int, int, error) {
-	body := render(r.format, r.cfg.Model, r.cfg.Workload.System, r.cfg.Workload.Tools, msgs, kind == "summary")
+func (r *runner) send(ctx context.Context, kind string, msgs []Msg, strip bool) (int, int, error) {
+	body := renderInto(&r.body, r.format, r.cfg.Model, r.cfg.Workload.System, r.cfg.Workload.Tools, msgs, strip, r.peer.Breakpoints)
 	h := http.Header{"Content-Type": {"application/json"}, "X-Sim-Kind": {kind}}
 	if r.format == "anthropic" {
 		h.Set("Anthropic-Version", "2023-06-01")
@@ -440,18 +613,14 @@ func (r *runner) send(ctx context.Context, kind string, msgs []Msg) (int, int, e
 	var status int
 	var answer []byte
 	if r.through() {
-		path := "/v1/chat/completions"
-		if r.format == "anthropic" {
-			path = "/v1/messages"
-		}
-		req := httptest.NewRequestWithContext(ctx, "POST", path, bytes.NewReader(body))
+		req := httptest.NewRequestWithContext(ctx, "POST", r.path(), bytes.NewReader(body))
 		req.Header = h
 		req.Header.Set("X-Imgctx-Session", "sim-"+r.policy)
 		rec := httptest.NewRecorder()
 		r.gw.ServeHTTP(rec, req)
 		status, answer = rec.Code, rec.Body.Bytes()
 	} else {
-		resp, err := r.client.Send(ctx, upstream.Request{Header: h, Body: wire.BodyOf(body)})
+		resp, err := r.client.Send(ctx, upstream.Request{Path: r.path(), Header: h, Body: wire.BodyOf(body)})
 		var we *wire.Error
 		switch {
 		case errors.As(err, &we):
@@ -474,11 +643,14 @@ func (r *runner) send(ctx context.Context, kind string, msgs []Msg) (int, int, e
 			CacheRead   int `json:"cache_read_input_tokens"`
 			PromptTotal int `json:"prompt_tokens"`
 		} `json:"usage"`
+		Gemini struct {
+			Prompt int `json:"promptTokenCount"`
+		} `json:"usageMetadata"`
 	}
 	if err := json.Unmarshal(answer, &u); err != nil {
 		return 0, 0, fmt.Errorf("answer: %v: %.200s", err, answer)
 	}
-	return status, u.Usage.Input + u.Usage.CacheWrite + u.Usage.CacheRead + u.Usage.PromptTotal, nil
+	return status, u.Usage.Input + u.Usage.CacheWrite + u.Usage.CacheRead + u.Usage.PromptTotal + u.Gemini.Prompt, nil
 }
 
 func cloneMsgs(ms []Msg) []Msg {
@@ -497,18 +669,21 @@ func cloneMsgs(ms []Msg) []Msg {
 	return out
 }
 
-func hasImage(m Msg) bool { return countImages([]Msg{m}) > 0 }
+func hasImage(m Msg) bool { return countImages([]Msg{m}, false) > 0 }
 
-func countImages(ms []Msg) int {
+// countImages counts the images of ms (not documents); tool images only
+// when toolOnly.
+func countImages(ms []Msg, toolOnly bool) int {
 	n := 0
+	is := func(p Part) bool { return p.Image != nil && p.Image.Pages == 0 }
 	for _, m := range ms {
 		for _, p := range m.Parts {
-			if p.Image != nil {
+			if !toolOnly && is(p) {
 				n++
 			}
 			if p.Result != nil {
 				for _, in := range p.Result.Parts {
-					if in.Image != nil {
+					if is(in) {
 						n++
 					}
 				}
@@ -526,7 +701,10 @@ func estimate(p tokens.Profile, ms []Msg) int {
 	walk = func(parts []Part) {
 		for _, part := range parts {
 			n += len(part.Text) / 4
-			if part.Image != nil {
+			switch {
+			case part.Image != nil && part.Image.Pages > 0:
+				n += tokens.DocumentTokens(p, part.Image.Pages)
+			case part.Image != nil:
 				t, _ := tokens.ImageTokens(p, part.Image.W, part.Image.H, "")
 				n += t
 			}

@@ -125,7 +125,7 @@ func TestEveryPolicyKeepsTheInvariants(t *testing.T) {
 	}
 	var table strings.Builder
 	rep.WriteTable(&table)
-	for _, want := range []string{"imgctx", "newest-n", "steady-state cache-hit rate", "cost (USD)"} {
+	for _, want := range []string{"imgctx", "newest-3/1", "chunked-3/10", "steady-state cache-hit rate", "cost (USD)", "hindsight frontier"} {
 		if !strings.Contains(table.String(), want) {
 			t.Fatalf("the table lacks %q:\n%s", want, table.String())
 		}
@@ -158,9 +158,9 @@ func TestReplayFromFile(t *testing.T) {
 				humans++
 			}
 		}
-		if len(rec.Steps) != 12 || rec.System != w.System || countImages(flatten(rec.Steps)) != countImages(flatten(w.Steps[:12])) || humans != 2 {
+		if len(rec.Steps) != 12 || rec.System != w.System || countImages(flatten(rec.Steps), false) != countImages(flatten(w.Steps[:12]), false) || humans != 2 {
 			t.Fatalf("%s: replayed %d steps, %d images, %d human messages; recorded 12 steps, %d images, 2 human messages",
-				format, len(rec.Steps), countImages(flatten(rec.Steps)), humans, countImages(flatten(w.Steps[:12])))
+				format, len(rec.Steps), countImages(flatten(rec.Steps), false), humans, countImages(flatten(w.Steps[:12]), false))
 		}
 	}
 	rep := run(t, rec, sonnet(t), engine.Config{}, "naive", "imgctx")

@@ -19,9 +19,13 @@ type Image struct {
 	W, H      int
 	Bytes     int    // encoded bytes
 	B64       string // base64 of them
-	MediaType string // "" means image/png
+	MediaType string // "" means image/png; application/pdf for a document
+	Pages     int    // a document's pages
 	Origin    string // "tool" (a screenshot a tool returned) or "user" (pasted)
 }
+
+// key is the image's imageKey, as the provider names what it received.
+func (im *Image) key() string { return imageKey(im.B64, len(im.B64)) }
 
 // Part is one piece of a message: text, an image, a tool call, or a tool
 // result holding text and images.
@@ -81,17 +85,34 @@ type Params struct {
 	ImageKB       int           // incompressible bytes per image, to make the PNGs realistically large; 0: small synthetic PNGs
 	Think         time.Duration // between two requests of a turn
 	TurnGap       time.Duration // before a human message
+	GapJitter     float64       // turn gaps drawn uniformly within TurnGap × (1 ± GapJitter)
 	IdleEvery     int           // every so many turns, an idle gap (0: none)
 	Idle          time.Duration
 	Same          float64 // share of screenshots identical to the one before (the screen did not change)
 	Seed          uint64
 }
 
-// DefaultParams are the built-in scenarios' settings.
+// DefaultParams are the built-in scenarios' settings. Images are small
+// synthetic PNGs by default (tokens depend on their size only); --image-kb
+// 200 makes them weigh what real screenshots do, so request bytes and the
+// request-size limits are real — but the run then peaks at ~18 GB of
+// memory (an open defect), so it is not yet the default.
 func DefaultParams(workload string) Params {
-	p := Params{Turns: 30, ImagesPerTurn: 8, Width: 1280, Height: 800, Think: 6 * time.Second, TurnGap: 45 * time.Second,
+	p := Params{Turns: 30, ImagesPerTurn: 8, Width: 1280, Height: 800, ImageKB: 0, Think: 6 * time.Second, TurnGap: 45 * time.Second,
 		IdleEvery: 10, Idle: 20 * time.Minute, Same: 0.2, Seed: 1}
 	switch workload {
+	case "computer-use-steady":
+		p.IdleEvery = 0
+	case "browser":
+		// Fast rounds, many screenshots; a 7-minute pause (just past the
+		// 5-minute TTL) every 5 turns.
+		p.Turns, p.ImagesPerTurn, p.Width, p.Height = 20, 15, 1280, 720
+		p.Think, p.TurnGap, p.IdleEvery, p.Idle, p.Same = 2*time.Second, 30*time.Second, 5, 7*time.Minute, 0.3
+	case "coding":
+		// Long text and tool output; turn gaps of 1 to 9 minutes, on both
+		// sides of the 5-minute TTL; an occasional screenshot, a pasted
+		// image, a PDF.
+		p.Turns, p.ImagesPerTurn, p.Think, p.TurnGap, p.GapJitter, p.IdleEvery, p.Same = 40, 4, 8*time.Second, 5*time.Minute, 0.8, 0, 0
 	case "doc-review":
 		p.Turns, p.ImagesPerTurn, p.Width, p.Height, p.Same = 60, 6, 1600, 1200, 0
 	case "mixed":
@@ -101,17 +122,33 @@ func DefaultParams(workload string) Params {
 }
 
 // Workloads lists the built-in scenarios.
-var Workloads = []string{"computer-use", "doc-review", "mixed"}
+var Workloads = []string{"computer-use", "computer-use-steady", "browser", "coding", "doc-review", "mixed"}
 
 // Build returns a built-in workload.
 func Build(name string, p Params) (*Workload, error) {
 	g := &gen{rng: newRand(p.Seed), p: p}
 	w := &Workload{Name: name, System: g.words(3000), Tools: toolsJSON}
 	switch name {
-	case "computer-use":
+	case "computer-use", "computer-use-steady", "browser":
 		for t := range p.Turns {
 			g.humanTurn(w, t, 60, nil)
 			g.toolLoop(w, p.ImagesPerTurn)
+		}
+	case "coding":
+		// Each turn reads and edits files (tool output of 300 to 2,500
+		// tokens); every fourth turn takes a screenshot of the app, every
+		// tenth pastes one; turn 2 attaches a PDF (a spec).
+		w.Tools = codingToolsJSON
+		for t := range p.Turns {
+			var pasted []*Image
+			switch {
+			case t == 1:
+				pasted = []*Image{g.pdf(4)}
+			case t%10 == 5:
+				pasted = []*Image{g.image("user")}
+			}
+			g.humanTurn(w, t, 150, pasted)
+			g.codingLoop(w, p.ImagesPerTurn, t%4 == 3)
 		}
 	case "doc-review":
 		// Diagrams pasted in the first turns, then a long discussion.
@@ -144,6 +181,11 @@ func Build(name string, p Params) (*Workload, error) {
 	w.Images, w.Occurrences, w.OccBytes = g.images, g.occ, g.occBytes
 	return w, nil
 }
+
+// codingToolsJSON is a coding agent's tool set.
+const codingToolsJSON = `[{"name":"read_file","description":"Read a file of the repository.","input_schema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}},` +
+	`{"name":"edit_file","description":"Replace text in a file.","input_schema":{"type":"object","properties":{"path":{"type":"string"},"old":{"type":"string"},"new":{"type":"string"}},"required":["path","old","new"]}},` +
+	`{"name":"screenshot","description":"Take a screenshot of the running app.","input_schema":{"type":"object","properties":{}}}]`
 
 // toolsJSON is a computer-use agent's tool set.
 const toolsJSON = `[{"name":"screenshot","description":"Take a screenshot of the screen.","input_schema":{"type":"object","properties":{}}},` +
@@ -180,7 +222,11 @@ func (g *gen) words(n int) string {
 }
 
 func (g *gen) humanTurn(w *Workload, t int, tokens int, pasted []*Image) {
-	step := Step{Think: g.p.TurnGap}
+	gap := g.p.TurnGap
+	if j := g.p.GapJitter; j > 0 {
+		gap = time.Duration(float64(gap) * (1 - j + 2*j*g.rng.Float64())).Round(time.Second)
+	}
+	step := Step{Think: gap}
 	if !g.started {
 		step.Think = 0
 		g.started = true
@@ -215,6 +261,58 @@ func (g *gen) toolLoop(w *Workload, rounds int) {
 		}})
 	}
 	g.answer = 120
+}
+
+// codingLoop is a coding agent's tool rounds: file reads and searches
+// with long text results, one of them a screenshot when shot.
+func (g *gen) codingLoop(w *Workload, rounds int, shot bool) {
+	for r := range rounds {
+		g.calls++
+		id := fmt.Sprintf("toolu_%04d", g.calls)
+		name, input := "read_file", fmt.Sprintf(`{"path":"src/module_%d.go"}`, g.calls)
+		result := []Part{{Text: g.words(300 + g.rng.IntN(2200))}}
+		if shot && r == rounds-1 {
+			name, input = "screenshot", `{}`
+			result = []Part{{Text: "Screenshot of the running app."}, g.attach(g.image("tool"))}
+		}
+		w.Steps = append(w.Steps, Step{Think: g.p.Think, Add: []Msg{
+			{Role: "assistant", Parts: []Part{{Text: g.words(80)}, {Call: &Call{ID: id, Name: name, Input: input}}}},
+			{Role: "user", Parts: []Part{{Result: &Result{CallID: id, Parts: result}}}},
+		}})
+	}
+	g.answer = 600
+}
+
+// pdf makes a document of pages pages of text, uncompressed, as a
+// spec or a paper attached to a turn is.
+func (g *gen) pdf(pages int) *Image {
+	var b bytes.Buffer
+	var offsets []int
+	obj := func(body string) {
+		offsets = append(offsets, b.Len())
+		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", len(offsets), body)
+	}
+	b.WriteString("%PDF-1.4\n")
+	kids := make([]string, pages)
+	for i := range pages {
+		kids[i] = fmt.Sprintf("%d 0 R", 3+2*i)
+	}
+	obj("<< /Type /Catalog /Pages 2 0 R >>")
+	obj(fmt.Sprintf("<< /Type /Pages /Kids [%s] /Count %d >>", strings.Join(kids, " "), pages))
+	for i := range pages {
+		obj(fmt.Sprintf("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R >>", 4+2*i))
+		text := "BT /F1 11 Tf 72 720 Td (" + g.words(350) + ") Tj ET"
+		obj(fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(text), text))
+	}
+	xref := b.Len()
+	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(offsets)+1)
+	for _, o := range offsets {
+		fmt.Fprintf(&b, "%010d 00000 n \n", o)
+	}
+	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(offsets)+1, xref)
+	im := &Image{ID: len(g.images) + 1, Bytes: b.Len(), B64: base64.StdEncoding.EncodeToString(b.Bytes()), MediaType: "application/pdf", Origin: "user", Pages: pages}
+	g.images = append(g.images, im)
+	return im
 }
 
 func (g *gen) attach(im *Image) Part {

@@ -16,7 +16,8 @@ func newSimulateCmd(a *app) *cobra.Command {
 	var (
 		workload, model, policies, from, svg, prices, size string
 		asJSON                                             bool
-		n, keepNewest                                      int
+		n, chunk, keepNewest                               int
+		noFrontier                                         bool
 		compactAt                                          float64
 		p                                                  = sim.DefaultParams("computer-use")
 	)
@@ -27,9 +28,12 @@ func newSimulateCmd(a *app) *cobra.Command {
 			"provider that counts tokens with the model's tokenizer and image rule, caches prompts as the provider\n" +
 			"documents (Anthropic breakpoints with their TTL and write/read prices, OpenAI automatic prefixes in\n" +
 			"128-token steps), refuses prompts past the window and the image limits, and bills with the profile's\n" +
-			"prices. Each policy runs the same steps on its own simulated clock: naive, ephemeral (imgctx with\n" +
-			"keep off), newest-n, ceiling-batch, strip-on-compact, and imgctx through the gateway's own handler\n" +
-			"and engine (this config's engine settings). No API key, no network.",
+			"prices. Each policy runs the same steps on its own simulated clock: the agents' own rules as they\n" +
+			"ship (the reference computer-use loop with and without caching, chunked newest-n, OSWorld-style,\n" +
+			"ceiling-batch, claude-code's strip-on-compact, one-a-request newest-n, naive), ephemeral, and imgctx\n" +
+			"through the gateway's own handler and engine (this config's engine settings). The hindsight\n" +
+			"frontier is the cheapest schedule of removals for each level of images shown, knowing the future;\n" +
+			"each row's distance to it is reported. No API key, no network.",
 		Example: "  imgctx simulate\n  imgctx simulate --model gpt-4o --workload doc-review --svg cost.svg\n  imgctx simulate --from session.jsonl --json",
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -79,6 +83,21 @@ func newSimulateCmd(a *app) *cobra.Command {
 				if !set("image-size") {
 					p.Width, p.Height = def.Width, def.Height
 				}
+				if !set("image-kb") {
+					p.ImageKB = def.ImageKB
+				}
+				if !set("think") {
+					p.Think = def.Think
+				}
+				if !set("turn-gap") {
+					p.TurnGap, p.GapJitter = def.TurnGap, def.GapJitter
+				}
+				if !set("idle-every") {
+					p.IdleEvery = def.IdleEvery
+				}
+				if !set("idle") {
+					p.Idle = def.Idle
+				}
 				if w, err = sim.Build(workload, p); err != nil {
 					return usageError{err}
 				}
@@ -89,7 +108,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 			}
 			prog := newProgress(a.stderr)
 			rep, err := sim.Run(cmd.Context(), sim.Config{Workload: w, Model: model, Profile: profile, Policies: list,
-				N: n, KeepNewest: keepNewest, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages,
+				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages,
 				Progress: func(policy string, step, steps int) { prog.update("simulate: %s, step %d of %d", policy, step, steps) }})
 			prog.done()
 			if err != nil {
@@ -121,7 +140,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&workload, "workload", "computer-use", "computer-use, doc-review or mixed")
+	f.StringVar(&workload, "workload", "computer-use", strings.Join(sim.Workloads, ", "))
 	f.StringVar(&model, "model", "claude-sonnet-4-6", "the model asked for; its profile gives the window, image rule, cache rules and prices")
 	f.StringVar(&policies, "policies", "", "comma-separated policies to run (default all: "+strings.Join(sim.Policies, ",")+")")
 	f.StringVar(&from, "from", "", "replay a recorded session: a sessions export (JSONL) or one OpenAI/Anthropic request body a line")
@@ -131,14 +150,16 @@ func newSimulateCmd(a *app) *cobra.Command {
 	f.IntVar(&p.Turns, "turns", p.Turns, "human turns")
 	f.IntVar(&p.ImagesPerTurn, "images-per-turn", p.ImagesPerTurn, "screenshots per turn (computer-use, mixed); pasted diagrams in all (doc-review)")
 	f.StringVar(&size, "image-size", "", "screenshot size, WIDTHxHEIGHT (default 1280x800; doc-review 1600x1200)")
-	f.IntVar(&p.ImageKB, "image-kb", 0, "incompressible KB per image, for realistic request sizes (0: small synthetic PNGs; tokens depend on the size only)")
+	f.IntVar(&p.ImageKB, "image-kb", p.ImageKB, "incompressible KB in each image, as real screenshots weigh (0: small synthetic PNGs; tokens depend on the size only)")
 	f.DurationVar(&p.Think, "think", p.Think, "time between two requests of a turn")
 	f.DurationVar(&p.TurnGap, "turn-gap", p.TurnGap, "time before each human message")
 	f.IntVar(&p.IdleEvery, "idle-every", p.IdleEvery, "an idle gap every so many turns (0: none)")
 	f.DurationVar(&p.Idle, "idle", p.Idle, "length of an idle gap (past the cache TTL, the cache goes cold)")
 	f.Float64Var(&p.Same, "same", p.Same, "share of screenshots identical to the one before (the screen did not change)")
 	f.Uint64Var(&p.Seed, "seed", p.Seed, "workload seed")
-	f.IntVar(&n, "n", 3, "newest-n: images kept")
+	f.IntVar(&n, "n", 3, "chunked newest-n: tool images kept")
+	f.IntVar(&chunk, "chunk", 10, "chunked newest-n: images removed only in multiples of this")
+	f.BoolVar(&noFrontier, "no-frontier", false, "skip the hindsight frontier")
 	f.IntVar(&keepNewest, "keep-newest", 5, "ceiling-batch: images kept when it evicts at the provider's image limit")
 	f.Float64Var(&compactAt, "compact-at", 0.9, "share of the window past which the agent compacts its history (every policy but naive)")
 	return cmd

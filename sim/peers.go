@@ -1,0 +1,62 @@
+package sim
+
+import "fmt"
+
+// A Peer is an image policy as an agent or a gateway ships it: what it
+// removes and when, where its cache breakpoints go, and how it compacts.
+// Each reproduces something named in Reproduces; a row's parameters are
+// shown in its name.
+type Peer struct {
+	Name       string
+	Reproduces string
+	// Keep and Chunk: chunked newest-n. The newest Keep tool images stay;
+	// the older ones go only in multiples of Chunk (Chunk 1: one a
+	// request). 0 Keep: no such rule.
+	Keep, Chunk int
+	// AtLimit: ceiling-batch. Nothing is removed until the request would
+	// pass the provider's image limit; then all but the newest Keep go.
+	AtLimit bool
+	// Drop: removed images are dropped from the tool result (the
+	// reference loop); otherwise a text placeholder takes their place.
+	Drop bool
+	// ToolOnly: only tool-result images are removed, as the reference
+	// loop counts them.
+	ToolOnly    bool
+	Breakpoints int // lastBreakpoint, turnBreakpoints or noBreakpoints (Anthropic)
+	// Compact: how the agent compacts past CompactAt of the window or on
+	// a refusal: "" never; "shared" the history as sent plus the summary
+	// instruction, so the summary request reads the cache (claude-code);
+	// "fresh" the history with its images left out (a cache miss).
+	Compact string
+	// Through: requests go through imgctx's gateway and engine; KeepOff
+	// turns keep-turn-images off there (ephemeral).
+	Through, KeepOff bool
+}
+
+// Peers returns the policies compared, in report order: the agents' own
+// rules as they ship, then imgctx. n and chunk set the chunked row.
+func Peers(n, chunk, keepNewest int) []Peer {
+	return []Peer{
+		{Name: "naive", Reproduces: "an agent that sends its whole history and never compacts", Breakpoints: lastBreakpoint},
+		{Name: "newest-3/1", Reproduces: "newest-n removing one image a request: the cache-breaking bug an agent shipped and fixed (known-bad baseline)",
+			Keep: 3, Chunk: 1, Compact: "fresh"},
+		{Name: "ref-loop", Reproduces: "anthropic-quickstarts computer-use-demo sampling_loop where prompt caching is off (Bedrock, Vertex): " +
+			"only_n_most_recent_images=3, min_removal_threshold=image_truncation_threshold=3, images dropped from tool results, no breakpoints, no compaction",
+			Keep: 3, Chunk: 3, Drop: true, ToolOnly: true, Breakpoints: noBreakpoints},
+		{Name: "ref-loop-cached", Reproduces: "the same loop on the Anthropic API: prompt caching on, so no image truncation at all " +
+			"(only_n_most_recent_images = 0), breakpoints on the 3 most recent user turns and the system prompt, no compaction",
+			Breakpoints: turnBreakpoints},
+		{Name: fmt.Sprintf("chunked-%d/%d", n, chunk), Reproduces: fmt.Sprintf("chunked newest-n with caching: keep %d tool images, remove in chunks of %d "+
+			"(the reference loop's original min_removal_threshold=10), claude-code's breakpoints and compaction", n, chunk),
+			Keep: n, Chunk: chunk, Drop: true, ToolOnly: true, Compact: "shared"},
+		{Name: "osworld-10/20", Reproduces: "OSWorld-style agents: keep the 10 newest screenshots, remove in chunks of 20",
+			Keep: 10, Chunk: 20, Drop: true, ToolOnly: true, Compact: "shared"},
+		{Name: fmt.Sprintf("ceiling-batch-%d", keepNewest), Reproduces: fmt.Sprintf("agents fixed after the provider's image-limit refusal: "+
+			"nothing removed until the next request would pass the limit, then all but the %d newest at once", keepNewest),
+			Keep: keepNewest, AtLimit: true, Compact: "shared"},
+		{Name: "strip-on-compact", Reproduces: "claude-code: every image kept until the history is compacted (cache-sharing summary request), none after",
+			Compact: "shared"},
+		{Name: "ephemeral", Reproduces: "imgctx with proxy.keep_turn_images off: each tool image shown once", Through: true, KeepOff: true, Compact: "shared"},
+		{Name: "imgctx", Reproduces: "imgctx serve's defaults (this config's engine settings) in front of a claude-code-like agent", Through: true, Compact: "shared"},
+	}
+}

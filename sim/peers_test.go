@@ -1,0 +1,120 @@
+package sim
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/tokens"
+)
+
+// Each peer's removal schedule, by hand, on a transcript growing one tool
+// screenshot at a time.
+func TestPeerRemovalSchedules(t *testing.T) {
+	peer := func(name string) Peer {
+		for _, p := range Peers(3, 10, 5) {
+			if p.Name == name {
+				return p
+			}
+		}
+		t.Fatalf("no peer %s", name)
+		return Peer{}
+	}
+	for _, c := range []struct {
+		peer string
+		// removed[i]: images removed in all after the (i+1)th screenshot
+		at      map[int]int
+		dropped bool
+	}{
+		// N=3, chunk 10: nothing until 13 images, then 10 at once.
+		{"chunked-3/10", map[int]int{12: 0, 13: 10, 22: 10, 23: 20}, true},
+		{"ref-loop", map[int]int{3: 0, 4: 0, 5: 0, 6: 3, 8: 3, 9: 6}, true},
+		{"newest-3/1", map[int]int{3: 0, 4: 1, 5: 2, 10: 7}, false},
+		{"osworld-10/20", map[int]int{29: 0, 30: 20, 49: 20, 50: 40}, true},
+		{"ceiling-batch-5", map[int]int{100: 0, 101: 96}, false},
+		{"strip-on-compact", map[int]int{150: 0}, false},
+	} {
+		p := peer(c.peer)
+		r := &runner{peer: p, removed: map[string]int{}, cfg: Config{Profile: tokens.Profile{Limits: tokens.Limits{MaxImages: 100}}}}
+		im := &Image{ID: 1, W: 8, H: 8}
+		for n := 1; n <= 150; n++ {
+			r.transcript = append(r.transcript, Msg{Role: "user", Parts: []Part{{Result: &Result{CallID: "c", Parts: []Part{{Text: "shot"}, {Image: im}}}}}})
+			r.evict()
+			removed := 0
+			for _, k := range r.removed {
+				removed += k
+			}
+			if want, ok := c.at[n]; ok && removed != want {
+				t.Errorf("%s: %d removed after %d screenshots; want %d", c.peer, removed, n, want)
+			}
+			if kept := countImages(r.transcript, false); kept+removed != n {
+				t.Fatalf("%s: %d kept + %d removed ≠ %d", c.peer, kept, removed, n)
+			}
+		}
+		placeholders := 0
+		for _, m := range r.transcript {
+			for _, in := range m.Parts[0].Result.Parts {
+				if in.Removed != "" {
+					placeholders++
+				}
+			}
+		}
+		if c.dropped != (placeholders == 0) && r.removed != nil && len(r.removed) > 0 {
+			t.Errorf("%s: %d placeholders; dropped %v", c.peer, placeholders, c.dropped)
+		}
+	}
+}
+
+// The frontier's dynamic programme finds the best schedule: on small
+// traces, every schedule (how many of the oldest images are gone after
+// each request) is enumerated and none does better, at every price put on
+// an image.
+func TestFrontierMatchesBruteForce(t *testing.T) {
+	for _, prof := range []tokens.Profile{sonnet(t), gpt4o(t)} {
+		p := DefaultParams("computer-use")
+		p.Turns, p.ImagesPerTurn, p.ImageKB, p.IdleEvery, p.TurnGap = 3, 2, 0, 2, 2*time.Minute
+		p.Idle = 6 * time.Minute
+		w, err := Build("computer-use", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := newTrace(w, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := tr.sums()
+		steps := len(tr.end)
+		perImage := float64(s.saved[len(tr.items)]) / float64(len(tr.items)) * prof.Prices.Input / 1e6
+		for _, lambda := range []float64{0, 0.05 * perImage, 0.2 * perImage, perImage, 5 * perImage} {
+			_, _, _, got := tr.best(s, lambda)
+			want := math.Inf(1)
+			sched := make([]int, steps)
+			var walk func(i, prev int)
+			walk = func(i, prev int) {
+				if i == steps {
+					c, shown := tr.price(s, sched)
+					if v := c - lambda*float64(shown); v < want {
+						want = v
+					}
+					return
+				}
+				for k := prev; k <= tr.arrived(tr.end[i]); k++ {
+					sched[i] = k
+					walk(i+1, k)
+				}
+			}
+			walk(0, 0)
+			if math.Abs(got-want) > 1e-12 {
+				t.Errorf("%s, λ=%g: the programme found %.9f, the best of all schedules is %.9f", prof.Name, lambda, got, want)
+			}
+		}
+	}
+}
+
+func gpt4o(t *testing.T) tokens.Profile {
+	p, ok := tokens.Default().Lookup("gpt-4o")
+	if !ok || p.Prices == nil {
+		t.Fatal("gpt-4o has no profile with prices")
+	}
+	return p
+}
