@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -376,9 +377,9 @@ func (t *trace) frontier() *Frontier {
 	// The lower hull, by images ascending.
 	slices.SortFunc(f.Points, func(a, b FrontierPoint) int {
 		if a.Images != b.Images {
-			return cmpFloat(a.Images, b.Images)
+			return cmp.Compare(a.Images, b.Images)
 		}
-		return cmpFloat(a.Dollars, b.Dollars)
+		return cmp.Compare(a.Dollars, b.Dollars)
 	})
 	var hull []FrontierPoint
 	for _, p := range f.Points {
@@ -395,14 +396,4 @@ func (t *trace) frontier() *Frontier {
 	}
 	f.Points = hull
 	return f
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

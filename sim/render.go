@@ -227,26 +227,38 @@ func writeOpenAIPart(b *bytes.Buffer, p Part, strip bool) {
 	}
 }
 
-// openaiTools rewrites the Anthropic tool list as Chat Completions tools.
-func openaiTools(tools string) string {
+// functions reads the Anthropic tool list as function declarations
+// (name, description, parameters), the shape both other wires use.
+func functions(tools string) []function {
 	var in []struct {
 		Name        string          `json:"name"`
 		Description string          `json:"description"`
 		Schema      json.RawMessage `json:"input_schema"`
 	}
 	json.Unmarshal([]byte(tools), &in)
-	type fn struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	}
-	type tool struct {
-		Type     string `json:"type"`
-		Function fn     `json:"function"`
-	}
-	out := make([]tool, len(in))
+	out := make([]function, len(in))
 	for i, t := range in {
-		out[i] = tool{"function", fn{t.Name, t.Description, t.Schema}}
+		out[i] = function{t.Name, t.Description, t.Schema}
+	}
+	return out
+}
+
+type function struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// openaiTools rewrites the Anthropic tool list as Chat Completions tools.
+func openaiTools(tools string) string {
+	type tool struct {
+		Type     string   `json:"type"`
+		Function function `json:"function"`
+	}
+	fs := functions(tools)
+	out := make([]tool, len(fs)) // [] for none, never null
+	for i, f := range fs {
+		out[i] = tool{"function", f}
 	}
 	b, _ := json.Marshal(out)
 	return string(b)
@@ -354,21 +366,6 @@ func renderGemini(b *bytes.Buffer, system, tools string, msgs []Msg, strip bool)
 
 // geminiTools rewrites the Anthropic tool list as function declarations.
 func geminiTools(tools string) string {
-	var in []struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Schema      json.RawMessage `json:"input_schema"`
-	}
-	json.Unmarshal([]byte(tools), &in)
-	type fn struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	}
-	out := make([]fn, len(in))
-	for i, t := range in {
-		out[i] = fn{t.Name, t.Description, t.Schema}
-	}
-	b, _ := json.Marshal(out)
+	b, _ := json.Marshal(functions(tools))
 	return string(b)
 }
