@@ -167,9 +167,14 @@ func (p *Provider) Transport() http.RoundTripper { return handlerTransport{p} }
 
 type handlerTransport struct{ h http.Handler }
 
+// RoundTrip closes the request's body, as the RoundTripper contract asks:
+// the gateway recycles a body's buffer only once its readers are closed.
 func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	rec := httptest.NewRecorder()
 	t.h.ServeHTTP(rec, r)
+	if r.Body != nil {
+		r.Body.Close()
+	}
 	return rec.Result(), nil
 }
 
