@@ -92,13 +92,13 @@ type Params struct {
 	Seed          uint64
 }
 
-// DefaultParams are the built-in scenarios' settings. Images are small
-// synthetic PNGs by default (tokens depend on their size only); --image-kb
-// 200 makes them weigh what real screenshots do, so request bytes and the
-// request-size limits are real — but the run then peaks at ~18 GB of
-// memory (an open defect), so it is not yet the default.
+// DefaultParams are the built-in scenarios' settings. Images weigh what
+// real PNG screenshots do (200 KB of incompressible pixels each, about
+// 208 KB encoded), so request bytes and the providers' request-size limits
+// are real; --image-kb 0 makes small synthetic PNGs (tokens depend on the
+// size only).
 func DefaultParams(workload string) Params {
-	p := Params{Turns: 30, ImagesPerTurn: 8, Width: 1280, Height: 800, ImageKB: 0, Think: 6 * time.Second, TurnGap: 45 * time.Second,
+	p := Params{Turns: 30, ImagesPerTurn: 8, Width: 1280, Height: 800, ImageKB: 200, Think: 6 * time.Second, TurnGap: 45 * time.Second,
 		IdleEvery: 10, Idle: 20 * time.Minute, Same: 0.2, Seed: 1}
 	switch workload {
 	case "computer-use-steady":
