@@ -34,7 +34,7 @@ var allowed = map[string][]string{
 	"session/postgres":     {"chat", "imagestore", "session"},
 	"imagestore/s3":        {"blob", "imagestore"},
 	"internal/testsvc":     {},
-	"sim":                  {"chat", "engine", "gateway", "imagestore", "session", "tokens", "upstream", "wire", "wire/jsonspan"},
+	"sim":                  {"chat", "engine", "gateway", "imagestore", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/jsonspan", "wire/openai", "wire/responses"},
 	"wire":                 {"blob", "chat", "mimetype", "wire/jsonspan"},
 	"wire/jsonspan":        {},
 	"wire/wiretest":        {"chat", "wire"},

@@ -81,8 +81,9 @@ func imageKey(b64 string, n int) string {
 }
 
 // Provider is an in-memory model server speaking Anthropic Messages
-// (/v1/messages) and OpenAI Chat Completions (/v1/chat/completions) as
-// their API references document them: token counting with the profile's
+// (/v1/messages), OpenAI Chat Completions (/v1/chat/completions) and
+// Responses (/v1/responses), and Gemini generateContent as their API
+// references document them: token counting with the profile's
 // tokenizer and image rule, prompt caching (Anthropic breakpoints, OpenAI
 // automatic prefixes), usage in each provider's own fields, and the errors
 // for prompts past the window and the image limits.
@@ -92,6 +93,8 @@ type Provider struct {
 	// Output is the output tokens of a normal answer; SummaryOutput of an
 	// answer to a request marked X-Sim-Kind: summary.
 	Output, SummaryOutput int
+	// Received, when set, sees each request body as it arrived.
+	Received func(body []byte)
 
 	mu     sync.Mutex
 	cache  map[[32]byte]*entry // prefix hash → cached prefix
@@ -191,6 +194,9 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	buf.ReadFrom(r.Body)
 	body := buf.Bytes()
+	if p.Received != nil {
+		p.Received(body)
+	}
 	kind := r.Header.Get("X-Sim-Kind")
 	if kind == "" {
 		kind = "main"
@@ -201,6 +207,8 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		api = "anthropic"
 	case strings.HasSuffix(path, "/v1/chat/completions"):
 		api = "openai"
+	case strings.HasSuffix(path, "/v1/responses"):
+		api = "responses"
 	case strings.Contains(path, "/v1beta/models/") && strings.HasSuffix(path, ":generateContent"):
 		api = "gemini"
 	default:
@@ -242,6 +250,8 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		bill.Failed = "overflow"
 		msg := fmt.Sprintf("prompt is too long: %d tokens > %d maximum", bill.Prompt, p.Profile.ContextWindow)
 		switch api {
+		case "responses":
+			msg = "Your input exceeds the context window of this model. Please adjust your input and try again."
 		case "openai":
 			msg = fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", p.Profile.ContextWindow, bill.Prompt)
 		case "gemini":
@@ -279,6 +289,13 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			`"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"cache_creation":{"ephemeral_5m_input_tokens":%d,"ephemeral_1h_input_tokens":%d},"output_tokens":%d}}`,
 			p.seq, p.Profile.Name, bill.Input, bill.CacheWrite+bill.CacheWrite1h, bill.CacheRead, bill.CacheWrite, bill.CacheWrite1h, bill.Output)
 		return
+	case "responses":
+		// input_tokens includes the cached ones (input_tokens_details).
+		fmt.Fprintf(w, `{"id":"resp_sim_%d","object":"response","created_at":%d,"status":"completed","model":%q,`+
+			`"output":[{"type":"message","id":"msg_sim_%d","status":"completed","role":"assistant","content":[{"type":"output_text","text":"ok","annotations":[]}]}],`+
+			`"usage":{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}}`,
+			p.seq, p.Clock.Now().Unix(), p.Profile.Name, p.seq, bill.Prompt, bill.CacheRead, bill.Output, bill.Prompt+bill.Output)
+		return
 	}
 	fmt.Fprintf(w, `{"id":"chatcmpl-sim-%d","object":"chat.completion","created":%d,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],`+
 		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`,
@@ -308,7 +325,11 @@ func (p *Provider) refuseLocked(w http.ResponseWriter, api string, code int, typ
 	if bill.Failed == "overflow" {
 		codeField = `"context_length_exceeded"`
 	}
-	fmt.Fprintf(w, `{"error":{"message":%s,"type":"invalid_request_error","param":"messages","code":%s}}`, m, codeField)
+	param := "messages"
+	if api == "responses" {
+		param = "input"
+	}
+	fmt.Fprintf(w, `{"error":{"message":%s,"type":"invalid_request_error","param":%q,"code":%s}}`, m, param, codeField)
 }
 
 // anthropicCache bills a request with explicit breakpoints: the longest
@@ -384,7 +405,7 @@ func (p *Provider) prefixCache(b *Bill, api string) {
 		ttl = 5 * time.Minute
 	}
 	var longest time.Duration // OpenAI in_memory: at most an hour
-	if api == "openai" {
+	if api == "openai" || api == "responses" {
 		longest = time.Hour
 	}
 	alive := func(e *entry) bool {
@@ -585,6 +606,20 @@ func (p *Provider) imageTokens(b64, detail string, b *block, e elided) (int, err
 	return tokens.ImageTokens(p.Profile, w, h, detail)
 }
 
+// unseen prices an image or document the request names but does not
+// carry (a file id, a URL): the emulator has no such files, so a
+// 1024×1024 image or one page, as the replay's notes say.
+func (p *Provider) unseen(document bool, detail string) int {
+	if document {
+		if t, ok := tokens.PageTokens(p.Profile, ""); ok {
+			return t
+		}
+		detail = ""
+	}
+	t, _ := tokens.ImageTokens(p.Profile, 1024, 1024, detail)
+	return t
+}
+
 func (p *Provider) text(s string) int { return tokens.CounterFor(p.Profile.Tokenizer).Count(s) }
 
 // anthropicMessage reads one message's content blocks; the first carries
@@ -666,13 +701,19 @@ func (p *Provider) anthropicTokens(part anthropicPart, b *block, e elided) (int,
 	case "text":
 		return p.text(part.Text), nil
 	case "image":
-		if part.Source == nil || part.Source.Type != "base64" {
-			return 0, fmt.Errorf("image source: only base64 is emulated")
+		if part.Source == nil {
+			return 0, fmt.Errorf("image: source: field required")
+		}
+		if part.Source.Type != "base64" {
+			return p.unseen(false, ""), nil // a file id or a URL
 		}
 		return p.imageTokens(part.Source.Data, "", b, e)
 	case "document":
-		if part.Source == nil || part.Source.Type != "base64" || part.Source.MediaType != "application/pdf" {
-			return 0, fmt.Errorf("document source: only base64 PDFs are emulated")
+		if part.Source == nil {
+			return 0, fmt.Errorf("document: source: field required")
+		}
+		if part.Source.Type != "base64" || part.Source.MediaType != "application/pdf" {
+			return p.unseen(true, ""), nil
 		}
 		return p.pdfTokens(e.resolve(part.Source.Data), b)
 	case "tool_use":
@@ -736,7 +777,8 @@ func (p *Provider) openaiTokens(e elided, b *block) (int, error) {
 		case "image_url":
 			_, data, ok := strings.Cut(part.ImageURL.URL, ";base64,")
 			if !ok {
-				return 0, fmt.Errorf("image_url: only data URLs are emulated")
+				t += p.unseen(false, part.ImageURL.Detail)
+				continue
 			}
 			n, err := p.imageTokens(data, part.ImageURL.Detail, b, e)
 			if err != nil {
@@ -749,7 +791,8 @@ func (p *Provider) openaiTokens(e elided, b *block) (int, error) {
 			}
 			_, data, ok := strings.Cut(e.resolve(part.File.Data), "application/pdf;base64,")
 			if !ok {
-				return 0, fmt.Errorf("file: only base64 PDF data is emulated")
+				t += p.unseen(true, "") // a file id
+				continue
 			}
 			n, err := p.pdfTokens(data, b)
 			if err != nil {
@@ -767,4 +810,84 @@ func unquote(raw json.RawMessage) string {
 	var s string
 	json.Unmarshal(raw, &s)
 	return s
+}
+
+// responsesItem reads one Responses input item as one block: a message
+// (content a string or input_text, input_image and input_file parts), a
+// function call, a function call's output (a string or such parts); any
+// other item (reasoning, a compaction) is billed as its text.
+func (p *Provider) responsesItem(e elided) (block, error) {
+	raw := e.small
+	var it struct {
+		Type      string          `json:"type"`
+		Content   json.RawMessage `json:"content"`
+		Name      string          `json:"name"`
+		Arguments string          `json:"arguments"`
+		Output    json.RawMessage `json:"output"`
+	}
+	if err := json.Unmarshal(raw, &it); err != nil {
+		return block{}, err
+	}
+	b := block{hash: hashOf("responses", raw), tokens: messageFraming}
+	parts := func(c json.RawMessage) error {
+		if len(c) == 0 || string(c) == "null" {
+			return nil
+		}
+		if c[0] == '"' {
+			b.tokens += p.text(unquote(c))
+			return nil
+		}
+		var ps []struct {
+			Type     string `json:"type"`
+			Text     string `json:"text"`
+			ImageURL string `json:"image_url"`
+			Detail   string `json:"detail"`
+			FileData string `json:"file_data"`
+		}
+		if err := json.Unmarshal(c, &ps); err != nil {
+			return err
+		}
+		for _, part := range ps {
+			switch part.Type {
+			case "input_image":
+				_, data, ok := strings.Cut(part.ImageURL, ";base64,")
+				if !ok {
+					b.images++
+					b.tokens += p.unseen(false, part.Detail)
+					continue
+				}
+				n, err := p.imageTokens(data, part.Detail, &b, e)
+				if err != nil {
+					return err
+				}
+				b.images++
+				b.tokens += n
+			case "input_file":
+				_, data, ok := strings.Cut(e.resolve(part.FileData), "application/pdf;base64,")
+				if !ok {
+					b.tokens += p.unseen(true, "")
+					continue
+				}
+				n, err := p.pdfTokens(data, &b)
+				if err != nil {
+					return err
+				}
+				b.tokens += n
+			default:
+				b.tokens += p.text(part.Text)
+			}
+		}
+		return nil
+	}
+	switch it.Type {
+	case "", "message":
+		return b, parts(it.Content)
+	case "function_call":
+		b.tokens += p.text(it.Name) + p.text(it.Arguments)
+		return b, nil
+	case "function_call_output":
+		return b, parts(it.Output)
+	}
+	b.tokens += p.text(string(raw))
+	return b, nil
 }

@@ -67,6 +67,9 @@ type Config struct {
 	Progress func(policy string, step, steps int)
 	// NoFrontier skips the hindsight frontier.
 	NoFrontier bool
+	// Received, when set, sees each body the emulated provider receives,
+	// by policy.
+	Received func(policy string, body []byte)
 }
 
 // Report is a simulation's result.
@@ -179,12 +182,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		peers = chosen
 	}
+	w := cfg.Workload
+	if w.Recorded != nil {
+		if fam := recordedWires[w.Format].family; fam != format {
+			return nil, fmt.Errorf("the recording holds %s bodies; profile %s (model %s) is a %s provider: give --model one of a %s profile", w.Format, cfg.Profile.Name, cfg.Model, format, fam)
+		}
+		cfg.NoFrontier = true
+		peers = slices.DeleteFunc(peers, func(p Peer) bool { return !p.replays() })
+	}
 	if cfg.CompactAt <= 0 || cfg.CompactAt > 1 {
 		cfg.CompactAt = 0.9
 	}
-	w := cfg.Workload
-	rep := &Report{Workload: w.Name, Model: cfg.Model, Profile: cfg.Profile.Name, Format: format, Steps: len(w.Steps), Window: cfg.Profile.ContextWindow,
-		Images: len(w.Images), Occurrences: w.Occurrences, Prices: *cfg.Profile.Prices}
+	rep := &Report{Workload: w.Name, Model: cfg.Model, Profile: cfg.Profile.Name, Format: format, Steps: len(w.Steps) + len(w.Recorded), Window: cfg.Profile.ContextWindow,
+		Images: len(w.Images), Occurrences: w.Occurrences, Prices: *cfg.Profile.Prices, Notes: slices.Clone(w.Notes)}
+	if w.Recorded != nil {
+		rep.Format = w.Format
+	}
 	for _, im := range w.Images {
 		rep.ImageBytes += int64(im.Bytes)
 	}
@@ -262,6 +275,7 @@ type runner struct {
 	summaryN    int
 	body        bytes.Buffer   // the request being sent, reused
 	refused     map[string]int // requests imgctx refused itself, by status
+	replayed    replayState    // a byte replay's peer rule
 }
 
 // through reports whether the policy's requests go through imgctx.
@@ -270,6 +284,9 @@ func (r *runner) through() bool { return r.peer.Through }
 func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 	r.clock = NewClock()
 	r.prov = NewProvider(r.cfg.Profile, r.clock, r.counts)
+	if f := r.cfg.Received; f != nil {
+		r.prov.Received = func(b []byte) { f(r.policy, b) }
+	}
 	r.client = &upstream.Client{Format: upstream.Format(r.format), BaseURL: "http://provider.sim", HTTP: &http.Client{Transport: r.prov.Transport()}, MaxRetries: -1}
 	if r.through() {
 		r.images = imagestore.Verified{Store: &imagestore.Mem{}}
@@ -286,19 +303,42 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 			}}
 		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.peer.KeepOff || r.cfg.KeepOff}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
 	}
+	var steps []stepInfo
+	var err error
+	if r.cfg.Workload.Recorded != nil {
+		steps, err = r.replay(ctx)
+	} else {
+		steps, err = r.play(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.report(ctx, steps), nil
+}
+
+// stepInfo is what the report needs of one step.
+type stepInfo struct {
+	bills     []int // indexes into the provider's bills
+	main      int   // the bill of the step's main request, -1 if none
+	cold      bool  // after a gap longer than the cache TTL: cold by schedule
+	hasImages bool
+	recent    []string // imageKey of the last 10 tool screenshots attached so far
+}
+
+// ttl is the provider's cache lifetime, for what counts as a cold start.
+func (r *runner) ttl() time.Duration {
+	if ttl := r.cfg.Profile.Cache.TTL; ttl > 0 {
+		return ttl
+	}
+	return 5 * time.Minute
+}
+
+// play runs a built-in (or exported) workload: the agent's transcript,
+// its own image rule and compaction, rendered at each step.
+func (r *runner) play(ctx context.Context) ([]stepInfo, error) {
 	w := r.cfg.Workload
-	type stepInfo struct {
-		bills     []int // indexes into the provider's bills
-		main      int   // the bill of the step's main request, -1 if none
-		cold      bool  // after a gap longer than the cache TTL: cold by schedule
-		hasImages bool
-		recent    []string // imageKey of the last 10 tool screenshots attached so far
-	}
 	steps := make([]stepInfo, len(w.Steps))
-	ttl := r.cfg.Profile.Cache.TTL
-	if ttl <= 0 {
-		ttl = 5 * time.Minute
-	}
+	ttl := r.ttl()
 	seenImage := false
 	var shots []string
 	for i, st := range w.Steps {
@@ -333,6 +373,12 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 			r.cfg.Progress(r.policy, i+1, len(w.Steps))
 		}
 	}
+	return steps, nil
+}
+
+// report sums what the provider billed into the policy's row.
+func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
+	w := r.cfg.Workload
 	// The report, from what the provider billed.
 	bills := r.prov.Bills()
 	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1}
@@ -430,7 +476,7 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 		pr.StoredBytes = 0
 		r.images.List(ctx, imagestore.DefaultTenant, func(in imagestore.Info) error { pr.StoredBytes += in.Size; return nil })
 	}
-	return pr, nil
+	return pr
 }
 
 // step sends the step's request under the policy: the agent's own image
@@ -593,26 +639,31 @@ func (r *runner) path() string {
 	return "/v1/chat/completions"
 }
 
-// send renders msgs and sends them: through the gateway for the imgctx
-// rows, to the provider through the upstream client for the others. It
-// returns the status and the prompt tokens the answer's usage reports.
+// send renders msgs and sends them (sendBody). It returns the status and
+// the prompt tokens the answer's usage reports.
 func (r *runner) send(ctx context.Context, kind string, msgs []Msg, strip bool) (int, int, error) {
 	body := renderInto(&r.body, r.format, r.cfg.Model, r.cfg.Workload.System, r.cfg.Workload.Tools, msgs, strip, r.peer.Breakpoints)
-	h := http.Header{"Content-Type": {"application/json"}, "X-Sim-Kind": {kind}}
+	h := http.Header{"Content-Type": {"application/json"}, "X-Sim-Kind": {kind}, "X-Imgctx-Session": {"sim-" + r.policy}}
 	if r.format == "anthropic" {
 		h.Set("Anthropic-Version", "2023-06-01")
 	}
+	return r.sendBody(ctx, r.path(), h, body)
+}
+
+// sendBody sends one request body as it stands: through the gateway for
+// the imgctx rows, to the provider through the upstream client for the
+// others.
+func (r *runner) sendBody(ctx context.Context, path string, h http.Header, body []byte) (int, int, error) {
 	var status int
 	var answer []byte
 	if r.through() {
-		req := httptest.NewRequestWithContext(ctx, "POST", r.path(), bytes.NewReader(body))
+		req := httptest.NewRequestWithContext(ctx, "POST", path, bytes.NewReader(body))
 		req.Header = h
-		req.Header.Set("X-Imgctx-Session", "sim-"+r.policy)
 		rec := httptest.NewRecorder()
 		r.gw.ServeHTTP(rec, req)
 		status, answer = rec.Code, rec.Body.Bytes()
 	} else {
-		resp, err := r.client.Send(ctx, upstream.Request{Path: r.path(), Header: h, Body: wire.BodyOf(body)})
+		resp, err := r.client.Send(ctx, upstream.Request{Path: path, Header: h, Body: wire.BodyOf(body)})
 		var we *wire.Error
 		switch {
 		case errors.As(err, &we):

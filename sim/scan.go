@@ -26,9 +26,12 @@ type seen struct {
 // blocks reads a request body into its cacheable blocks, in the
 // provider's prefix order: tools, system, then the messages (contents).
 func (p *Provider) blocks(api string, body []byte) ([]block, error) {
-	list, sysKey := "messages", "system"
-	if api == "gemini" {
-		list, sysKey = "contents", "systemInstruction"
+	list, sysKey := listOf(api), "system"
+	switch api {
+	case "gemini":
+		sysKey = "systemInstruction"
+	case "responses":
+		sysKey = "instructions"
 	}
 	var tools, system []byte
 	var msgs []block
@@ -38,6 +41,14 @@ func (p *Provider) blocks(api string, body []byte) ([]block, error) {
 		switch string(key) {
 		case list:
 			found = true
+			if body[vs] == '"' { // Responses: the input as one user message
+				ve, err := jsonspan.End(body, vs)
+				if err == nil {
+					raw := body[vs:ve]
+					msgs = []block{p.textBlock("user", raw, func() string { return unquote(raw) })}
+				}
+				return ve, err
+			}
 			ve, bs, err := p.elements(api, body, vs)
 			msgs = bs
 			return ve, err
@@ -87,6 +98,17 @@ func (p *Provider) blocks(api string, body []byte) ([]block, error) {
 	return out, nil
 }
 
+// listOf names the member holding a wire's conversation.
+func listOf(api string) string {
+	switch api {
+	case "gemini":
+		return "contents"
+	case "responses":
+		return "input"
+	}
+	return "messages"
+}
+
 func (p *Provider) systemBlocks(api string, raw []byte) ([]block, error) {
 	if raw[0] == '"' {
 		return []block{p.textBlock("system", raw, func() string { return unquote(raw) })}, nil
@@ -131,7 +153,7 @@ func (p *Provider) elements(api string, b []byte, vs int) (int, []block, error) 
 		raw := b[es:ee]
 		bs, err := p.message(api, raw, func() ([]block, error) { return p.readMessage(api, raw) })
 		if err != nil {
-			return ee, fmt.Errorf("%s.%d: %v", map[bool]string{true: "contents", false: "messages"}[api == "gemini"], k, err)
+			return ee, fmt.Errorf("%s.%d: %v", listOf(api), k, err)
 		}
 		next = append(next, seen{raw: raw, blocks: bs})
 		out = append(out, bs...)
@@ -150,6 +172,9 @@ func (p *Provider) readMessage(api string, raw []byte) ([]block, error) {
 		return p.anthropicMessage(e)
 	case "gemini":
 		b, err := p.geminiContent("", e)
+		return []block{b}, err
+	case "responses":
+		b, err := p.responsesItem(e)
 		return []block{b}, err
 	}
 	h := hashOf("message", e.small)
@@ -215,7 +240,8 @@ func (p *Provider) geminiContent(role string, e elided) (block, error) {
 				return block{}, err
 			}
 		case part.FileData != nil:
-			return block{}, fmt.Errorf("fileData: only inline data is emulated")
+			b.images++ // a file the emulator does not have (unseen)
+			b.tokens += p.unseen(false, "")
 		case part.FunctionCall != nil:
 			b.tokens += p.text(part.FunctionCall.Name) + p.text(string(part.FunctionCall.Args))
 		case part.FunctionResponse != nil:
@@ -330,14 +356,14 @@ func elide(raw []byte) elided {
 
 // dataKey reports whether the string that follows before is the value of
 // a member that carries data: "data" (Anthropic, Gemini), "url" (a data
-// URL), "file_data" (an OpenAI file).
+// URL), "file_data" (an OpenAI file), "image_url" (a Responses image).
 func dataKey(before []byte) bool {
 	before = bytes.TrimRight(before, " \t\r\n")
 	if !bytes.HasSuffix(before, []byte(":")) {
 		return false
 	}
 	before = bytes.TrimRight(before[:len(before)-1], " \t\r\n")
-	for _, k := range []string{`"data"`, `"url"`, `"file_data"`} {
+	for _, k := range []string{`"data"`, `"url"`, `"file_data"`, `"image_url"`} {
 		if bytes.HasSuffix(before, []byte(k)) {
 			return true
 		}

@@ -75,6 +75,14 @@ type Workload struct {
 	// change is attached again: same image, a second occurrence).
 	Occurrences int
 	OccBytes    int64
+	// Recorded, when set, is a recording replayed byte for byte (Steps is
+	// then empty): bodies of the Format wire ("anthropic", "openai",
+	// "responses", "gemini"), for Model; Notes say what the replay does
+	// not carry.
+	Recorded []Recorded
+	Format   string
+	Model    string
+	Notes    []string
 }
 
 // Params shape the built-in workloads.

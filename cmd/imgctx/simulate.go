@@ -41,6 +41,21 @@ func newSimulateCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var w *sim.Workload
+			if from != "" {
+				f, err := os.Open(from)
+				if err != nil {
+					return err
+				}
+				w, err = sim.FromFile(f, p.Think)
+				f.Close()
+				if err != nil {
+					return err
+				}
+				if w.Model != "" && !cmd.Flags().Changed("model") {
+					model = w.Model // the model the recording asked for
+				}
+			}
 			profile, ok := tbl.Lookup(model)
 			if !ok {
 				return usageError{fmt.Errorf("no profile matches model %q (imgctx profiles lists them)", model)}
@@ -57,18 +72,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 					return usageError{fmt.Errorf("--image-size %q: want WIDTHxHEIGHT, e.g. 1280x800", size)}
 				}
 			}
-			var w *sim.Workload
-			if from != "" {
-				f, err := os.Open(from)
-				if err != nil {
-					return err
-				}
-				w, err = sim.FromFile(f, p.Think)
-				f.Close()
-				if err != nil {
-					return err
-				}
-			} else {
+			if w == nil {
 				// The workload's own defaults, under what the flags set.
 				def, set := sim.DefaultParams(workload), cmd.Flags().Changed
 				if !set("turns") {
@@ -143,7 +147,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 	f.StringVar(&workload, "workload", "computer-use", strings.Join(sim.Workloads, ", "))
 	f.StringVar(&model, "model", "claude-sonnet-4-6", "the model asked for; its profile gives the window, image rule, cache rules and prices")
 	f.StringVar(&policies, "policies", "", "comma-separated policies to run (default all: "+strings.Join(sim.Policies, ",")+")")
-	f.StringVar(&from, "from", "", "replay a recorded session: a sessions export (JSONL) or one OpenAI/Anthropic request body a line")
+	f.StringVar(&from, "from", "", "replay a recording byte for byte: one request body a line (Anthropic, OpenAI Chat, Responses, Gemini; bare or as {\"path\",\"time\",\"headers\",\"body\"}), or a sessions export (JSONL); --model defaults to the recorded one")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&svg, "svg", "", "write cumulative cost and prompt size per step, one line per policy, to this SVG file")
 	f.StringVar(&prices, "prices", "", "override prices, USD per million tokens: input=3,output=15,cache_read=0.3,cache_write=3.75,cache_write_1h=6")
