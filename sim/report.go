@@ -131,82 +131,221 @@ func percent(f float64) string {
 	return fmt.Sprintf("%.1f%%", 100*f)
 }
 
-// palette gives each policy a line colour and dash in the SVG.
-var palette = map[string]struct{ color, dash string }{
-	"naive": {"#999999", "2,3"}, "ephemeral": {"#1f77b4", ""}, "newest-n": {"#d62728", ""},
-	"ceiling-batch": {"#ff7f0e", "6,3"}, "strip-on-compact": {"#9467bd", "6,3"}, "imgctx": {"#2ca02c", ""},
+// style is how a policy is drawn: a colour and a dash, distinct for each
+// family so rows that overlap stay visible.
+type style struct{ color, dash string }
+
+var palette = map[string]style{
+	"naive": {"#999999", "2,3"}, "newest": {"#d62728", ""}, "ref-loop": {"#8c564b", ""}, "ref-loop-cached": {"#8c564b", "6,3"},
+	"chunked": {"#17becf", ""}, "osworld": {"#bcbd22", "4,2"}, "ceiling-batch": {"#ff7f0e", "6,3"}, "strip-on-compact": {"#9467bd", "6,3"},
+	"ephemeral": {"#1f77b4", "1,2"}, "imgctx": {"#2ca02c", ""},
 }
 
-// WriteSVG draws two charts, one above the other, against the workload's
-// steps: the cumulative cost, and the size of each step's prompt (the
-// window drawn across), one line per policy, with a legend.
+// styleOf finds a row's style by its name or its name without parameters
+// ("chunked" for "chunked-3/10").
+func styleOf(policy string) style {
+	if st, ok := palette[policy]; ok {
+		return st
+	}
+	for i := len(policy) - 1; i > 0; i-- {
+		if policy[i] == '-' && i+1 < len(policy) && policy[i+1] >= '0' && policy[i+1] <= '9' {
+			if st, ok := palette[policy[:i]]; ok {
+				return st
+			}
+		}
+	}
+	return style{"#444444", "3,1,1,1"}
+}
+
+// niceTicks returns round tick values from 0 past max: steps of 1, 2, 2.5
+// or 5 times a power of ten, about n of them.
+func niceTicks(maxV float64, n int) []float64 {
+	if maxV <= 0 {
+		maxV = 1
+	}
+	raw := maxV / float64(n)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := mag * 10
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	var out []float64
+	for v := 0.0; ; v += step {
+		out = append(out, v)
+		if v >= maxV-1e-12 {
+			return out
+		}
+	}
+}
+
+// plot is one chart's frame: data ranges mapped onto its pixels.
+type plot struct {
+	b                    *strings.Builder
+	x0, y0, w, h         float64 // the plotting area's top left and size
+	xMax, yMax           float64
+	xUnit, yUnit         func(float64) string
+	xTitle, yTitle, head string
+}
+
+func (p *plot) x(v float64) float64 { return p.x0 + p.w*v/p.xMax }
+func (p *plot) y(v float64) float64 { return p.y0 + p.h - p.h*v/p.yMax }
+
+// frame draws the title, round ticks on both axes and their grid, and
+// leaves xMax, yMax at the last ticks.
+func (p *plot) frame() {
+	xs, ys := niceTicks(p.xMax, 5), niceTicks(p.yMax, 4)
+	p.xMax, p.yMax = xs[len(xs)-1], ys[len(ys)-1]
+	fmt.Fprintf(p.b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", p.x0, p.y0-10, esc(p.head))
+	for _, v := range ys {
+		fmt.Fprintf(p.b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/><text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n",
+			p.x0, p.x0+p.w, p.y(v), p.y(v), p.x0-6, p.y(v)+4, p.yUnit(v))
+	}
+	for _, v := range xs {
+		fmt.Fprintf(p.b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#f0f0f0"/><text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n",
+			p.x(v), p.x(v), p.y0, p.y0+p.h, p.x(v), p.y0+p.h+15, p.xUnit(v))
+	}
+	fmt.Fprintf(p.b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#333"/>`+"\n", p.x0, p.x0+p.w, p.y0+p.h, p.y0+p.h)
+	fmt.Fprintf(p.b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", p.x0+p.w, p.y0+p.h+30, esc(p.xTitle))
+}
+
+func dashAttr(st style) string {
+	if st.dash == "" {
+		return ""
+	}
+	return fmt.Sprintf(` stroke-dasharray="%s"`, st.dash)
+}
+
+// WriteSVG draws the trade-off and how it came about: cost against images
+// per request (the hindsight frontier a line) and against the share of the
+// last 10 screenshots visible, every policy a point, a hollow one when it
+// failed requests; then the cumulative cost and each step's prompt size
+// against the steps, one line per policy, failed steps marked ×.
 func (r *Report) WriteSVG(w io.Writer) error {
-	const width, chartH, left, right, top = 940, 260, 80, 210, 40
-	height := top + 2*chartH + 110
+	const width, left, right, top, gap = 1040, 80, 230, 50, 70
+	const scatterH, lineH = 260, 220
+	plotW := float64(width - left - right)
+	height := top + scatterH + 2*(lineH+gap) + 60
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%d" y="22" font-size="15" font-weight="bold">%s on %s: %d steps, %d images</text>`+"\n",
 		left, esc(r.Workload), esc(r.Model), r.Steps, r.Occurrences)
-	charts := []struct {
-		title string
+	dollars := func(v float64) string { return fmt.Sprintf("$%.2f", v) }
+	maxCost, maxImages := 0.0, 0.0
+	for _, p := range r.Policies {
+		maxCost, maxImages = max(maxCost, p.Dollars), max(maxImages, p.ImagesMean)
+	}
+	if r.Frontier != nil {
+		for _, pt := range r.Frontier.Points {
+			maxImages = max(maxImages, pt.Images)
+		}
+	}
+	half := (plotW - 60) / 2
+	scatters := []struct {
+		p   plot
+		x   func(PolicyReport) float64
+		hul bool
+	}{
+		{plot{x0: left, w: half, xMax: maxImages, xTitle: "images per request (mean)", head: "cost against images per request",
+			xUnit: func(v float64) string { return fmt.Sprintf("%g", v) }}, func(p PolicyReport) float64 { return p.ImagesMean }, true},
+		{plot{x0: left + half + 60, w: half, xMax: 1, xTitle: "last 10 screenshots visible", head: "cost against recency",
+			xUnit: func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }}, func(p PolicyReport) float64 { return p.Recency }, false},
+	}
+	for _, sc := range scatters {
+		p := sc.p
+		p.b, p.y0, p.h, p.yMax, p.yUnit = &b, top+20, scatterH-50, maxCost, dollars
+		p.frame()
+		if sc.hul && r.Frontier != nil && len(r.Frontier.Points) > 0 {
+			var pts []string
+			for _, fp := range r.Frontier.Points {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", p.x(fp.Images), p.y(min(fp.Dollars, p.yMax))))
+			}
+			fmt.Fprintf(&b, `<polyline class="frontier" fill="none" stroke="#000" stroke-width="1.2" stroke-dasharray="5,3" points="%s"/>`+"\n", strings.Join(pts, " "))
+			last := r.Frontier.Points[len(r.Frontier.Points)-1]
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="10" text-anchor="end">hindsight frontier</text>`+"\n", p.x(last.Images)-4, p.y(min(last.Dollars, p.yMax))-6)
+		}
+		var taken [][2]float64 // labels placed: a later one that would cover one moves down
+		for _, pr := range r.Policies {
+			st := styleOf(pr.Policy)
+			cx, cy := p.x(sc.x(pr)), p.y(pr.Dollars)
+			fill := st.color
+			label := pr.Policy
+			if pr.Failed > 0 {
+				fill = "white"
+				label = fmt.Sprintf("%s (%d failed)", pr.Policy, pr.Failed)
+			}
+			lx, ly := cx+7, cy-6
+			for _, dy := range []float64{-6, -17, 14, -28, 25, -39, 36} {
+				free := true
+				for _, t := range taken {
+					free = free && (math.Abs(t[0]-lx) >= 70 || math.Abs(t[1]-(cy+dy)) >= 11)
+				}
+				if free {
+					ly = cy + dy
+					break
+				}
+			}
+			taken = append(taken, [2]float64{lx, ly})
+			fmt.Fprintf(&b, `<circle class="policy" cx="%.1f" cy="%.1f" r="5" fill="%s" stroke="%s" stroke-width="2"/><text x="%.1f" y="%.1f" font-size="10">%s</text>`+"\n",
+				cx, cy, fill, st.color, lx, ly, esc(label))
+		}
+	}
+	lines := []struct {
+		head  string
 		value func(Point) float64
 		unit  func(float64) string
 	}{
-		{"cumulative cost (USD)", func(p Point) float64 { return p.Dollars }, func(v float64) string { return fmt.Sprintf("$%.2f", v) }},
+		{"cumulative cost (USD)", func(p Point) float64 { return p.Dollars }, dollars},
 		{"prompt size of each step (tokens; failed requests included)", func(p Point) float64 { return float64(p.Context) },
 			func(v float64) string { return thousands(int64(v)) }},
 	}
-	for c, ch := range charts {
-		y0 := top + c*(chartH+60)
-		plotW, plotH := width-left-right, chartH-30
-		maxV := 0.0
-		for _, p := range r.Policies {
-			for _, pt := range p.Series {
-				maxV = max(maxV, ch.value(pt))
+	for c, ch := range lines {
+		p := plot{b: &b, x0: left, y0: float64(top + scatterH + gap + c*(lineH+gap)), w: plotW, h: lineH - 40, xMax: float64(max(r.Steps, 1)),
+			xTitle: "step", head: ch.head, yUnit: ch.unit, xUnit: func(v float64) string { return fmt.Sprintf("%.0f", v) }}
+		for _, pr := range r.Policies {
+			for _, pt := range pr.Series {
+				p.yMax = max(p.yMax, ch.value(pt))
 			}
 		}
-		if maxV == 0 {
-			maxV = 1
+		if c == 1 && r.Window > 0 {
+			p.yMax = max(p.yMax, float64(r.Window))
 		}
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", left, y0+12, esc(ch.title))
-		base := y0 + 20 + plotH
-		for i := 0; i <= 4; i++ {
-			v := maxV * float64(i) / 4
-			y := float64(base) - float64(plotH)*float64(i)/4
-			fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
-				left, left+plotW, y, y, left-6, y+4, ch.unit(v))
+		p.frame()
+		if c == 1 && r.Window > 0 {
+			fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#000" stroke-dasharray="1,3"/><text x="%.1f" y="%.1f">window %s</text>`+"\n",
+				p.x0, p.x0+p.w, p.y(float64(r.Window)), p.y(float64(r.Window)), p.x0+4, p.y(float64(r.Window))-4, thousands(int64(r.Window)))
 		}
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#333"/>`+"\n", left, left+plotW, base, base)
-		for i := 0; i <= 4; i++ {
-			x := float64(left) + float64(plotW)*float64(i)/4
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%d</text>`+"\n", x, base+15, r.Steps*i/4)
-		}
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">step</text>`+"\n", left+plotW, base+30)
-		if c == 1 && r.Window > 0 && float64(r.Window) <= maxV {
-			y := float64(base) - float64(plotH)*float64(r.Window)/maxV
-			fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#000" stroke-dasharray="1,3"/><text x="%d" y="%.1f">window %s</text>`+"\n",
-				left, left+plotW, y, y, left+4, y-4, thousands(int64(r.Window)))
-		}
-		for _, p := range r.Policies {
-			st := palette[p.Policy]
-			var pts []string
-			for i, pt := range p.Series {
-				x := float64(left) + float64(plotW)*float64(i)/float64(max(len(p.Series)-1, 1))
-				y := float64(base) - float64(plotH)*ch.value(pt)/maxV
+		for _, pr := range r.Policies {
+			st := styleOf(pr.Policy)
+			var pts, fails []string
+			for i, pt := range pr.Series {
+				x, y := p.x(float64(i+1)), p.y(ch.value(pt))
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+				if pt.Failed {
+					fails = append(fails, fmt.Sprintf("M%.1f,%.1fl6,6m0,-6l-6,6", x-3, y-3))
+				}
 			}
-			dash := ""
-			if st.dash != "" {
-				dash = fmt.Sprintf(` stroke-dasharray="%s"`, st.dash)
+			width := 1.6
+			if pr.Policy == "imgctx" {
+				width = 2.6
 			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6"%s points="%s"/>`+"\n", st.color, dash, strings.Join(pts, " "))
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f"%s points="%s"/>`+"\n", st.color, width, dashAttr(st), strings.Join(pts, " "))
+			if len(fails) > 0 {
+				fmt.Fprintf(&b, `<path class="failed" d="%s" stroke="%s" stroke-width="1.4" fill="none"/>`+"\n", strings.Join(fails, ""), st.color)
+			}
 		}
 	}
 	for i, p := range r.Policies {
-		st := palette[p.Policy]
-		y := top + 30 + i*20
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/><text x="%d" y="%d">%s $%.2f</text>`+"\n",
-			width-right+10, width-right+34, y, y, st.color, width-right+40, y+4, esc(p.Policy), p.Dollars)
+		st := styleOf(p.Policy)
+		y := top + scatterH + gap + i*34
+		failed := ""
+		if p.Failed > 0 {
+			failed = fmt.Sprintf(", %d failed", p.Failed)
+		}
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"%s/><text x="%d" y="%d">%s</text><text x="%d" y="%d" font-size="10">$%.2f, %.1f img/request%s</text>`+"\n",
+			width-right+10, width-right+34, y, y, st.color, dashAttr(st), width-right+40, y+4, esc(p.Policy), width-right+40, y+17, p.Dollars, p.ImagesMean, failed)
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())

@@ -124,6 +124,7 @@ type PolicyReport struct {
 type Point struct {
 	Dollars float64 `json:"dollars"`
 	Context int     `json:"context_tokens"`
+	Failed  bool    `json:"failed,omitempty"` // the step's request was refused (by the provider or imgctx)
 }
 
 // MarshalJSON writes NaN shares as null.
@@ -446,7 +447,8 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 				}
 			}
 		}
-		pr.Series = append(pr.Series, Point{Dollars: dollars, Context: ctxTokens})
+		failed := st.main < 0 || bills[st.main].Failed != ""
+		pr.Series = append(pr.Series, Point{Dollars: dollars, Context: ctxTokens, Failed: failed})
 	}
 	pr.Dollars = dollars
 	for why, n := range r.refused {

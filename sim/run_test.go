@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -70,13 +71,15 @@ func TestAnEngineSettingChangesTheImgctxRow(t *testing.T) {
 
 // Invariants of every row: no accepted prompt past the window, every
 // attached image either in the last request or counted as removed, and
-// the same seed gives the same report.
+// the same seed gives the same report. The provider's image limit is
+// lowered to 25 so that the policies that never remove are refused.
 func TestEveryPolicyKeepsTheInvariants(t *testing.T) {
 	w, err := Build("computer-use", small())
 	if err != nil {
 		t.Fatal(err)
 	}
 	prof := sonnet(t)
+	prof.Limits.MaxImages = 25
 	rep := run(t, w, prof, engine.Config{Keep: policy.KeepConfig{Hold: true}})
 	again := run(t, w, prof, engine.Config{Keep: policy.KeepConfig{Hold: true}})
 	a, _ := json.Marshal(rep)
@@ -110,18 +113,48 @@ func TestEveryPolicyKeepsTheInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	dec := xml.NewDecoder(&svg)
-	lines := 0
+	lines, points, frontiers, fails := 0, 0, 0, 0
 	for {
 		tok, err := dec.Token()
 		if err != nil {
 			break
 		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+		se, ok := tok.(xml.StartElement)
+		if !ok {
+			continue
+		}
+		class := ""
+		for _, a := range se.Attr {
+			if a.Name.Local == "class" {
+				class = a.Value
+			}
+		}
+		switch {
+		case se.Name.Local == "polyline" && class == "frontier":
+			frontiers++
+		case se.Name.Local == "polyline":
 			lines++
+		case se.Name.Local == "circle" && class == "policy":
+			points++
+		case class == "failed":
+			fails++
 		}
 	}
-	if lines != 2*len(Policies) {
-		t.Fatalf("the SVG has %d lines; want one per policy in each of its two charts", lines)
+	failing := 0
+	for _, p := range rep.Policies {
+		for _, pt := range p.Series {
+			if pt.Failed {
+				failing++
+				break
+			}
+		}
+	}
+	if lines != 2*len(Policies) || points != 2*len(Policies) || frontiers != 1 || fails != 2*failing {
+		t.Fatalf("the SVG has %d lines, %d points, %d frontiers, %d failure marks; want one line per policy in each of the two step charts, "+
+			"one point per policy in each of the two scatters, the frontier, and the failed steps of %d policies marked in both step charts", lines, points, frontiers, fails, failing)
+	}
+	if failing == 0 {
+		t.Fatal("no policy failed a request: the failure marks are not exercised")
 	}
 	var table strings.Builder
 	rep.WriteTable(&table)
@@ -179,4 +212,30 @@ func FuzzFromFile(f *testing.F) {
 			t.Fatal("no workload and no error")
 		}
 	})
+}
+
+// Axis ticks are round: steps of 1, 2, 2.5 or 5 times a power of ten,
+// from 0 to the first tick at or past the maximum.
+func TestNiceTicks(t *testing.T) {
+	for _, c := range []struct {
+		max  float64
+		n    int
+		want []float64
+	}{
+		{7.84, 4, []float64{0, 2, 4, 6, 8}},
+		{15.4, 4, []float64{0, 5, 10, 15, 20}},
+		{46.9, 5, []float64{0, 10, 20, 30, 40, 50}},
+		{1, 5, []float64{0, 0.2, 0.4, 0.6000000000000001, 0.8, 1}},
+		{0, 4, []float64{0, 0.25, 0.5, 0.75, 1}},
+	} {
+		got := niceTicks(c.max, c.n)
+		if len(got) != len(c.want) {
+			t.Fatalf("niceTicks(%g, %d) = %v; want %v", c.max, c.n, got, c.want)
+		}
+		for i := range got {
+			if math.Abs(got[i]-c.want[i]) > 1e-9 {
+				t.Fatalf("niceTicks(%g, %d) = %v; want %v", c.max, c.n, got, c.want)
+			}
+		}
+	}
 }
