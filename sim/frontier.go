@@ -222,7 +222,7 @@ func (t *trace) cost(s sums, i, prev, k int) (float64, int) {
 		return math.Inf(1), shown
 	}
 	pr := *t.prof.Prices
-	min := t.prof.Cache.MinTokens
+	minTok := t.prof.Cache.MinTokens
 	ttl := t.prof.Cache.TTL
 	if ttl <= 0 || t.api == "gemini" {
 		ttl = 5 * time.Minute
@@ -233,14 +233,14 @@ func (t *trace) cost(s sums, i, prev, k int) (float64, int) {
 		last := t.end[i-1] // blocks the previous request had
 		brk := last        // the first block that changed
 		if k > prev {
-			brk = t.items[prev].pos
+			brk = min(t.items[prev].pos, last) // an image removed as it arrives changes nothing sent before
 		}
 		if t.api == "anthropic" {
 			prevP := t.prompt(s, last, prev)
 			switch {
-			case brk >= last && end-last <= 20 && prevP >= min:
+			case brk >= last && end-last <= 20 && prevP >= minTok:
 				read = t.prompt(s, last, k)
-			case t.sysEnd > 0 && t.kept[t.sysEnd] >= min:
+			case t.sysEnd > 0 && t.kept[t.sysEnd] >= minTok:
 				read = t.kept[t.sysEnd]
 			}
 		} else {
@@ -248,14 +248,14 @@ func (t *trace) cost(s sums, i, prev, k int) (float64, int) {
 			if inc := t.prof.Cache.Increment; inc > 0 {
 				read = read / inc * inc
 			}
-			if P < min || read < min {
+			if P < minTok || read < minTok {
 				read = 0
 			}
 		}
 	}
 	out := float64(t.output) * pr.Output
 	if t.api == "anthropic" {
-		if P < min { // nothing written: all input
+		if P < minTok { // nothing written: all input
 			return (float64(read)*pr.CacheRead + float64(P-read)*pr.Input + out) / 1e6, shown
 		}
 		return (float64(read)*pr.CacheRead + float64(P-read)*pr.CacheWrite + out) / 1e6, shown

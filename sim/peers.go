@@ -31,6 +31,9 @@ type Peer struct {
 	// Through: requests go through imgctx's gateway and engine; KeepOff
 	// turns keep-turn-images off there (ephemeral).
 	Through, KeepOff bool
+	// Schedule, when set, is a frontier point's schedule played as a
+	// policy: the oldest Schedule[i] images removed at step i.
+	Schedule []int
 }
 
 // Peers returns the policies compared, in report order: the agents' own

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -117,4 +118,43 @@ func gpt4o(t *testing.T) tokens.Profile {
 		t.Fatal("gpt-4o has no profile with prices")
 	}
 	return p
+}
+
+// The frontier's cost model is the emulator's: each frontier point's
+// schedule, played as a policy against the emulated provider, costs what
+// the programme computed for it.
+func TestFrontierCostsWhatTheEmulatorBills(t *testing.T) {
+	gemini, ok := tokens.Default().Lookup("gemini-2.5-flash")
+	if !ok {
+		t.Fatal("no gemini-2.5-flash profile")
+	}
+	for _, prof := range []tokens.Profile{sonnet(t), gpt4o(t), gemini} {
+		p := DefaultParams("computer-use")
+		p.Turns, p.ImagesPerTurn, p.ImageKB, p.IdleEvery, p.TurnGap = 6, 4, 0, 3, 2*time.Minute
+		p.Idle = 6 * time.Minute
+		w, err := Build("computer-use", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := HindsightFrontier(w, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Points) < 2 {
+			t.Fatalf("%s: a frontier of %d points", prof.Name, len(f.Points))
+		}
+		format, _ := Format(prof)
+		for _, fp := range f.Points {
+			r := &runner{cfg: Config{Workload: w, Model: prof.Name, Profile: prof, CompactAt: 1}, format: format, policy: "schedule",
+				peer: Peer{Name: "schedule", Schedule: fp.Schedule, Breakpoints: lastBreakpoint}, counts: &Counts{}, removed: map[string]int{}, refused: map[string]int{}}
+			got, err := r.run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Failed != 0 || math.Abs(got.Dollars-fp.Dollars) > 1e-9+0.001*fp.Dollars || math.Abs(got.ImagesMean-fp.Images) > 1e-9 {
+				t.Errorf("%s: the schedule of the point (%.2f images, $%.4f) bills $%.4f for %.2f images (%d failed)",
+					prof.Name, fp.Images, fp.Dollars, got.Dollars, got.ImagesMean, got.Failed)
+			}
+		}
+	}
 }

@@ -277,6 +277,8 @@ type runner struct {
 	body        bytes.Buffer   // the request being sent, reused
 	refused     map[string]int // requests imgctx refused itself, by status
 	replayed    replayState    // a byte replay's peer rule
+	stepAt      int            // the step being played
+	scheduled   int            // images a Schedule peer removed so far
 }
 
 // through reports whether the policy's requests go through imgctx.
@@ -343,6 +345,7 @@ func (r *runner) play(ctx context.Context) ([]stepInfo, error) {
 	seenImage := false
 	var shots []string
 	for i, st := range w.Steps {
+		r.stepAt = i
 		r.clock.Advance(st.Think)
 		if st.Reset {
 			r.transcript = nil
@@ -533,6 +536,11 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 func (r *runner) evict() {
 	pe := r.peer
 	switch {
+	case pe.Schedule != nil:
+		if n := pe.Schedule[r.stepAt] - r.scheduled; n > 0 {
+			r.removeOldest(n, "hindsight", false, false)
+			r.scheduled += n
+		}
 	case pe.AtLimit:
 		lim := r.cfg.Profile.Limits.MaxImages
 		if n := countImages(r.transcript, false); lim > 0 && n > lim {
