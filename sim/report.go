@@ -40,8 +40,11 @@ func (r *Report) WriteTable(w io.Writer) {
 	row("images per request, min", func(p PolicyReport) string { return fmt.Sprint(p.ImagesMin) })
 	row("last 10 screenshots visible", func(p PolicyReport) string { return percent(p.Recency) })
 	row("cost over the hindsight frontier", func(p PolicyReport) string {
-		if p.FrontierGap == nil {
+		switch {
+		case p.FrontierGap == nil:
 			return "n/a"
+		case p.Failed > 0:
+			return fmt.Sprintf("(%+.0f%%)", 100**p.FrontierGap) // refused requests are not billed
 		}
 		return fmt.Sprintf("%+.0f%%", 100**p.FrontierGap)
 	})
@@ -59,7 +62,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	if f := r.Frontier; f != nil && len(f.Points) > 0 {
-		fmt.Fprintf(w, "\nhindsight frontier (%s):\n", f.Assumes)
+		fmt.Fprintf(w, "\nhindsight frontier (%s; a distance in parentheses is a row's that failed requests, which are not billed):\n", f.Assumes)
 		for _, p := range f.Points {
 			fmt.Fprintf(w, "  %6.1f images per request: $%.2f (%d removal batches)\n", p.Images, p.Dollars, p.Batches)
 		}

@@ -109,7 +109,7 @@ type PolicyReport struct {
 	ImagesMean      float64        `json:"images_per_request_mean"`
 	ImagesMin       int            `json:"images_per_request_min"`
 	Recency         float64        `json:"recent_screenshots_visible"` // share of the last 10 tool screenshots each request carries, mean
-	FrontierGap     *float64       `json:"frontier_gap,omitempty"`     // cost over the hindsight frontier's at the same images per request
+	FrontierGap     *float64       `json:"frontier_gap,omitempty"`     // cost over the hindsight frontier's at the same images per request (a row that failed requests is not billed for them)
 	LargestRequest  int            `json:"largest_request_bytes"`
 	LargestPrompt   int            `json:"largest_prompt_accepted"` // tokens, of a request the provider answered
 	FinalImages     int            `json:"images_in_last_request"`
@@ -239,13 +239,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if !cfg.NoFrontier {
 		f, err := HindsightFrontier(w, cfg.Profile)
-		if err != nil {
+		switch {
+		case err != nil:
 			rep.Notes = append(rep.Notes, "no hindsight frontier: "+err.Error())
-		} else {
+		case len(f.Points) == 0:
+			rep.Notes = append(rep.Notes, "no hindsight frontier: even with every image removed some request passes the window or a limit "+
+				"(the history's text outgrows the window), and the frontier does not model compaction")
+		default:
 			rep.Frontier = f
 			for i := range rep.Policies {
 				p := &rep.Policies[i]
-				if c, ok := f.CostAt(p.ImagesMean); ok && p.Failed == 0 && c > 0 {
+				if c, ok := f.CostAt(p.ImagesMean); ok && c > 0 {
 					gap := p.Dollars/c - 1
 					p.FrontierGap = &gap
 				}
