@@ -161,6 +161,8 @@ func (u *geminiUpstream) handle(w http.ResponseWriter, r *http.Request) {
 type geminiCLI struct {
 	t        *testing.T
 	url, key string
+	header   map[string]string // sent on every call
+	beside   bool              // the screenshot beside the functionResponse, not inside it
 	contents []string
 	sent     [][]byte
 	bodies   [][]byte
@@ -185,6 +187,9 @@ func (g *geminiCLI) call(up *geminiUpstream, method string, next reply) []byte {
 	req, _ := http.NewRequest("POST", g.url+"/v1beta/models/agent-1:"+method+q, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("x-goog-api-key", g.key)
+	for k, v := range g.header {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		g.t.Fatal(err)
@@ -228,6 +233,10 @@ func (g *geminiCLI) user(text string) {
 func (g *geminiCLI) screenshot() {
 	g.shots++
 	data := base64.StdEncoding.EncodeToString(distinctPNG(g.png, g.shots))
+	if g.beside {
+		g.contents = append(g.contents, `{"role":"user","parts":[{"functionResponse":{"name":"read_file","response":{"output":"Binary content of type image/png was processed."}}},{"inlineData":{"mimeType":"image/png","data":"`+data+`"}}]}`)
+		return
+	}
 	g.contents = append(g.contents, `{"role":"user","parts":[{"functionResponse":{"name":"read_file","response":{"output":"Read image file screen.png"},"parts":[{"inlineData":{"mimeType":"image/png","data":"`+data+`"}}]}}]}`)
 }
 
@@ -291,6 +300,29 @@ func TestGeminiCLISession(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A screenshot beside its functionResponse (the other shape gemini-cli
+// sends) is the tool's too: with keep-turn-images off it is shown during
+// its turn only, as a screenshot nested in the functionResponse is (a
+// user's image would stay).
+func TestGeminiScreenshotBesideTheFunctionResponseIsTheTools(t *testing.T) {
+	up, _, _, url := newGeminiRig(t, 200_000, map[string]string{"gw-key": "acme"})
+	raw, _ := samplePNG(t)
+	g := &geminiCLI{t: t, url: url, key: "gw-key", png: raw, beside: true, header: map[string]string{"X-Imgctx-Keep-Turn-Images": "off"}}
+	g.user("Look at the screen.")
+	g.call(up, "generateContent", reply{tools: 1})
+	g.screenshot()
+	g.call(up, "generateContent", reply{tools: 1})
+	if n := bytes.Count(g.sent[1], []byte(`"inlineData"`)); n != 1 {
+		t.Fatalf("the screenshot's request carries %d images", n)
+	}
+	g.call(up, "generateContent", reply{}) // the tool answered: the turn ends
+	g.user("Next page.")
+	g.call(up, "generateContent", reply{})
+	if last := g.sent[3]; bytes.Count(last, []byte(`"inlineData"`)) != 0 || !bytes.Contains(last, []byte(`(key_off)]"}`)) {
+		t.Fatalf("the screenshot outlived its turn: %d images in the next turn's request", bytes.Count(last, []byte(`"inlineData"`)))
 	}
 }
 

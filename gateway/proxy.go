@@ -455,7 +455,9 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 			continue
 		}
 		origin := chat.FromUser
-		if slot.Pos.Nested >= 0 {
+		if slot.Pos.Nested >= 0 || msgs[slot.Pos.Msg].Role == chat.Tool {
+			// Inside a tool result, or beside one in the tools' answer
+			// (gemini-cli puts a screenshot next to its functionResponse).
 			origin = chat.FromTool
 		} else {
 			toolEcho = append(toolEcho, i)
