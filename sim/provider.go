@@ -596,13 +596,21 @@ func imageSize(b64 string) (int, int, error) {
 }
 
 // imageTokens prices one image and notes its size in the block.
-func (p *Provider) imageTokens(b64, detail string, b *block, e elided) (int, error) {
+//
+// lead is what precedes the base64 in the string it was cut from (a data
+// URL's "data:image/png;base64,"): an elided string's length is the whole
+// string's.
+func (p *Provider) imageTokens(b64, detail string, lead int, b *block, e elided) (int, error) {
 	w, h, err := imageSize(b64)
 	if err != nil {
 		return 0, err
 	}
-	b.edge, b.size = max(b.edge, w, h), max(b.size, e.length(b64))
-	b.keys = append(b.keys, imageKey(b64, e.length(b64)))
+	n := len(b64)
+	if strings.IndexByte(b64, 0) >= 0 {
+		n = e.length(b64) - lead
+	}
+	b.edge, b.size = max(b.edge, w, h), max(b.size, n)
+	b.keys = append(b.keys, imageKey(b64, n))
 	return tokens.ImageTokens(p.Profile, w, h, detail)
 }
 
@@ -707,7 +715,7 @@ func (p *Provider) anthropicTokens(part anthropicPart, b *block, e elided) (int,
 		if part.Source.Type != "base64" {
 			return p.unseen(false, ""), nil // a file id or a URL
 		}
-		return p.imageTokens(part.Source.Data, "", b, e)
+		return p.imageTokens(part.Source.Data, "", 0, b, e)
 	case "document":
 		if part.Source == nil {
 			return 0, fmt.Errorf("document: source: field required")
@@ -780,7 +788,7 @@ func (p *Provider) openaiTokens(e elided, b *block) (int, error) {
 				t += p.unseen(false, part.ImageURL.Detail)
 				continue
 			}
-			n, err := p.imageTokens(data, part.ImageURL.Detail, b, e)
+			n, err := p.imageTokens(data, part.ImageURL.Detail, len(part.ImageURL.URL)-len(data), b, e)
 			if err != nil {
 				return 0, err
 			}
@@ -856,7 +864,7 @@ func (p *Provider) responsesItem(e elided) (block, error) {
 					b.tokens += p.unseen(false, part.Detail)
 					continue
 				}
-				n, err := p.imageTokens(data, part.Detail, &b, e)
+				n, err := p.imageTokens(data, part.Detail, len(part.ImageURL)-len(data), &b, e)
 				if err != nil {
 					return err
 				}

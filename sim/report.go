@@ -271,6 +271,9 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		}
 		var taken [][2]float64 // labels placed: a later one that would cover one moves down
 		for _, pr := range r.Policies {
+			if math.IsNaN(sc.x(pr)) {
+				continue // no screenshot to be recent
+			}
 			st := styleOf(pr.Policy)
 			cx, cy := p.x(sc.x(pr)), p.y(pr.Dollars)
 			fill := st.color

@@ -108,7 +108,7 @@ type PolicyReport struct {
 	SteadyHitRate   float64        `json:"steady_cache_hit_rate"`
 	ImagesMean      float64        `json:"images_per_request_mean"`
 	ImagesMin       int            `json:"images_per_request_min"`
-	Recency         float64        `json:"recent_screenshots_visible"` // share of the last 10 tool screenshots each request carries, mean
+	Recency         float64        `json:"recent_screenshots_visible"` // share of the last 10 tool screenshots each request carries, mean; NaN without screenshots
 	FrontierGap     *float64       `json:"frontier_gap,omitempty"`     // cost over the hindsight frontier's at the same images per request (a row that failed requests is not billed for them)
 	LargestRequest  int            `json:"largest_request_bytes"`
 	LargestPrompt   int            `json:"largest_prompt_accepted"` // tokens, of a request the provider answered
@@ -127,15 +127,19 @@ type Point struct {
 	Failed  bool    `json:"failed,omitempty"` // the step's request was refused (by the provider or imgctx)
 }
 
-// MarshalJSON writes NaN shares as null.
+// MarshalJSON writes NaN shares (nothing written, no screenshot) as null.
 func (r PolicyReport) MarshalJSON() ([]byte, error) {
 	type plain PolicyReport
 	out := struct {
 		plain
-		Share *float64 `json:"image_removal_write_share"`
+		Share   *float64 `json:"image_removal_write_share"`
+		Recency *float64 `json:"recent_screenshots_visible"`
 	}{plain: plain(r)}
 	if !math.IsNaN(r.ImageWriteShare) {
 		out.Share = &r.ImageWriteShare
+	}
+	if !math.IsNaN(r.Recency) {
+		out.Recency = &r.Recency
 	}
 	return json.Marshal(out)
 }
@@ -473,6 +477,7 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 	if imagesN > 0 {
 		pr.ImagesMean = float64(imagesSum) / float64(imagesN)
 	}
+	pr.Recency = math.NaN() // no screenshot in the workload
 	if recentN > 0 {
 		pr.Recency = recency / float64(recentN)
 	}

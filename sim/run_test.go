@@ -239,3 +239,33 @@ func TestNiceTicks(t *testing.T) {
 		}
 	}
 }
+
+// The recency measure names images as the provider received them on every
+// wire: naive, which removes nothing, shows the last 10 screenshots on
+// each (the OpenAI data URLs once hid them: 0%); a workload without
+// screenshots has no recency.
+func TestRecencyOnEveryWire(t *testing.T) {
+	w, err := Build("computer-use", small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"claude-sonnet-4-6", "gpt-4o", "gemini-2.5-flash"} {
+		prof, _ := tokens.Default().Lookup(model)
+		rep, err := Run(context.Background(), Config{Workload: w, Model: model, Profile: prof, Policies: []string{"naive"}, NoFrontier: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := row(rep, "naive"); r.Failed == 0 && r.Recency != 1 {
+			t.Errorf("%s: naive shows %.0f%% of the last 10 screenshots", model, 100*r.Recency)
+		}
+	}
+	p := DefaultParams("doc-review")
+	p.Turns, p.ImageKB = 4, 0
+	docs, err := Build("doc-review", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := row(run(t, docs, sonnet(t), engine.Config{}, "naive"), "naive"); !math.IsNaN(r.Recency) {
+		t.Errorf("doc-review has no screenshot; its recency is %v", r.Recency)
+	}
+}

@@ -224,7 +224,7 @@ func (p *Provider) geminiContent(role string, e elided) (block, error) {
 			b.tokens += n
 			return err
 		case strings.HasPrefix(mime, "image/"):
-			n, err := p.imageTokens(data, "", &b, e)
+			n, err := p.imageTokens(data, "", 0, &b, e)
 			b.images++
 			b.tokens += n
 			return err
