@@ -47,9 +47,10 @@ type Config struct {
 	// decode (default 200 M); ShrinkPixelsAtOnce those decoded at a time
 	// across requests (default 100 M).
 	ShrinkPixelsPerRequest, ShrinkPixelsAtOnce int64
-	// KeepLowWater is the share of the keep budget an eviction batch comes
-	// down to (default 0.5: room for several more images before the next
-	// batch, each of which breaks the provider's cached prefix once).
+	// KeepLowWater is the share of the keep budget (or of the provider's
+	// image or byte limit) an eviction batch comes down to (default 0.1:
+	// room for many more images before the next batch, each of which
+	// breaks the provider's cached prefix once).
 	KeepLowWater float64
 	// CacheTTL is how long the provider keeps a prompt cache warm (default
 	// 5 minutes): a proxied conversation idle longer evicts at once, since

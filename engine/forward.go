@@ -37,6 +37,9 @@ type ProxyRequest struct {
 	Compacted int
 	// Keep is the keep-turn-images switch for this conversation.
 	Keep bool
+	// Bytes is the request body's size as the client sent it (0:
+	// unknown): the provider's max_request_bytes is kept with it.
+	Bytes int64
 }
 
 // Forwarded is a proxied request between Forward and Close: what to send,
@@ -74,7 +77,7 @@ func (e *Engine) lowWater() float64 {
 	if e.KeepLowWater > 0 && e.KeepLowWater < 1 {
 		return e.KeepLowWater
 	}
-	return 0.5
+	return 0.1
 }
 
 func (e *Engine) cacheTTL() time.Duration {
@@ -133,6 +136,7 @@ func (e *Engine) Forward(ctx context.Context, r ProxyRequest) (*Forwarded, error
 	live = f.kt.Rewritten(live)
 	live = f.relieve(live)
 	live = f.imageLimit(live)
+	live = f.byteLimit(live)
 	f.send(live)
 	return f, nil
 }
@@ -363,6 +367,49 @@ func (f *Forwarded) imageLimit(live []chat.Message) []chat.Message {
 	return live
 }
 
+// byteLimit keeps the request under the provider's request size: past
+// it, kept images and then the user's images of earlier turns leave,
+// oldest first, in one batch down to the low-water mark of the limit
+// (reason provider_limit). An image weighs its base64; one not sent any
+// more (a marker now) weighs nothing.
+func (f *Forwarded) byteLimit(live []chat.Message) []chat.Message {
+	limit := f.r.Profile.Limits.MaxRequestBytes
+	if limit <= 0 || f.r.Bytes <= limit {
+		return live
+	}
+	size := f.r.Bytes
+	eachImage(f.r.Messages, func(at pos, img chat.Image) {
+		if _, ok := partAt(live, at).(chat.Marker); ok {
+			size -= base64Len(img.Bytes)
+		}
+	})
+	if size <= limit {
+		return live
+	}
+	target := int64(f.e.lowWater() * float64(limit))
+	var removed []policy.Removal
+	take := func(kept bool) {
+		live = editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
+			if size <= target || (kept && img.Keep != chat.Kept) || (!kept && (at.msg >= f.turnAt || img.Keep != "")) {
+				return nil, false
+			}
+			size -= base64Len(img.Bytes)
+			removed = append(removed, policy.Removal{Ref: img.Ref, Of: "image", Reason: reason.ProviderLimit, Message: at.msg, Cost: f.imageCost(img)})
+			mk, _ := chat.MarkerFor(img, string(reason.ProviderLimit))
+			return mk, true
+		})
+	}
+	take(true)
+	take(false)
+	if len(removed) > 0 {
+		f.removed(removed)
+		f.kt.InvalidateBase()
+	}
+	return live
+}
+
+func base64Len(n int64) int64 { return (n + 2) / 3 * 4 }
+
 // removeHistory removes the user's images of earlier turns, oldest first,
 // until need tokens are freed, or all of them.
 func (f *Forwarded) removeHistory(live []chat.Message, need int, all bool, why reason.Code) ([]chat.Message, []policy.Removal) {
@@ -472,7 +519,7 @@ func (f *Forwarded) Close(ctx context.Context) error {
 	f.closed = true
 	snap := f.kt.Snapshot()
 	st := session.Proxied{Model: f.r.Model, Messages: len(f.r.Messages), TurnAt: f.turnAt, Turn: &snap,
-		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
+		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base, Vouched: snap.Vouched}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
 	// Every edit replaced a part in place: what stands where the client
 	// sent an image is what was decided for it.
 	eachImage(f.r.Messages, func(at pos, sent chat.Image) {

@@ -43,7 +43,8 @@ func TestHoldKeepsOverTheBudgetUntilTheCacheIsCold(t *testing.T) {
 }
 
 // Past the provider's image count the oldest kept images leave in one
-// batch, down to half the limit, as on the proxy path.
+// batch, down to the low-water mark of the limit (a tenth by default: so
+// the next batch is far off), as on the proxy path.
 func TestImageLimitEvictsInOneBatch(t *testing.T) {
 	r := newRig(t, upstream.Anthropic, 200_000)
 	r.up.profile.Limits.MaxImages = 4
@@ -69,7 +70,7 @@ func TestImageLimitEvictsInOneBatch(t *testing.T) {
 			removed++
 		}
 	}
-	if drops != 1 || removed != 3 {
-		t.Fatalf("images per request %v, %d removed for the limit: want one batch of 3 (5 images down to 2)", counts, removed)
+	if drops != 1 || removed != 4 {
+		t.Fatalf("images per request %v, %d removed for the limit: want one batch of the 4 kept (5 images down to the turn's own)", counts, removed)
 	}
 }

@@ -147,3 +147,43 @@ func TestProxyOpenAIScreenshotAfterAToolMessageIsTheTools(t *testing.T) {
 		t.Fatalf("the tool's screenshot was not a tool image (kept off: it leaves at the next turn): %s", last)
 	}
 }
+
+// Past the provider's request size (max_request_bytes), the oldest kept
+// images leave in one batch down to the low-water mark of the limit, so
+// that every request the provider gets fits, however large the agent's own
+// body grows — and the agent's body is accepted past that size: imgctx
+// cuts what it forwards.
+func TestProxyKeepsEachRequestUnderTheProviderSize(t *testing.T) {
+	rig, clock := holdRig(t, 200_000)
+	g := newAgent(t, rig, "Fill in the form.")
+	g.start()
+	g.send(reply{tools: 1})
+	g.results(1, false, false)
+	g.send(reply{tools: 1})
+	one := len(g.sent[1]) - len(g.sent[0]) // what a screenshot round adds
+	limit := len(g.sent[1]) + 4*one
+	rig.profile.Limits.MaxRequestBytes = int64(limit)
+	rig.restart(t)
+	for range 12 {
+		clock.advance(5 * time.Second)
+		g.results(1, false, false)
+		g.send(reply{tools: 1})
+	}
+	batches, prev := 0, 0
+	for i, b := range g.sent {
+		if len(b) > limit {
+			t.Fatalf("request %d is %d bytes; the provider takes %d", i, len(b), limit)
+		}
+		n := bytes.Count(b, []byte(`"type":"image"`))
+		if n < prev {
+			batches++
+		}
+		prev = n
+	}
+	if last := g.body(); len(last) <= limit {
+		t.Fatalf("the agent's body (%d bytes) never passed the provider's limit (%d): nothing was tested", len(last), limit)
+	}
+	if removed := rig.counter("removed", "provider_limit"); batches == 0 || batches > 3 || removed < 4 {
+		t.Fatalf("%d batches, %d removed for the request size: want few batches, not one a request", batches, removed)
+	}
+}

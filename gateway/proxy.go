@@ -153,7 +153,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	s.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
 	profile := s.engine.ProfileWith(sp.Model, up.Hints)
 	fw, err := s.engine.Forward(ctx, engine.ProxyRequest{Tenant: tenant, Key: conversationKey(tenant, d.Name, r.Header, sp),
-		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: s.keepFor(r),
+		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: s.keepFor(r), Bytes: int64(len(body)),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
 	if err != nil {
 		fail(w, sh, err)

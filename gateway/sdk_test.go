@@ -151,6 +151,7 @@ func TestOpenAISDKPromptTooLongRetriedOnce(t *testing.T) {
 // without any session header.
 func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
+	g.engine.KeepLowWater = 0.5 // the batch comes down to 15,000: room for the newest image
 	raw, _ := samplePNG(t)
 	shots := make([]string, 3)
 	for i := range shots {

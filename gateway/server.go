@@ -47,7 +47,9 @@ type Config struct {
 	// Upstreams is the routing table of the drop-in routes; empty: the
 	// engine's upstream serves them all.
 	Upstreams []*Upstream
-	// MaxBodyBytes bounds a request body after decompression; default 32 MB.
+	// MaxBodyBytes bounds a request body after decompression; default 128
+	// MB: more than the providers accept, since imgctx cuts images out of
+	// what it forwards.
 	MaxBodyBytes int64
 	// MaxConcurrent bounds requests in flight; past it the gateway answers
 	// 429 at once. Default 64.
@@ -103,7 +105,7 @@ type Server struct {
 // serve the proxy too). Metrics register on reg; log may be nil.
 func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logger) *Server {
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 32 << 20
+		cfg.MaxBodyBytes = 128 << 20
 	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 64

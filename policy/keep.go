@@ -65,6 +65,9 @@ type KeepState struct {
 	EngineBlind bool `json:"engine_blind"`
 	// Base is the previous request, the reference a measurement needs.
 	Base Base `json:"base"`
+	// Vouched is learned too: an image of the conversation was measured,
+	// so the engine sees them (an unmeasured one may then be kept).
+	Vouched bool `json:"vouched,omitempty"`
 }
 
 // Base is a request whose prompt size is known: later usage deltas are
@@ -100,6 +103,7 @@ type relayed struct {
 	keep     chat.Keep
 	why      reason.Code
 	cost     int
+	estimate int  // its tokens by the profile's rule, for when it goes unmeasured
 	observed bool // a request showing it has been observed
 }
 
@@ -115,6 +119,7 @@ type KeepTurn struct {
 	stopped bool        // the store refused an image: no more keeping this turn
 	base    Base
 	blind   bool
+	vouched bool             // an image of this conversation was measured: the engine sees them
 	relays  map[int]*relayed // by occurrence (chat.Image.Occ)
 	order   []int
 	pending []int // trial occurrences the last Sending shows for the first time
@@ -129,7 +134,7 @@ func StartTurn(t Turn) *KeepTurn {
 	if t.Counter == nil {
 		t.Counter = tokens.Chars4{}
 	}
-	k := &KeepTurn{t: t, base: t.State.Base, blind: t.State.EngineBlind, relays: map[int]*relayed{}}
+	k := &KeepTurn{t: t, base: t.State.Base, blind: t.State.EngineBlind, vouched: t.State.Vouched, relays: map[int]*relayed{}}
 	switch {
 	case !t.Switch || t.Thread != chat.Main:
 		k.off = reason.KeyOff
@@ -154,6 +159,7 @@ func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 		return markerFor(img, k.off), true
 	})
 	k.budget = k.t.Config.Budget(k.t.Profile.ContextWindow) - KeptCost(out)
+	k.vouched = k.vouched || KeptCost(out) > 0
 	if k.t.Config.Holds(k.t.Profile) {
 		k.budget = math.MaxInt / 4 // the budget is applied in batches, by the caller
 	}
@@ -189,6 +195,9 @@ func (k *KeepTurn) Relay(img chat.Image) chat.Image {
 	img.Origin = chat.FromTool
 	img.Occ = len(k.order) + 1
 	r := &relayed{ref: img.Ref, bytes: img.Bytes, keep: chat.Ephemeral}
+	if n, err := tokens.ImageTokens(k.t.Profile, img.Width, img.Height, img.Detail); err == nil {
+		r.estimate = n
+	}
 	switch {
 	case k.off != "":
 		r.why = k.off
@@ -334,6 +343,7 @@ func (k *KeepTurn) Observe(u *chat.Usage, cut bool) {
 		default:
 			r.keep, r.cost = chat.Kept, share
 			k.budget -= share
+			k.vouched = true
 			k.events = append(k.events, KeepEvent{Kind: "kept", Ref: ref, Cost: share})
 			continue
 		}
@@ -378,12 +388,21 @@ func (k *KeepTurn) Publishable(msgs []chat.Message) []chat.Message {
 }
 
 // Finish ends the turn: a trial image never measured becomes ephemeral
-// (unmeasured), and every ephemeral image is replaced by a marker that keeps
-// its caption. It returns the history for the next turn, what was removed,
-// and the state to persist.
+// (unmeasured) — unless images are held (Hold) and an image of this
+// conversation was measured already: the engine sees images then, and
+// removing it would break the cached prefix for nothing, so it is kept at
+// its estimated cost. Every ephemeral image is replaced by a marker that
+// keeps its caption. It returns the history for the next turn, what was
+// removed, and the state to persist.
 func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepState) {
 	for _, occ := range k.order {
-		if r := k.relays[occ]; r.keep == chat.Trial {
+		r := k.relays[occ]
+		switch {
+		case r.keep != chat.Trial:
+		case k.vouched && r.estimate > 0 && k.t.Config.Holds(k.t.Profile):
+			r.keep, r.cost = chat.Kept, r.estimate
+			k.events = append(k.events, KeepEvent{Kind: "kept", Ref: r.ref, Cost: r.estimate})
+		default:
 			r.keep, r.why = chat.Ephemeral, reason.Unmeasured
 			k.events = append(k.events, KeepEvent{Kind: "ephemeral", Ref: r.ref, Reason: reason.Unmeasured})
 		}
@@ -408,7 +427,7 @@ func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepS
 	if len(removed) > 0 {
 		k.base.Valid = false // the next prompt differs inside the old prefix
 	}
-	return out, removed, KeepState{EngineBlind: k.blind, Base: k.base}
+	return out, removed, KeepState{EngineBlind: k.blind, Base: k.base, Vouched: k.vouched}
 }
 
 // Events returns the decisions made so far, in order.
@@ -422,6 +441,7 @@ type TurnSnapshot struct {
 	Stopped bool            `json:"stopped,omitempty"`
 	Base    Base            `json:"base"`
 	Blind   bool            `json:"blind,omitempty"`
+	Vouched bool            `json:"vouched,omitempty"`
 	Relays  []RelaySnapshot `json:"relays,omitempty"`
 	Pending []int           `json:"pending,omitempty"` // occurrences
 	Text    int             `json:"text,omitempty"`
@@ -436,16 +456,17 @@ type RelaySnapshot struct {
 	Keep     chat.Keep   `json:"keep"`
 	Why      reason.Code `json:"why,omitempty"`
 	Cost     int         `json:"cost,omitempty"`
+	Estimate int         `json:"estimate,omitempty"`
 	Observed bool        `json:"observed,omitempty"`
 }
 
 // Snapshot returns the turn's state; ResumeTurn restores it exactly.
 func (k *KeepTurn) Snapshot() TurnSnapshot {
-	s := TurnSnapshot{Off: k.off, Budget: k.budget, Stopped: k.stopped, Base: k.base, Blind: k.blind,
+	s := TurnSnapshot{Off: k.off, Budget: k.budget, Stopped: k.stopped, Base: k.base, Blind: k.blind, Vouched: k.vouched,
 		Pending: append([]int(nil), k.pending...), Text: k.text, Sent: k.sent}
 	for _, occ := range k.order {
 		r := k.relays[occ]
-		s.Relays = append(s.Relays, RelaySnapshot{Occ: occ, Ref: r.ref, Bytes: r.bytes, Keep: r.keep, Why: r.why, Cost: r.cost, Observed: r.observed})
+		s.Relays = append(s.Relays, RelaySnapshot{Occ: occ, Ref: r.ref, Bytes: r.bytes, Keep: r.keep, Why: r.why, Cost: r.cost, Estimate: r.estimate, Observed: r.observed})
 	}
 	return s
 }
@@ -453,11 +474,11 @@ func (k *KeepTurn) Snapshot() TurnSnapshot {
 // ResumeTurn rebuilds a turn from its snapshot, in the same Turn setting.
 func ResumeTurn(t Turn, s TurnSnapshot) *KeepTurn {
 	k := StartTurn(t)
-	k.off, k.budget, k.stopped, k.base, k.blind = s.Off, s.Budget, s.Stopped, s.Base, s.Blind
+	k.off, k.budget, k.stopped, k.base, k.blind, k.vouched = s.Off, s.Budget, s.Stopped, s.Base, s.Blind, s.Vouched
 	k.pending, k.text, k.sent = append([]int(nil), s.Pending...), s.Text, s.Sent
 	for _, r := range s.Relays {
 		k.order = append(k.order, r.Occ)
-		k.relays[r.Occ] = &relayed{ref: r.Ref, bytes: r.Bytes, keep: r.Keep, why: r.Why, cost: r.Cost, observed: r.Observed}
+		k.relays[r.Occ] = &relayed{ref: r.Ref, bytes: r.Bytes, keep: r.Keep, why: r.Why, cost: r.Cost, estimate: r.Estimate, observed: r.Observed}
 	}
 	return k
 }

@@ -571,3 +571,40 @@ func TestCaptionFromTheConversation(t *testing.T) {
 		t.Fatalf("marker %q", m.String())
 	}
 }
+
+// With images held (Hold, a cache that bills writes) and an image of the
+// conversation measured already, a screenshot that goes unmeasured (its
+// request's usage did not come back) is kept at its estimated cost: the
+// engine was seen to see images, and removing it would break the cached
+// prefix for nothing. Without that measurement it is unmeasured, as
+// before; the learned fact outlives the turn.
+func TestUnmeasuredIsKeptOnceTheEngineWasSeenToSee(t *testing.T) {
+	held := profile(200000)
+	held.Cache.Breakpoints = 4
+	start := func(state KeepState) (*KeepTurn, []chat.Message) {
+		k := StartTurn(Turn{Config: KeepConfig{Hold: true}, Profile: held, Thread: chat.Main, Switch: true, State: state, Counter: tokens.Chars4{}, Storer: &storer{}})
+		msgs, _ := k.Start([]chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "look"}}}})
+		return k, msgs
+	}
+	unmeasured := func(k *KeepTurn, msgs []chat.Message, img chat.Image) ([]Removal, KeepState, []chat.Image) {
+		msgs = append(msgs, chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c", Parts: []chat.Part{k.Relay(img)}}}})
+		k.Sending(msgs)
+		k.Observe(nil, false) // no usage: no measurement
+		out, removed, st := k.Finish(msgs)
+		imgs, _ := imagesIn(out)
+		return removed, st, imgs
+	}
+	k, msgs := start(KeepState{})
+	if removed, st, _ := unmeasured(k, msgs, shot("first", 15000)); len(removed) != 1 || removed[0].Reason != reason.Unmeasured || st.Vouched {
+		t.Fatalf("nothing measured yet: removed %+v, vouched %v; want unmeasured", removed, st.Vouched)
+	}
+	k, msgs = start(KeepState{Vouched: true})
+	removed, st, imgs := unmeasured(k, msgs, shot("second", 15000))
+	if len(removed) != 0 || len(imgs) != 1 || imgs[0].Keep != chat.Kept || imgs[0].Cost != 1000 || !st.Vouched {
+		t.Fatalf("vouched: removed %+v, images %+v; want it kept at the profile's 1000 tokens", removed, imgs)
+	}
+	snap := k.Snapshot()
+	if again := ResumeTurn(Turn{Config: KeepConfig{Hold: true}, Profile: held, Thread: chat.Main, Switch: true}, snap).Snapshot(); !again.Vouched {
+		t.Fatal("a snapshot forgets that the engine sees images")
+	}
+}
