@@ -331,7 +331,7 @@ func (f *Forwarded) relayTurn(live []chat.Message) []chat.Message {
 // history): what is still too long is the upstream's to refuse.
 func (f *Forwarded) relieve(live []chat.Message) []chat.Message {
 	est := f.estimate(live)
-	limit := f.e.threshold(f.r.Profile.ContextWindow)
+	limit := f.e.proxyThreshold(f.r.Profile.ContextWindow)
 	if est <= limit {
 		return live
 	}
@@ -354,6 +354,18 @@ func (f *Forwarded) relieve(live []chat.Message) []chat.Message {
 		f.kt.InvalidateBase()
 	}
 	return live
+}
+
+// proxyRelief is the share of the window past which the proxy relieves
+// window pressure: the client compacts its own history (claude-code and
+// codex near 90%), so imgctx only keeps the request under the window —
+// removing images at the sessions API's threshold broke the cached prefix
+// a few requests before the client's compaction rewrote it anyway
+// (simulate's coding workload: 153k tokens written again for nothing).
+const proxyRelief = 0.95
+
+func (e *Engine) proxyThreshold(window int) int {
+	return max(e.threshold(window), int(proxyRelief*float64(window)))
 }
 
 // imageLimit keeps the request under the provider's image count, in

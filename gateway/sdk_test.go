@@ -151,7 +151,7 @@ func TestOpenAISDKPromptTooLongRetriedOnce(t *testing.T) {
 // without any session header.
 func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
-	g.engine.KeepLowWater = 0.5 // the batch comes down to 15,000: room for the newest image
+	g.engine.KeepLowWater = 0.5 // the batch comes down to 18,000: room for the newest image
 	raw, _ := samplePNG(t)
 	shots := make([]string, 3)
 	for i := range shots {
@@ -178,9 +178,10 @@ func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	if first := send(history); countImages(first) != 3 || bytes.Contains(first, []byte("removed")) {
 		t.Fatalf("%d images sent of 3", countImages(first))
 	}
-	// A long paste passes the threshold (16,000): the estimate is the
-	// measured 3,050 plus ~14,000 of text; down to 15,000 the two oldest go.
-	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage(strings.Repeat("log line ", 56000/9)))
+	// A long paste passes the proxy's relief point (95% of the window:
+	// 19,000): the estimate is the measured 3,050 plus ~17,000 of text;
+	// down to 18,000 the two oldest go.
+	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage(strings.Repeat("log line ", 68000/9)))
 	second := send(history)
 	if countImages(second) != 1 || bytes.Count(second, []byte("(budget)]")) != 2 || !bytes.Contains(second, []byte(shots[2][40:200])) {
 		t.Fatalf("%d images, %d budget markers; want the newest kept", countImages(second), bytes.Count(second, []byte("(budget)]")))
