@@ -209,6 +209,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"store", "get", "sha256-nothex"},
 		{"store", "stat"},
 		{"store", "gc", "--older-than", "-1h"},
+		{"store", "bogus"},
 	} {
 		r := imgctx(t, args...)
 		if r.code != 2 || !strings.Contains(r.stderr, "imgctx:") || !strings.Contains(r.stderr, "hint:") {

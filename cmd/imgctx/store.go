@@ -32,6 +32,15 @@ func newStoreCmd(a *app) *cobra.Command {
 			}
 			return cmd.Root().PersistentPreRunE(cmd, args)
 		},
+		// A word that names no subcommand is a wrong command line (exit
+		// 2), not a request for help: cobra would print the help and exit 0.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return usageError{fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
+		},
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&tenant, "tenant", imagestore.DefaultTenant, "tenant whose images to use")
