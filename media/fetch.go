@@ -123,7 +123,41 @@ func checkURL(u *url.URL) error {
 	if u.Hostname() == "" {
 		return refusal("URL has no host")
 	}
+	if numericHost(u.Hostname()) {
+		// 0x7f.1, 0177.0.0.1, 2130706433: addresses in the forms C's
+		// inet_aton reads, which a system resolver may turn into
+		// 127.0.0.1 — refused before any lookup, not sent to one.
+		return refusal("a numeric host not written as a dotted-quad or IPv6 address")
+	}
 	return nil
+}
+
+// numericHost reports whether host is an IPv4 address in one of inet_aton's
+// other forms: one to four parts, each decimal, octal (leading 0) or hex
+// (0x), not the standard dotted quad.
+func numericHost(host string) bool {
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return false // standard forms are checked as addresses
+	}
+	parts := strings.Split(strings.TrimSuffix(host, "."), ".")
+	if len(parts) > 4 {
+		return false
+	}
+	for _, p := range parts {
+		digits, hex := p, false
+		if len(p) > 2 && (p[:2] == "0x" || p[:2] == "0X") {
+			digits, hex = p[2:], true
+		}
+		if digits == "" {
+			return false
+		}
+		for _, c := range strings.ToLower(digits) {
+			if !('0' <= c && c <= '9' || hex && 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Fetched is a downloaded body and its declared content type.

@@ -121,7 +121,10 @@ func TestFetchRefusals(t *testing.T) {
 		{"private 10/8", strict, "http://10.0.0.1/x.png", reason.FetchFailed, "not allowed"},
 		{"private 192.168/16", strict, "http://192.168.1.1/x.png", reason.FetchFailed, "not allowed"},
 		{"ipv4-mapped ipv6", strict, "http://[::ffff:127.0.0.1]/x.png", reason.FetchFailed, "not allowed"},
-		{"decimal ip trick", strict, "http://2130706433/x.png", reason.FetchFailed, ""},
+		{"decimal ip trick", strict, "http://2130706433/x.png", reason.FetchFailed, "numeric host"},
+		{"hex ip trick", open, "http://0x7f.1/x.png", reason.FetchFailed, "numeric host"},
+		{"octal ip trick", open, "http://0177.0.0.1/x.png", reason.FetchFailed, "numeric host"},
+		{"hex dotted ip trick", open, "http://0x7F.0x0.0x0.0x1/x.png", reason.FetchFailed, "numeric host"},
 		{"name resolving to a private address", named, "http://images.example.com/x.png", reason.FetchFailed, "not allowed"},
 		{"redirect to a private address", open, srv.URL + "/redirect?to=http://10.0.0.1/x.png", reason.FetchFailed, "not allowed"},
 		{"redirect to metadata", open, srv.URL + "/redirect?to=http://169.254.169.254/", reason.FetchFailed, "not allowed"},
@@ -151,5 +154,19 @@ func TestFetchRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Only inet_aton's numeric forms are numeric hosts: names that hold
+// digits, and the standard address forms, are not.
+func TestNumericHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"2130706433": true, "0x7f.1": true, "0177.0.0.1": true, "127.1": true, "0x7F.0x0.0x0.0x1": true, "127.0.0.1.": true,
+		"127.0.0.1": false, "[::1]": false, "images.example.com": false, "1e100.net": false, "0x7f.example": false,
+		"1.2.3.4.5": false, "0x": false, "": false,
+	} {
+		if got := numericHost(host); got != want {
+			t.Errorf("numericHost(%q) = %v; want %v", host, got, want)
+		}
 	}
 }
