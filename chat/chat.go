@@ -345,20 +345,21 @@ type Usage struct {
 	Output     int `json:"output"`
 }
 
-// CarriesToolImages reports whether msgs[i] is a user message holding
-// only images right after a tool message: the OpenAI Chat Completions
-// shape of a tool that returned a screenshot, since a tool message holds
-// text only. Its images are the tool's, and it does not start a turn.
-func CarriesToolImages(msgs []Message, i int) bool {
-	if i <= 0 || i >= len(msgs) || msgs[i].Role != User || msgs[i-1].Role != Tool || len(msgs[i].Parts) == 0 {
+// RelaysTool reports whether msgs[i] is a user message relaying what a
+// tool returned: it comes right after a tool message, or after another such
+// relay. That is the OpenAI Chat Completions shape of a tool that returned
+// a screenshot, since a tool message holds text only — the images alone,
+// beside a text part ("Attached media from tool result:", qwen-code), or
+// split over several messages. Its images are the tool's, and it does not
+// start a turn. A human's message follows the assistant's, never a tool's.
+func RelaysTool(msgs []Message, i int) bool {
+	if i <= 0 || i >= len(msgs) || msgs[i].Role != User {
 		return false
 	}
 	for _, p := range msgs[i].Parts {
-		switch p.(type) {
-		case Image:
-		default:
+		if _, ok := p.(ToolResult); ok {
 			return false
 		}
 	}
-	return true
+	return msgs[i-1].Role == Tool || RelaysTool(msgs, i-1)
 }

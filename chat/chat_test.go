@@ -222,3 +222,25 @@ func genConversation(t *rapid.T) Conversation {
 	}
 	return c
 }
+
+// A user message relays a tool's output when it follows a tool message,
+// directly or through other such messages; one after the assistant's is
+// the human's, and one holding tool results is a tool-result message.
+func TestRelaysTool(t *testing.T) {
+	img := Image{Ref: blob.Of([]byte("shot")), MediaType: "image/png"}
+	msgs := []Message{
+		{Role: User, Parts: []Part{Text{Text: "open it"}}},
+		{Role: Assistant, Parts: []Part{ToolCall{ID: "c", Name: "shot"}}},
+		{Role: Tool, Parts: []Part{ToolResult{CallID: "c"}}},
+		{Role: User, Parts: []Part{Text{Text: "Attached media from tool result:"}}},
+		{Role: User, Parts: []Part{img}},
+		{Role: Assistant, Parts: []Part{Text{Text: "I see it"}}},
+		{Role: User, Parts: []Part{Text{Text: "and this?"}, img}},
+		{Role: User, Parts: []Part{ToolResult{CallID: "d"}}},
+	}
+	for i, want := range []bool{false, false, false, true, true, false, false, false} {
+		if got := RelaysTool(msgs, i); got != want {
+			t.Errorf("message %d: RelaysTool = %v; want %v", i, got, want)
+		}
+	}
+}

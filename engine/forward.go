@@ -198,7 +198,7 @@ func editImages(msgs []chat.Message, fn func(pos, chat.Image) (chat.Part, bool))
 func humanTurn(msgs []chat.Message) int {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := msgs[i]
-		if m.Role != chat.User || len(m.Parts) == 0 || chat.CarriesToolImages(msgs, i) {
+		if m.Role != chat.User || len(m.Parts) == 0 || chat.RelaysTool(msgs, i) {
 			continue
 		}
 		human := true

@@ -120,31 +120,47 @@ func TestProxyHoldNeedsACacheThatBillsWrites(t *testing.T) {
 }
 
 // An OpenAI Chat tool cannot return an image in its tool message, so
-// agents attach the screenshot in a user message right after it: that
-// image is the tool's (relayed, decided like any tool image) and the
-// message does not start a turn. A user message with text is the human's.
+// agents attach the screenshot in a user message right after it — alone,
+// beside a text part (qwen-code's "Attached media from tool result:"), or
+// split over several such messages: those images are the tool's (relayed,
+// decided like any tool image) and the messages do not start a turn. A
+// user message after the assistant's is the human's: its pasted image
+// stays.
 func TestProxyOpenAIScreenshotAfterAToolMessageIsTheTools(t *testing.T) {
-	g := newGW(t, upstream.OpenAI, nil)
 	_, b64 := samplePNG(t)
-	shot := "data:image/png;base64," + b64
-	hist := `{"role":"user","content":"open the page"},` +
+	img := `{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}`
+	call := `{"role":"user","content":"open the page"},` +
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"screenshot","arguments":"{}"}}]},` +
-		`{"role":"tool","tool_call_id":"c1","content":"taken"},` +
-		`{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + shot + `"}}]}`
-	off := []string{"X-Imgctx-Keep-Turn-Images", "off", "X-Imgctx-Session", "echo"}
-	body := func(msgs string) []byte {
-		return []byte(`{"model":"tiny-vision","messages":[` + msgs + `]}`)
-	}
-	if resp, b := g.do(t, "POST", "/v1/chat/completions", "", body(hist), off...); resp.StatusCode != 200 {
-		t.Fatalf("%d %s", resp.StatusCode, b)
-	}
-	next := hist + `,{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}`
-	if resp, b := g.do(t, "POST", "/v1/chat/completions", "", body(next), off...); resp.StatusCode != 200 {
-		t.Fatalf("%d %s", resp.StatusCode, b)
-	}
-	up := g.up.received()
-	if last := up[len(up)-1]; bytes.Contains(last, []byte(`image_url`)) || !bytes.Contains(last, []byte(`key_off`)) {
-		t.Fatalf("the tool's screenshot was not a tool image (kept off: it leaves at the next turn): %s", last)
+		`{"role":"tool","tool_call_id":"c1","content":"taken"},`
+	for _, c := range []struct {
+		name, hist string
+		tools      bool
+	}{
+		{"images only", call + `{"role":"user","content":[` + img + `]}`, true},
+		{"beside a text part", call + `{"role":"user","content":[{"type":"text","text":"Attached media from tool result:"},` + img + `]}`, true},
+		{"split over two messages", call + `{"role":"user","content":[{"type":"text","text":"Attached media from tool result:"}]},{"role":"user","content":[` + img + `]}`, true},
+		{"the human's, after the assistant", `{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":[{"type":"text","text":"look"},` + img + `]}`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGW(t, upstream.OpenAI, nil)
+			off := []string{"X-Imgctx-Keep-Turn-Images", "off", "X-Imgctx-Session", "echo"}
+			body := func(msgs string) []byte {
+				return []byte(`{"model":"tiny-vision","messages":[` + msgs + `]}`)
+			}
+			if resp, b := g.do(t, "POST", "/v1/chat/completions", "", body(c.hist), off...); resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			next := c.hist + `,{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}`
+			if resp, b := g.do(t, "POST", "/v1/chat/completions", "", body(next), off...); resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			up := g.up.received()
+			last := up[len(up)-1]
+			tools := !bytes.Contains(last, []byte(`image_url`)) && bytes.Contains(last, []byte(`key_off`))
+			if tools != c.tools {
+				t.Fatalf("taken for the tool's: %v; want %v (keep off: a tool's image leaves at the next turn, a human's stays)", tools, c.tools)
+			}
+		})
 	}
 }
 

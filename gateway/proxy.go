@@ -466,7 +466,7 @@ func (s *Server) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 			Detail: slot.Detail, Origin: origin})
 	}
 	for _, i := range toolEcho {
-		if at := sp.Slots[i].Pos; chat.CarriesToolImages(msgs, at.Msg) {
+		if at := sp.Slots[i].Pos; chat.RelaysTool(msgs, at.Msg) {
 			img := wire.At(msgs, at).(chat.Image)
 			img.Origin = chat.FromTool
 			wire.Put(msgs, at, img)

@@ -256,8 +256,8 @@ func scanRecorded(rec *Recorded, format string) (int, error) {
 	urls := 0
 	for _, sl := range sp.Slots {
 		im := RecordedImage{Part: sl.Part, Cache: sl.Cache, Document: sl.Kind == "document", Tool: sl.Pos.Nested >= 0}
-		if m := sl.Pos.Msg; !im.Tool && m > 0 && m < len(sp.Messages) && sp.Messages[m-1].Role == chat.Tool {
-			im.Tool = true // a user message relaying a tool's screenshot (OpenAI Chat)
+		if !im.Tool && (chat.RelaysTool(sp.Messages, sl.Pos.Msg) || sl.Pos.Msg < len(sp.Messages) && sp.Messages[sl.Pos.Msg].Role == chat.Tool) {
+			im.Tool = true // relayed after a tool message (OpenAI Chat), or beside a functionResponse (Gemini)
 		}
 		if sl.Via == "base64" {
 			data := sl.Data.Of(rec.Body)
