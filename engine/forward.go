@@ -318,7 +318,9 @@ func (f *Forwarded) relayTurn(live []chat.Message) []chat.Message {
 		}
 		img = f.kt.Relay(img)
 		if img.Keep == chat.Trial {
-			f.emit(Event{Kind: "stored", Ref: img.Ref, Detail: "trial"})
+			// On trial; not "stored": the gateway stored its bytes, and
+			// counted them, when it read the request.
+			f.emit(Event{Kind: "trial", Ref: img.Ref})
 		}
 		return img, true
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
@@ -201,5 +202,25 @@ func TestProxyKeepsEachRequestUnderTheProviderSize(t *testing.T) {
 	}
 	if removed := rig.counter("removed", "provider_limit"); batches == 0 || batches > 3 || removed < 4 {
 		t.Fatalf("%d batches, %d removed for the request size: want few batches, not one a request", batches, removed)
+	}
+}
+
+// Each new image is counted stored once, however it is then decided: the
+// gateway stores the bytes as it reads the request; the relay of a tool
+// image on trial is a decision, not a second store.
+func TestProxyCountsEachStoredImageOnce(t *testing.T) {
+	rig, clock := holdRig(t, 200_000)
+	g := newAgent(t, rig, "Fill in the form.")
+	g.start()
+	g.send(reply{tools: 1})
+	for range 3 {
+		clock.advance(5 * time.Second)
+		g.results(2, false, false)
+		g.send(reply{tools: 1})
+	}
+	stored := 0
+	rig.images.List(t.Context(), "default", func(imagestore.Info) error { stored++; return nil })
+	if n := rig.counter("stored", "*"); n != stored || stored != 6 {
+		t.Fatalf("imgctx_images_total{event=\"stored\"} = %d for %d images in the store; want 6 and 6", n, stored)
 	}
 }
