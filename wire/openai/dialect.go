@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"encoding/json"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
@@ -43,7 +44,17 @@ func (r *streamReader) Result() (*chat.Usage, bool, bool) {
 }
 
 // usageOnly reports whether a chunk is the one include_usage adds: no
-// choices, a usage object.
+// choices, a usage object — read as JSON, whatever the upstream's spacing.
 func usageOnly(data []byte) bool {
-	return bytes.Contains(data, []byte(`"usage":{`)) && bytes.Contains(data, []byte(`"choices":[]`))
+	if !bytes.Contains(data, []byte(`"usage"`)) {
+		return false // the common chunk: no decoding
+	}
+	var c struct {
+		Choices *[]json.RawMessage `json:"choices"`
+		Usage   json.RawMessage    `json:"usage"`
+	}
+	if json.Unmarshal(data, &c) != nil {
+		return false
+	}
+	return c.Choices != nil && len(*c.Choices) == 0 && len(c.Usage) > 0 && c.Usage[0] == '{'
 }

@@ -282,3 +282,22 @@ func TestEncodingNeverHTMLEscapes(t *testing.T) {
 		t.Fatalf("escaped: %s", s)
 	}
 }
+
+// The usage-only chunk include_usage adds is recognised as JSON, whatever
+// the upstream's spacing; a chunk with choices, or a usage that is null, is
+// not it.
+func TestUsageOnlyChunkWhateverTheSpacing(t *testing.T) {
+	for data, want := range map[string]bool{
+		`{"id":"c","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":2}}`:          true,
+		`{"id": "c", "choices": [ ], "usage": {"prompt_tokens": 10, "completion_tokens": 2}}`: true,
+		"{\"choices\":\n[],\n\"usage\" :\n{\"prompt_tokens\":1}}":                             true,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}`:            false,
+		`{"id":"c","choices":[],"usage":null}`:                                                false,
+		`{"id":"c","choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":10}}`:          false,
+		`{"choices":[],"usage":{`: false,
+	} {
+		if got := usageOnly([]byte(data)); got != want {
+			t.Errorf("usageOnly(%s) = %v; want %v", data, got, want)
+		}
+	}
+}
