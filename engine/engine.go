@@ -177,7 +177,7 @@ type Engine struct {
 // Event is one decision the engine made, for logs, metrics and the caller.
 type Event struct {
 	Session session.ID
-	Kind    string // "kept", "removed", "compacted", "retried", "measured", "stored", "trial" (a proxied tool image on trial)
+	Kind    string // "kept", "removed", "compacted", "retried", "measured", "stored", "trial"
 	Ref     blob.Ref
 	Reason  reason.Code
 	Tokens  int

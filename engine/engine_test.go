@@ -272,7 +272,7 @@ func TestPressureEvictsBeforeSending(t *testing.T) {
 	// Down to the low-water mark (10% under the threshold): the oldest
 	// image leaves, the newer one stays, in one batch.
 	kept := keptImages(r.live(t, id).Live)
-	if len(kept) != 1 || !hasEvent(r.events, "removed", "budget") {
+	if len(kept) != 1 || !hasEvent(r.events, "removed", "window") {
 		t.Fatalf("%d kept after pressure; events %+v", len(kept), r.events)
 	}
 	if sent := r.up.prompts[len(r.up.prompts)-1]; sent > threshold {

@@ -142,7 +142,7 @@ func (c *call) relieve(ctx context.Context) error {
 		low := int(c.e.lowWater() * float64(c.e.Keep.Budget(c.profile.ContextWindow)))
 		p.LowWater = min(limit-limit/10, est-max(0, policy.KeptCost(c.st.Live)-low))
 	}
-	live, removed, after := policy.EvictImages(c.st.Live, p, reason.Budget)
+	live, removed, after := policy.EvictImages(c.st.Live, p, reason.Window)
 	if after > limit && c.cacheWarm() {
 		// Compaction is needed either way, and the provider still caches
 		// the live prefix: summarise on it intact (evicting first would
@@ -152,7 +152,7 @@ func (c *call) relieve(ctx context.Context) error {
 		switch {
 		case err == nil:
 			if est = c.estimate(); est > limit {
-				live, removed, _ = policy.EvictImages(c.st.Live, policy.Pressure{Estimate: est, Threshold: limit}, reason.Budget)
+				live, removed, _ = policy.EvictImages(c.st.Live, policy.Pressure{Estimate: est, Threshold: limit}, reason.Window)
 				c.evicted(live, removed)
 			}
 			return nil

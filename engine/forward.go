@@ -316,13 +316,9 @@ func (f *Forwarded) relayTurn(live []chat.Message) []chat.Message {
 		if at.msg <= f.turnAt || img.Origin != chat.FromTool || img.Occ > 0 || img.Keep == chat.Kept {
 			return nil, false
 		}
-		img = f.kt.Relay(img)
-		if img.Keep == chat.Trial {
-			// On trial; not "stored": the gateway stored its bytes, and
-			// counted them, when it read the request.
-			f.emit(Event{Kind: "trial", Ref: img.Ref})
-		}
-		return img, true
+		// Not an event of its own: the gateway stored the bytes, and
+		// counted them, as it read the request; the turn reports the trial.
+		return f.kt.Relay(img), true
 	})
 }
 
@@ -345,10 +341,10 @@ func (f *Forwarded) relieve(live []chat.Message) []chat.Message {
 		// down to its low-water mark, so the next one is far off.
 		p.LowWater = min(p.LowWater, est-max(0, policy.KeptCost(live)-lowKept))
 	}
-	live, removed, after := policy.EvictImages(live, p, reason.Budget)
+	live, removed, after := policy.EvictImages(live, p, reason.Window)
 	if after > p.LowWater {
 		var more []policy.Removal
-		live, more = f.removeHistory(live, after-p.LowWater, false, reason.Budget)
+		live, more = f.removeHistory(live, after-p.LowWater, false, reason.Window)
 		removed = append(removed, more...)
 	}
 	if len(removed) > 0 {

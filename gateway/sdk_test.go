@@ -147,7 +147,7 @@ func TestOpenAISDKPromptTooLongRetriedOnce(t *testing.T) {
 
 // The user's images are not under the keep budget: they all go while the
 // window has room. Under window pressure the older ones leave, oldest
-// first, in one batch (reason budget), and stay removed where they were —
+// first, in one batch (reason window), and stay removed where they were —
 // without any session header.
 func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
@@ -183,15 +183,15 @@ func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	// down to 18,000 the two oldest go.
 	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage(strings.Repeat("log line ", 68000/9)))
 	second := send(history)
-	if countImages(second) != 1 || bytes.Count(second, []byte("(budget)]")) != 2 || !bytes.Contains(second, []byte(shots[2][40:200])) {
-		t.Fatalf("%d images, %d budget markers; want the newest kept", countImages(second), bytes.Count(second, []byte("(budget)]")))
+	if countImages(second) != 1 || bytes.Count(second, []byte("(window)]")) != 2 || !bytes.Contains(second, []byte(shots[2][40:200])) {
+		t.Fatalf("%d images, %d window markers; want the newest kept", countImages(second), bytes.Count(second, []byte("(window)]")))
 	}
 	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage("again"))
 	third := send(history)
 	if !bytes.HasPrefix(third, second[:bytes.LastIndex(second, []byte(`]`))-1]) {
 		t.Fatal("the removals moved between requests of one conversation")
 	}
-	if m := metric(t, g, "imgctx_images_total"); !strings.Contains(m, `event="removed",reason="budget"} 2`) || !strings.Contains(m, `event="not_sent",reason="budget"} 4`) {
+	if m := metric(t, g, "imgctx_images_total"); !strings.Contains(m, `event="removed",reason="window"} 2`) || !strings.Contains(m, `event="not_sent",reason="window"} 4`) {
 		t.Fatalf("metrics:\n%s", m)
 	}
 }

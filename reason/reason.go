@@ -23,6 +23,7 @@ const (
 	Idle           Code = "idle"            // microcompaction
 	Compaction     Code = "compaction"      // covered by a summary
 	ProviderLimit  Code = "provider_limit"  // would break a provider rule
+	Window         Code = "window"          // removed under window pressure, before the prompt outgrows the window
 	Refused        Code = "refused"         // store refused it
 	Invalid        Code = "invalid"         // undecodable, unknown format
 	TooLarge       Code = "too_large"       // over a byte or pixel limit
@@ -33,7 +34,7 @@ const (
 // All lists every code, in the order of DESIGN.md.
 var All = []Code{
 	Budget, Cap, Bytes, Truncated, NoVision, KeyOff, Unmeasured, BelowThreshold,
-	Overflow, Idle, Compaction, ProviderLimit, Refused, Invalid, TooLarge,
+	Overflow, Idle, Compaction, ProviderLimit, Window, Refused, Invalid, TooLarge,
 	FetchFailed, Document,
 }
 

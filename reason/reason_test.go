@@ -26,9 +26,11 @@ func TestOfFindsTheCodeThroughWrapping(t *testing.T) {
 }
 
 func TestCodesAreTheDesignVocabulary(t *testing.T) {
-	// DESIGN.md "Reason codes" lists 17; every one is valid, nothing else is.
-	if len(All) != 17 {
-		t.Fatalf("%d codes; DESIGN.md has 17", len(All))
+	// DESIGN.md "Reason codes" lists 17, and window pressure has its own
+	// (window: the user's images are never under the budget, so "budget"
+	// named their removal wrongly); every one is valid, nothing else is.
+	if len(All) != 18 {
+		t.Fatalf("%d codes; DESIGN.md's 17 and window", len(All))
 	}
 	seen := map[Code]bool{}
 	for _, c := range All {
