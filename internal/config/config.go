@@ -334,7 +334,23 @@ func Load(path string, lookup func(string) (string, bool), flags map[string]any)
 	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "yaml"}); err != nil {
 		return Config{}, fmt.Errorf("config: %s: %w", sourceOf(err, path, lookup, flags), err)
 	}
+	cfg.Upstream.Vision = yamlBool(cfg.Upstream.Vision)
+	for i := range cfg.Upstreams {
+		cfg.Upstreams[i].Vision = yamlBool(cfg.Upstreams[i].Vision)
+	}
 	return cfg, cfg.Validate()
+}
+
+// yamlBool reads back a YAML boolean given to a string setting (vision:
+// false): the decoder hands it over as "0" or "1".
+func yamlBool(s string) string {
+	switch s {
+	case "0":
+		return "false"
+	case "1":
+		return "true"
+	}
+	return s
 }
 
 // sourceOf names where the value an unmarshal error is about came from:

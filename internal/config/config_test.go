@@ -86,6 +86,19 @@ func TestUpstreamsList(t *testing.T) {
 	}
 }
 
+// A plain YAML boolean is accepted where a setting reads auto, true or
+// false (vision: false), as the docs write it.
+func TestVisionTakesYAMLBooleans(t *testing.T) {
+	path := writeFile(t, "upstream:\n  vision: false\nupstreams:\n  - name: local\n    format: llamacpp\n    base_url: http://127.0.0.1:8081\n    vision: true\n")
+	cfg, err := Load(path, env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Upstream.Vision != "false" || cfg.Upstreams[0].Vision != "true" {
+		t.Fatalf("vision %q and %q; want false and true", cfg.Upstream.Vision, cfg.Upstreams[0].Vision)
+	}
+}
+
 func TestRefusals(t *testing.T) {
 	cases := []struct {
 		name, file string
