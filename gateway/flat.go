@@ -173,7 +173,6 @@ func (s *Server) flat(w http.ResponseWriter, r *http.Request, tenant string, d *
 	}
 	req.Body = wire.BodyOf(out)
 	resp, err := up.Client.Send(ctx, req)
-	s.countUpstream(up.Client.Format, resp, err)
 	if err != nil {
 		fail(w, sh, err)
 		return

@@ -193,9 +193,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 			return nil, err
 		}
 		req.Body = req.Body.Tracked(&readers)
-		resp, err := up.Client.Send(ctx, req)
-		s.countUpstream(d.format, resp, err)
-		return resp, err
+		return up.Client.Send(ctx, req)
 	}
 	pre := time.Since(start)
 	resp, err := send()
@@ -368,16 +366,25 @@ func slotsBefore(sp *wire.Spliced, n int) int {
 	return len(sp.Slots)
 }
 
-func (s *Server) countUpstream(format upstream.Format, resp *http.Response, err error) {
-	status := "error"
-	var we *wire.Error
-	switch {
-	case err == nil:
-		status = http.StatusText(resp.StatusCode)
-	case errors.As(err, &we):
-		status = http.StatusText(we.Status)
+// attempted counts one upstream attempt (every retry is one) and logs a
+// failed one at WARN with its cause: a 5xx or a transport error.
+func (s *Server) attempted(name string, format upstream.Format) func(*http.Response, error) {
+	return func(resp *http.Response, err error) {
+		status := "error"
+		var we *wire.Error
+		switch {
+		case err == nil:
+			status = http.StatusText(resp.StatusCode)
+		case errors.As(err, &we):
+			status = http.StatusText(we.Status)
+			if we.Status >= 500 {
+				s.log.Warn("upstream attempt failed", "upstream", name, "format", format, "status", we.Status, "err", clip(we.Error()))
+			}
+		default:
+			s.log.Warn("upstream attempt failed", "upstream", name, "format", format, "err", clip(err.Error()))
+		}
+		s.metrics.upstream.WithLabelValues(string(format), status).Inc()
 	}
-	s.metrics.upstream.WithLabelValues(string(format), status).Inc()
 }
 
 // includeUsage turns stream_options.include_usage on. It returns the edit

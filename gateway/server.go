@@ -135,6 +135,12 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
 		perTenant: map[string]tenantLoad{},
 		spans:     map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}, spanSeed: maphash.MakeSeed()}
+	// Every attempt at an upstream is counted, retries included.
+	for _, up := range s.upstreams() {
+		if up.Client != nil {
+			up.Client.Attempted = s.attempted(up.Name, up.Client.Format)
+		}
+	}
 	// Engine decisions feed the metrics, and still reach any sink the
 	// caller had set.
 	if prev := e.Sink; prev != nil {

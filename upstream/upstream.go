@@ -50,6 +50,9 @@ type Client struct {
 	// Sleep waits between attempts; tests replace it. Default: a timer that
 	// honours ctx.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Attempted, when set, sees every attempt's outcome (retries too), for
+	// counts and logs.
+	Attempted func(resp *http.Response, err error)
 }
 
 // MaxErrorBody bounds how much of an error response is read.
@@ -143,6 +146,9 @@ func (c *Client) Send(ctx context.Context, r Request) (*http.Response, error) {
 	}
 	for attempt := 0; ; attempt++ {
 		resp, err := c.once(ctx, r)
+		if c.Attempted != nil {
+			c.Attempted(resp, err)
+		}
 		if err == nil {
 			return resp, nil
 		}

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Every attempt at the upstream is counted, retries included, and a failed
+// one is logged at WARN with its cause: two 503s then a 200 are three
+// requests, two warnings.
+func TestEveryUpstreamAttemptIsCountedAndAFailureLogged(t *testing.T) {
+	var n atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if n.Add(1) <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"message":"overloaded, try again","type":"server_error"}}`)
+			return
+		}
+		io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`)
+	}))
+	t.Cleanup(up.Close)
+	tbl, _ := tokens.Default().With(tinyProfile)
+	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: 2, Sleep: func(context.Context, time.Duration) error { return nil }}
+	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tbl, Upstream: client}
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(New(Config{}, e, reg, slog.New(slog.NewJSONHandler(&logs, nil))).Handler())
+	t.Cleanup(srv.Close)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"tiny-1","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	mfs, _ := reg.Gather()
+	counted := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "imgctx_upstream_requests_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "status" {
+						counted[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if counted["Service Unavailable"] != 2 || counted["OK"] != 1 {
+		t.Fatalf("upstream requests counted %v; want 2 Service Unavailable and 1 OK", counted)
+	}
+	if warn := strings.Count(logs.String(), `"level":"WARN","msg":"upstream attempt failed"`); warn != 2 || !strings.Contains(logs.String(), `"status":503`) || !strings.Contains(logs.String(), "overloaded") {
+		t.Fatalf("%d warnings; want 2 with the status and the cause:\n%s", warn, logs.String())
+	}
+}
