@@ -101,8 +101,16 @@ var sessionCodecs = map[upstream.Format]sessionCodec{
 	},
 }
 
+// SpeaksSessions reports whether the sessions API can call an upstream of
+// that format (it encodes OpenAI Chat and Anthropic Messages); the drop-in
+// routes serve every format.
+func SpeaksSessions(f upstream.Format) bool {
+	_, ok := sessionCodecs[f]
+	return ok
+}
+
 // sessionWire is the codec for an upstream format (OpenAI's for any other:
-// the config refuses formats the sessions API cannot speak).
+// the sessions API refuses a turn for formats it cannot speak).
 func sessionWire(f upstream.Format) sessionCodec {
 	if w, ok := sessionCodecs[f]; ok {
 		return w

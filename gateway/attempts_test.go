@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -70,5 +71,45 @@ func TestEveryUpstreamAttemptIsCountedAndAFailureLogged(t *testing.T) {
 	}
 	if warn := strings.Count(logs.String(), `"level":"WARN","msg":"upstream attempt failed"`); warn != 2 || !strings.Contains(logs.String(), `"status":503`) || !strings.Contains(logs.String(), "overloaded") {
 		t.Fatalf("%d warnings; want 2 with the status and the cause:\n%s", warn, logs.String())
+	}
+}
+
+// One upstream of a drop-in-only format (gemini, the flat ones) serves its
+// drop-in route with no config file; the sessions API, which calls openai
+// or anthropic upstreams only, answers 501 naming what to do.
+func TestASingleGeminiUpstreamServesItsRouteAndRefusesSessions(t *testing.T) {
+	up, _, _, _ := newGeminiRig(t, 20_000, nil)
+	tbl, _ := tokens.Default().With(agentProfile(20_000))
+	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tbl,
+		Upstream: &upstream.Client{Format: upstream.Gemini, BaseURL: up.srv.URL, MaxRetries: -1}}
+	srv := httptest.NewServer(New(Config{}, e, prometheus.NewRegistry(), discardLogger()).Handler())
+	t.Cleanup(srv.Close)
+	up.mu.Lock()
+	up.next = reply{}
+	up.mu.Unlock()
+	resp, err := http.Post(srv.URL+"/v1beta/models/agent-1:generateContent", "application/json", strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("the Gemini route through the single gemini upstream: %d", resp.StatusCode)
+	}
+	resp, err = http.Post(srv.URL+"/v1/sessions", "application/json", strings.NewReader(`{"model":"agent-1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&created)
+	resp.Body.Close()
+	resp, err = http.Post(srv.URL+"/v1/sessions/"+created.ID+"/turn", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotImplemented || !bytes.Contains(b, []byte("drop-in route")) {
+		t.Fatalf("a session turn over a gemini upstream: %d %s", resp.StatusCode, b)
 	}
 }

@@ -62,6 +62,11 @@ func refURL(img chat.Image) (string, string, string, error) {
 
 // turn runs one exchange: {"messages": [OpenAI-format messages]}.
 func (s *Server) turn(w http.ResponseWriter, r *http.Request, tenant string) {
+	if up := s.engine.Upstream; up != nil && up.BaseURL != "" && !engine.SpeaksSessions(up.Format) {
+		writeError(w, openaiShape, http.StatusNotImplemented, "invalid_request_error", fmt.Sprintf(
+			"the sessions API calls openai or anthropic upstreams; this gateway's upstream is %s: use its drop-in route, or add an openai or anthropic upstream", up.Format))
+		return
+	}
 	body, err := s.readBody(r)
 	if err != nil {
 		fail(w, openaiShape, err)

@@ -56,7 +56,7 @@ func newServeCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&addr, "addr", "", "address to listen on (default 127.0.0.1:8080; env IMGCTX_SERVER_ADDR)")
 	cmd.Flags().StringVar(&up, "upstream", "", "upstream base URL, without /v1 (env IMGCTX_UPSTREAM_BASE_URL)")
-	cmd.Flags().StringVar(&format, "upstream-format", "", "openai or anthropic (env IMGCTX_UPSTREAM_FORMAT)")
+	cmd.Flags().StringVar(&format, "upstream-format", "", "openai, anthropic, gemini, llamacpp or ollama (env IMGCTX_UPSTREAM_FORMAT; the sessions API needs openai or anthropic)")
 	return cmd
 }
 

@@ -523,12 +523,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: must not be negative (got %d)", key, v))
 		}
 	}
-	switch c.Upstream.Format {
-	case "openai", "anthropic":
-	case "gemini", "llamacpp", "ollama":
-		errs = append(errs, fmt.Errorf("upstream.format: %s serves drop-in routes only; list it under upstreams (the sessions API speaks openai or anthropic)", c.Upstream.Format))
-	default:
-		errs = append(errs, fmt.Errorf("upstream.format: %q is not openai or anthropic", c.Upstream.Format))
+	if !slices.Contains([]string{"openai", "anthropic", "gemini", "llamacpp", "ollama"}, c.Upstream.Format) {
+		errs = append(errs, fmt.Errorf("upstream.format: %q is not openai, anthropic, gemini, llamacpp or ollama", c.Upstream.Format))
 	}
 	if !slices.Contains([]string{"auto", "true", "false"}, c.Upstream.Vision) {
 		errs = append(errs, fmt.Errorf("upstream.vision: %q is not auto, true or false", c.Upstream.Vision))

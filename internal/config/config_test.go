@@ -120,7 +120,7 @@ func TestRefusals(t *testing.T) {
 		{"negative idle", "micro:\n  idle_after: -1m\n", nil, `micro.idle_after: must not be negative`},
 		{"negative keep", "micro:\n  keep_recent_media: -1\n", nil, `micro.keep_recent_media: must not be negative`},
 		{"idle without unit", "micro:\n  idle_after: 30\n", nil, `micro.idle_after: 30 has no unit`},
-		{"gemini as the sessions upstream", "upstream:\n  format: gemini\n", nil, `gemini serves drop-in routes only`},
+		{"an unknown upstream format", "upstream:\n  format: grpc\n", nil, `"grpc" is not openai, anthropic, gemini, llamacpp or ollama`},
 		{"upstream entry without format", "upstreams:\n  - name: a\n    base_url: http://127.0.0.1:9\n", nil, `upstreams[0].format: "" is not openai, anthropic, gemini, llamacpp or ollama`},
 		{"upstream names twice", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9'}\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:10/v1'}\n", nil, `upstreams[1].name: "a" is used twice`},
 		{"upstream keys", "", map[string]string{"IMGCTX_AUTH_UPSTREAM_KEYS": "acme"}, "auth.upstream_keys: entry 1 is not tenant=key"},
