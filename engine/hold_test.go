@@ -74,3 +74,44 @@ func TestImageLimitEvictsInOneBatch(t *testing.T) {
 		t.Fatalf("images per request %v, %d removed for the limit: want one batch of the 4 kept (5 images down to the turn's own)", counts, removed)
 	}
 }
+
+// Images before summaries: when taking the kept images out alone brings a
+// request under the threshold, no summary is made — with the cache warm
+// (where a cache-sharing summary would otherwise run on the intact
+// prefix) as with it cold.
+func TestKeptImagesGoBeforeAnySummary(t *testing.T) {
+	for _, warm := range []bool{true, false} {
+		const window = 15000 // keep budget 1,500; held images go past it
+		r := newRig(t, upstream.Anthropic, window)
+		r.up.profile.Cache.Breakpoints = 4
+		r.engine = r.open(t)
+		now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+		r.engine.Now = func() time.Time { return now }
+		r.engine.Keep.Hold = true
+		r.engine.KeepLowWater = 0.5
+		id := r.session(t, true)
+		for i := range 4 {
+			r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: "ok"})
+			turn(t, r, id, "look", screenshot(1280, 800, uint8(80+i)))
+			now = now.Add(30 * time.Second)
+		}
+		if n := len(keptImages(r.live(t, id).Live)); n != 4 {
+			t.Fatalf("%d kept; want the 4 held", n)
+		}
+		if !warm {
+			now = now.Add(10 * time.Minute)
+		}
+		// Over the threshold by ~5,000 tokens: only all four kept images
+		// out (5,336) bring the request under it.
+		last := r.up.prompts[len(r.up.prompts)-1]
+		r.engine.CompactThreshold = float64(last-4990) / window
+		r.up.replies = append(r.up.replies, reply{text: "fine"})
+		r.call(t, id, user("and now?"))
+		if len(r.up.summaries) != 0 {
+			t.Fatalf("warm %v: a summary was made although removing the kept images was enough", warm)
+		}
+		if sent := r.up.prompts[len(r.up.prompts)-1]; sent > int(r.engine.CompactThreshold*window) {
+			t.Fatalf("warm %v: the request carried %d tokens, over the threshold %d", warm, sent, int(r.engine.CompactThreshold*window))
+		}
+	}
+}
