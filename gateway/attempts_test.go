@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
@@ -111,5 +114,44 @@ func TestASingleGeminiUpstreamServesItsRouteAndRefusesSessions(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotImplemented || !bytes.Contains(b, []byte("drop-in route")) {
 		t.Fatalf("a session turn over a gemini upstream: %d %s", resp.StatusCode, b)
+	}
+}
+
+// fullStore refuses every write with what a full disk says: a path.
+type fullStore struct{ imagestore.Mem }
+
+func (*fullStore) Put(context.Context, string, blob.Ref, []byte) error {
+	return errors.New("write /srv/imgctx-data/images/default/ab/abcdef.tmp: no space left on device")
+}
+
+// A refusal of the server's own (507 from the store, 500) tells the client
+// what happened and an id, never the infrastructure's names: the path goes
+// to the log, under the same id.
+func TestServerFaultsNameNoInfrastructure(t *testing.T) {
+	tbl, _ := tokens.Default().With(tinyProfile)
+	e := &engine.Engine{Images: imagestore.Verified{Store: &fullStore{}}, Sessions: &session.Mem{}, Profiles: tbl}
+	var logs bytes.Buffer
+	srv := httptest.NewServer(New(Config{}, e, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&logs, nil))).Handler())
+	t.Cleanup(srv.Close)
+	raw, _ := samplePNG(t)
+	resp, err := http.Post(srv.URL+"/v1/images", "image/png", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var answer struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	json.Unmarshal(b, &answer)
+	id := ""
+	if m := regexp.MustCompile(`\(error ([0-9a-f]{12});`).FindStringSubmatch(answer.Error.Message); m != nil {
+		id = m[1]
+	}
+	if id == "" || resp.StatusCode != http.StatusInsufficientStorage || bytes.Contains(b, []byte("/srv/")) || !strings.HasPrefix(answer.Error.Message, "refused: Insufficient Storage") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if !strings.Contains(logs.String(), `"error_id":"`+id+`"`) || !strings.Contains(logs.String(), "/srv/imgctx-data") {
+		t.Fatalf("the log does not hold the cause under id %q:\n%s", id, logs.String())
 	}
 }

@@ -95,24 +95,24 @@ func (s *Server) flat(w http.ResponseWriter, r *http.Request, tenant string, d *
 	case chatDialect:
 		req, err := openai.DecodeRequest(body)
 		if err != nil {
-			fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
+			s.fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
 			return
 		}
 		msgs, stream = req.Messages, req.Stream
 	case messagesDialect:
 		req, err := anthropic.DecodeRequest(body)
 		if err != nil {
-			fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
+			s.fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
 			return
 		}
 		msgs, stream = req.Messages, req.Stream
 	default:
-		fail(w, sh, &routeError{http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("upstream %s (%s) serves the chat and messages routes only", up.Name, up.Client.Format)})
+		s.fail(w, sh, &routeError{http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("upstream %s (%s) serves the chat and messages routes only", up.Name, up.Client.Format)})
 		return
 	}
 	msgs, err := s.ingestInline(ctx, tenant, msgs)
 	if err != nil {
-		fail(w, sh, err)
+		s.fail(w, sh, err)
 		return
 	}
 	system, history, current := splitFlat(msgs)
@@ -121,7 +121,7 @@ func (s *Server) flat(w http.ResponseWriter, r *http.Request, tenant string, d *
 	cfg.Vision = profile.Vision
 	rep, err := policy.BuildReplay(ctx, history, current, cfg, flatResolver{s, tenant}, s.log)
 	if err != nil {
-		fail(w, sh, err)
+		s.fail(w, sh, err)
 		return
 	}
 	if !cfg.Vision && len(rep.Images) > 0 {
@@ -148,7 +148,7 @@ func (s *Server) flat(w http.ResponseWriter, r *http.Request, tenant string, d *
 	images := make([]string, len(rep.Images))
 	for i, a := range rep.Images {
 		if images[i], err = s.engine.Base64(ctx, tenant, a.Image.Ref); err != nil {
-			fail(w, sh, err)
+			s.fail(w, sh, err)
 			return
 		}
 	}
@@ -174,18 +174,18 @@ func (s *Server) flat(w http.ResponseWriter, r *http.Request, tenant string, d *
 	req.Body = wire.BodyOf(out)
 	resp, err := up.Client.Send(ctx, req)
 	if err != nil {
-		fail(w, sh, err)
+		s.fail(w, sh, err)
 		return
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes))
 	resp.Body.Close()
 	if err != nil {
-		fail(w, sh, reason.Wrap(reason.Invalid, "upstream: reading the response", err))
+		s.fail(w, sh, reason.Wrap(reason.Invalid, "upstream: reading the response", err))
 		return
 	}
 	ans, err := readFlat(up.Client.Format, b)
 	if err != nil {
-		fail(w, sh, &routeError{http.StatusBadGateway, "api_error", "upstream " + up.Name + ": " + err.Error()})
+		s.fail(w, sh, &routeError{http.StatusBadGateway, "api_error", "upstream " + up.Name + ": " + err.Error()})
 		return
 	}
 	s.metrics.usage(&chat.Usage{Prompt: ans.prompt, Output: ans.output})

@@ -26,7 +26,7 @@ type imageInfo struct {
 func (s *Server) postImage(w http.ResponseWriter, r *http.Request, tenant string) {
 	body, err := s.readBody(r)
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	declared, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -36,12 +36,12 @@ func (s *Server) postImage(w http.ResponseWriter, r *http.Request, tenant string
 			DataURL string `json:"data_url"`
 		}
 		if err := json.Unmarshal(body, &j); err != nil || j.DataURL == "" {
-			fail(w, openaiShape, reason.New(reason.Invalid, `JSON body must be {"data_url": "data:image/…;base64,…"}`))
+			s.fail(w, openaiShape, reason.New(reason.Invalid, `JSON body must be {"data_url": "data:image/…;base64,…"}`))
 			return
 		}
 		d, err := media.ParseDataURL(j.DataURL)
 		if err != nil {
-			fail(w, openaiShape, err)
+			s.fail(w, openaiShape, err)
 			return
 		}
 		data, declared = d.Data, d.MediaType
@@ -49,11 +49,11 @@ func (s *Server) postImage(w http.ResponseWriter, r *http.Request, tenant string
 	in, err := media.Inspect(data, declared, s.engine.Limits)
 	if err != nil {
 		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	if err := s.engine.Images.Put(r.Context(), tenant, in.Ref, data); err != nil {
-		fail(w, openaiShape, reason.Wrap(reason.Refused, "the image store refused the image", err))
+		s.fail(w, openaiShape, reason.Wrap(reason.Refused, "the image store refused the image", err))
 		return
 	}
 	s.metrics.images.WithLabelValues("stored", "").Inc()
@@ -67,12 +67,12 @@ func (s *Server) postImage(w http.ResponseWriter, r *http.Request, tenant string
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request, tenant string) {
 	ref, err := blob.Parse(r.PathValue("ref"))
 	if err != nil {
-		fail(w, openaiShape, reason.Wrap(reason.Invalid, "bad ref", err))
+		s.fail(w, openaiShape, reason.Wrap(reason.Invalid, "bad ref", err))
 		return
 	}
 	data, err := s.engine.Images.Get(r.Context(), tenant, ref)
 	if err != nil {
-		fail(w, openaiShape, fmt.Errorf("image %s: %w", ref, err))
+		s.fail(w, openaiShape, fmt.Errorf("image %s: %w", ref, err))
 		return
 	}
 	mt, _, _ := media.Sniff(data)

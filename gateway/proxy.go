@@ -86,7 +86,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	sh := d.shape
 	body, err := s.readBodyInto(r, s.bodies.get)
 	if err != nil {
-		fail(w, sh, err)
+		s.fail(w, sh, err)
 		return
 	}
 	// The body goes back to the pool once this handler and every upstream
@@ -121,22 +121,22 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	var tooMany *wire.TooMany
 	if errors.As(err, &tooMany) {
-		fail(w, sh, reason.New(reason.TooLarge, tooMany.Error()+" (server.max_messages, server.max_parts)"))
+		s.fail(w, sh, reason.New(reason.TooLarge, tooMany.Error()+" (server.max_messages, server.max_parts)"))
 		return
 	}
 	if err != nil {
-		fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
+		s.fail(w, sh, reason.Wrap(reason.Invalid, "malformed request", err))
 		return
 	}
 	s.metrics.scanned.WithLabelValues("resumed").Add(float64(sp.Resumed))
 	s.metrics.scanned.WithLabelValues("scanned").Add(float64(len(sp.Marks) - sp.Resumed))
 	if len(sp.Model) > maxModelName {
-		fail(w, sh, reason.New(reason.Invalid, fmt.Sprintf("model name of %d bytes: the limit is %d", len(sp.Model), maxModelName)))
+		s.fail(w, sh, reason.New(reason.Invalid, fmt.Sprintf("model name of %d bytes: the limit is %d", len(sp.Model), maxModelName)))
 		return
 	}
 	up, err := s.pick(d.format, sp.Model)
 	if err != nil {
-		fail(w, sh, err)
+		s.fail(w, sh, err)
 		return
 	}
 	if up.Client.Format.Flat() {
@@ -147,7 +147,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	msgs, asIs, keys, err := s.ingestSlots(ctx, tenant, sp, keys)
 	if err != nil {
 		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
-		fail(w, sh, err)
+		s.fail(w, sh, err)
 		return
 	}
 	s.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
@@ -156,7 +156,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: s.keepFor(r), Bytes: int64(len(body)),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
 	if err != nil {
-		fail(w, sh, err)
+		s.fail(w, sh, err)
 		return
 	}
 	if !record {
@@ -227,7 +227,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		return
 	}
 	if err != nil {
-		fail(w, sh, err)
+		s.fail(w, sh, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -241,7 +241,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	// Not a stream (asked for or not): the answer as it came.
 	b, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes+1))
 	if err != nil {
-		fail(w, sh, reason.Wrap(reason.Invalid, "upstream: reading the response", err))
+		s.fail(w, sh, reason.Wrap(reason.Invalid, "upstream: reading the response", err))
 		return
 	}
 	if int64(len(b)) > s.cfg.MaxResponseBytes {

@@ -180,7 +180,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
 		ups = s.upstreams()
 	}
 	if len(ups) == 0 {
-		fail(w, sh, &routeError{http.StatusBadGateway, "api_error", "no upstream configured"})
+		s.fail(w, sh, &routeError{http.StatusBadGateway, "api_error", "no upstream configured"})
 		return
 	}
 	if format == upstream.Gemini {
@@ -197,7 +197,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
 	if len(ups) == 1 {
 		resp, err := ups[0].Client.Send(r.Context(), req)
 		if err != nil {
-			fail(w, sh, err)
+			s.fail(w, sh, err)
 			return
 		}
 		defer resp.Body.Close()
@@ -210,7 +210,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
 	for _, u := range ups {
 		resp, err := u.Client.Send(r.Context(), req)
 		if err != nil {
-			fail(w, sh, err)
+			s.fail(w, sh, err)
 			return
 		}
 		var page struct {
@@ -219,7 +219,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
 		err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&page)
 		resp.Body.Close()
 		if err != nil {
-			fail(w, sh, fmt.Errorf("upstream: %s: models: %w", u.Name, err))
+			s.fail(w, sh, fmt.Errorf("upstream: %s: models: %w", u.Name, err))
 			return
 		}
 		data = append(data, page.Data...)

@@ -9,7 +9,9 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -544,7 +546,7 @@ func classify(err error) (int, string) {
 
 // fail writes err in the route's shape; an upstream error passes through
 // with the provider's own status and body.
-func fail(w http.ResponseWriter, sh shape, err error) {
+func (s *Server) fail(w http.ResponseWriter, sh shape, err error) {
 	var we *wire.Error
 	if errors.As(err, &we) && len(we.Body) > 0 {
 		// The upstream's own answer: agents match on its wording.
@@ -561,7 +563,20 @@ func fail(w http.ResponseWriter, sh shape, err error) {
 		return
 	}
 	status, typ := classify(err)
-	writeError(w, sh, status, typ, err.Error())
+	msg := err.Error()
+	if status == http.StatusInternalServerError || status == http.StatusInsufficientStorage {
+		// The cause names files, hosts, database users, buckets and object
+		// keys: the log gets it, the client an id to quote.
+		var id [6]byte
+		rand.Read(id[:])
+		ref := hex.EncodeToString(id[:])
+		s.log.Error("request failed", "status", status, "error_id", ref, "err", err)
+		msg = fmt.Sprintf("%s (error %s; the server's log has the cause)", http.StatusText(status), ref)
+		if code := reason.Of(err); code != "" {
+			msg = fmt.Sprintf("%s: %s (error %s; the server's log has the cause)", code, http.StatusText(status), ref)
+		}
+	}
+	writeError(w, sh, status, typ, msg)
 }
 
 // googleStatus is the canonical status Google APIs name an HTTP code by.

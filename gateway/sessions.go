@@ -31,17 +31,17 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, tenant st
 		err = json.Unmarshal(body, &req)
 	}
 	if err != nil || req.Model == "" {
-		fail(w, openaiShape, reason.New(reason.Invalid, `body must be {"model": "…", "keep_turn_images": true}`))
+		s.fail(w, openaiShape, reason.New(reason.Invalid, `body must be {"model": "…", "keep_turn_images": true}`))
 		return
 	}
 	if req.Thread != "" && req.Thread != chat.Main && req.Thread != chat.Sub {
-		fail(w, openaiShape, reason.New(reason.Invalid, `thread must be "main" or "sub"`))
+		s.fail(w, openaiShape, reason.New(reason.Invalid, `thread must be "main" or "sub"`))
 		return
 	}
 	keep := req.KeepTurnImages == nil || *req.KeepTurnImages
 	m, err := s.engine.NewSession(r.Context(), tenant, req.Model, keep, req.Thread)
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	replyJSON(w, http.StatusCreated, sessionJSON(m))
@@ -69,17 +69,17 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request, tenant string) {
 	}
 	body, err := s.readBody(r)
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	req, err := openai.DecodeRequest(body)
 	if err != nil {
-		fail(w, openaiShape, reason.Wrap(reason.Invalid, "malformed turn", err))
+		s.fail(w, openaiShape, reason.Wrap(reason.Invalid, "malformed turn", err))
 		return
 	}
 	res, err := s.engine.Call(r.Context(), tenant, session.ID(r.PathValue("id")), req.Messages)
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	s.metrics.usage(res.Usage)
@@ -109,7 +109,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request, tenant string) {
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request, tenant string) {
 	snap, err := s.engine.Sessions.Load(r.Context(), tenant, session.ID(r.PathValue("id")))
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	p := s.engine.Profile(snap.Meta.Settings.Model)
@@ -185,13 +185,13 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request, tenant str
 		err = d.Decode(&req)
 	}
 	if err != nil || (req.Model != nil && (*req.Model == "" || len(*req.Model) > maxModelName)) {
-		fail(w, openaiShape, reason.New(reason.Invalid, `body must be {"keep_turn_images": true|false, "model": "…"} (either or both)`))
+		s.fail(w, openaiShape, reason.New(reason.Invalid, `body must be {"keep_turn_images": true|false, "model": "…"} (either or both)`))
 		return
 	}
 	id := session.ID(r.PathValue("id"))
 	snap, err := s.engine.Sessions.Load(r.Context(), tenant, id)
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	st := snap.Meta.Settings
@@ -203,7 +203,7 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	m, err := s.engine.Sessions.SetSettings(r.Context(), tenant, id, st)
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	replyJSON(w, http.StatusOK, sessionJSON(m))
@@ -211,7 +211,7 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request, tenant str
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, tenant string) {
 	if err := s.engine.Sessions.Delete(r.Context(), tenant, session.ID(r.PathValue("id"))); err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -220,7 +220,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, tenant st
 func (s *Server) exportSession(w http.ResponseWriter, r *http.Request, tenant string) {
 	snap, err := s.engine.Sessions.Load(r.Context(), tenant, session.ID(r.PathValue("id")))
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -235,7 +235,7 @@ func (s *Server) exportSession(w http.ResponseWriter, r *http.Request, tenant st
 func (s *Server) keepimg(w http.ResponseWriter, r *http.Request, tenant string) {
 	snap, err := s.engine.Sessions.Load(r.Context(), tenant, session.ID(r.PathValue("id")))
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	p := s.engine.Profile(snap.Meta.Settings.Model)
@@ -282,24 +282,24 @@ func storeRefusal(url string) (status int, why, msg string) {
 // ref, unreadable base64, not an image, unknown format, too large.
 func (s *Server) keepimgStore(w http.ResponseWriter, r *http.Request, tenant string) {
 	if _, err := s.engine.Sessions.Load(r.Context(), tenant, session.ID(r.PathValue("id"))); err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	body, err := s.readBody(r)
 	if err != nil {
-		fail(w, openaiShape, err)
+		s.fail(w, openaiShape, err)
 		return
 	}
 	var env struct {
 		Message json.RawMessage `json:"message"`
 	}
 	if json.Unmarshal(body, &env) != nil || len(env.Message) == 0 {
-		fail(w, openaiShape, reason.New(reason.Invalid, `body must be {"message": {OpenAI-format message}}`))
+		s.fail(w, openaiShape, reason.New(reason.Invalid, `body must be {"message": {OpenAI-format message}}`))
 		return
 	}
 	req, err := openai.DecodeRequest([]byte(`{"messages":[` + string(env.Message) + `]}`))
 	if err != nil {
-		fail(w, openaiShape, reason.Wrap(reason.Invalid, "unreadable message", err))
+		s.fail(w, openaiShape, reason.Wrap(reason.Invalid, "unreadable message", err))
 		return
 	}
 	var imgs []chat.Image
