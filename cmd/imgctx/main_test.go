@@ -349,3 +349,19 @@ func TestMistypedDataDirIsNotCreated(t *testing.T) {
 		t.Fatal("the mistyped data directory was created")
 	}
 }
+
+// migrate says what it applied, and that there was nothing to apply on the
+// next run; a missing data directory is named as such.
+func TestMigrateSaysWhatItApplied(t *testing.T) {
+	dir := t.TempDir()
+	if r := imgctx(t, "migrate", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, "applied migrations 1, 2 to the sqlite session store") {
+		t.Fatalf("first run: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := imgctx(t, "migrate", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, "up to date (nothing to apply)") {
+		t.Fatalf("second run: exit %d, %q", r.code, r.stdout)
+	}
+	missing := filepath.Join(dir, "no", "such")
+	if r := imgctx(t, "migrate", "--data-dir", missing); r.code == 0 || !strings.Contains(r.stderr, "does not exist") {
+		t.Fatalf("missing data directory: exit %d, %q", r.code, r.stderr)
+	}
+}

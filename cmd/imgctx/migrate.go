@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -15,6 +19,11 @@ func newMigrateCmd(a *app) *cobra.Command {
 			"upgrade a shared PostgreSQL once before rolling out new replicas.",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.cfg.Storage.Sessions == "sqlite" {
+				if _, err := os.Stat(a.cfg.DataDir); errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("the data directory %s does not exist: create it, or set --data-dir (serve creates it at start)", a.cfg.DataDir)
+				}
+			}
 			s, err := a.openSessions(cmd.Context())
 			if err != nil {
 				return err
@@ -23,7 +32,11 @@ func newMigrateCmd(a *app) *cobra.Command {
 			if err := s.Ping(cmd.Context()); err != nil {
 				return fmt.Errorf("session store: %w", err)
 			}
-			fmt.Fprintf(a.stdout, "migrate: the %s session store is up to date\n", a.cfg.Storage.Sessions)
+			if m, ok := s.(interface{ Migrated() []int }); ok && len(m.Migrated()) > 0 {
+				fmt.Fprintf(a.stdout, "migrate: applied migrations %s to the %s session store; it is up to date\n", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(m.Migrated())), ", "), "[]"), a.cfg.Storage.Sessions)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "migrate: the %s session store is up to date (nothing to apply)\n", a.cfg.Storage.Sessions)
 			return nil
 		},
 	}

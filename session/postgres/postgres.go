@@ -46,6 +46,8 @@ type Store struct {
 	proxied *pgxpool.Pool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// migrated are the migrations this Open applied.
+	migrated []int
 }
 
 var _ session.Shared = (*Store)(nil)
@@ -76,7 +78,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session database: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	applied, err := migrate(ctx, pool)
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -91,51 +94,58 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		locks.Close()
 		return nil, fmt.Errorf("session database: %w", err)
 	}
-	return &Store{pool: pool, locks: locks, proxied: fast}, nil
+	return &Store{pool: pool, locks: locks, proxied: fast, migrated: applied}, nil
 }
 
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// Migrated returns the versions of the migrations Open applied (none when
+// the schema was current, or another replica applied them first).
+func (s *Store) Migrated() []int { return s.migrated }
+
+// migrate applies the migrations the database has not seen, one replica
+// at a time, and returns their versions.
+func migrate(ctx context.Context, pool *pgxpool.Pool) (applied []int, _ error) {
 	files, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	slices.Sort(files)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	defer tx.Rollback(ctx)
 	// Replicas starting together apply migrations one at a time.
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	for _, f := range files {
 		v, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(f, "migrations/"), "_", 2)[0])
 		if err != nil {
-			return fmt.Errorf("migration %s: bad name", f)
+			return nil, fmt.Errorf("migration %s: bad name", f)
 		}
 		var seen bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, v).Scan(&seen); err != nil {
-			return fmt.Errorf("migrate: %w", err)
+			return nil, fmt.Errorf("migrate: %w", err)
 		}
 		if seen {
 			continue
 		}
 		body, _ := migrations.ReadFile(f)
 		if _, err := tx.Exec(ctx, string(body)); err != nil {
-			return fmt.Errorf("migration %s: %w", f, err)
+			return nil, fmt.Errorf("migration %s: %w", f, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, v); err != nil {
-			return fmt.Errorf("migration %s: %w", f, err)
+			return nil, fmt.Errorf("migration %s: %w", f, err)
 		}
+		applied = append(applied, v)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	return nil
+	return applied, nil
 }
 
 func (s *Store) now() time.Time {

@@ -35,9 +35,15 @@ type Store struct {
 	proxied *sql.DB
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// migrated are the migrations this Open applied.
+	migrated []int
 }
 
 var _ session.Store = (*Store)(nil)
+
+// Migrated returns the versions of the migrations Open applied (none when
+// the schema was current).
+func (s *Store) Migrated() []int { return s.migrated }
 
 // Open opens (creating if needed) the database at path and applies any
 // migration it has not seen.
@@ -47,7 +53,8 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open session database: %w", err)
 	}
-	if err := migrate(db); err != nil {
+	applied, err := migrate(db)
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -63,26 +70,28 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open session database: %w", err)
 	}
-	return &Store{db: db, proxied: fast}, nil
+	return &Store{db: db, proxied: fast, migrated: applied}, nil
 }
 
-func migrate(db *sql.DB) error {
+// migrate applies the migrations the database has not seen and returns
+// their versions.
+func migrate(db *sql.DB) (applied []int, _ error) {
 	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	files, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	slices.Sort(files)
 	for _, f := range files {
 		v, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(f, "migrations/"), "_", 2)[0])
 		if err != nil {
-			return fmt.Errorf("migration %s: bad name", f)
+			return applied, fmt.Errorf("migration %s: bad name", f)
 		}
 		var seen int
 		if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, v).Scan(&seen); err != nil {
-			return fmt.Errorf("migrate: %w", err)
+			return applied, fmt.Errorf("migrate: %w", err)
 		}
 		if seen > 0 {
 			continue
@@ -90,21 +99,22 @@ func migrate(db *sql.DB) error {
 		body, _ := migrations.ReadFile(f)
 		tx, err := db.Begin()
 		if err != nil {
-			return fmt.Errorf("migrate: %w", err)
+			return applied, fmt.Errorf("migrate: %w", err)
 		}
 		if _, err := tx.Exec(string(body)); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("migration %s: %w", f, err)
+			return applied, fmt.Errorf("migration %s: %w", f, err)
 		}
 		if _, err := tx.Exec(`INSERT INTO schema_migrations (version) VALUES (?)`, v); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("migration %s: %w", f, err)
+			return applied, fmt.Errorf("migration %s: %w", f, err)
 		}
 		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migration %s: %w", f, err)
+			return applied, fmt.Errorf("migration %s: %w", f, err)
 		}
+		applied = append(applied, v)
 	}
-	return nil
+	return applied, nil
 }
 
 func (s *Store) now() time.Time {
