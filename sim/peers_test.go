@@ -66,19 +66,27 @@ func TestPeerRemovalSchedules(t *testing.T) {
 	}
 }
 
+// smallTrace is a computer-use workload of a few turns, small synthetic
+// images, 2-minute turn gaps and a 6-minute idle gap (past the cache TTL)
+// every idleEvery turns.
+func smallTrace(t *testing.T, turns, shots, idleEvery int) *Workload {
+	t.Helper()
+	p := DefaultParams("computer-use")
+	p.Turns, p.ImagesPerTurn, p.ImageKB, p.IdleEvery, p.TurnGap, p.Idle = turns, shots, 0, idleEvery, 2*time.Minute, 6*time.Minute
+	w, err := Build("computer-use", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // The frontier's dynamic programme finds the best schedule: on small
 // traces, every schedule (how many of the oldest images are gone after
 // each request) is enumerated and none does better, at every price put on
 // an image.
 func TestFrontierMatchesBruteForce(t *testing.T) {
 	for _, prof := range []tokens.Profile{sonnet(t), gpt4o(t)} {
-		p := DefaultParams("computer-use")
-		p.Turns, p.ImagesPerTurn, p.ImageKB, p.IdleEvery, p.TurnGap = 3, 2, 0, 2, 2*time.Minute
-		p.Idle = 6 * time.Minute
-		w, err := Build("computer-use", p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := smallTrace(t, 3, 2, 2)
 		tr, err := newTrace(w, prof)
 		if err != nil {
 			t.Fatal(err)
@@ -129,13 +137,7 @@ func TestFrontierCostsWhatTheEmulatorBills(t *testing.T) {
 		t.Fatal("no gemini-2.5-flash profile")
 	}
 	for _, prof := range []tokens.Profile{sonnet(t), gpt4o(t), gemini} {
-		p := DefaultParams("computer-use")
-		p.Turns, p.ImagesPerTurn, p.ImageKB, p.IdleEvery, p.TurnGap = 6, 4, 0, 3, 2*time.Minute
-		p.Idle = 6 * time.Minute
-		w, err := Build("computer-use", p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := smallTrace(t, 6, 4, 3)
 		f, err := HindsightFrontier(w, prof)
 		if err != nil {
 			t.Fatal(err)

@@ -45,12 +45,11 @@ type RecordedImage struct {
 var recordedWires = map[string]struct {
 	dialect *wire.Dialect
 	family  string
-	path    string
 }{
-	"anthropic": {anthropic.Dialect, "anthropic", "/v1/messages"},
-	"openai":    {openai.Dialect, "openai", "/v1/chat/completions"},
-	"responses": {responses.Dialect, "openai", "/v1/responses"},
-	"gemini":    {gemini.Dialect, "gemini", ""},
+	"anthropic": {anthropic.Dialect, "anthropic"},
+	"openai":    {openai.Dialect, "openai"},
+	"responses": {responses.Dialect, "openai"},
+	"gemini":    {gemini.Dialect, "gemini"},
 }
 
 // envelope is a recorded line with more than the body: where it went,
@@ -105,13 +104,11 @@ func fromRequests(data []byte, think time.Duration) (*Workload, error) {
 			if len(w.Recorded) > 0 {
 				rec.Think = think
 			}
-		case !last.IsZero():
-			rec.Think = max(at.Sub(last), 0)
-			timed++
 		default:
 			timed++
-		}
-		if !at.IsZero() {
+			if !last.IsZero() {
+				rec.Think = max(at.Sub(last), 0)
+			}
 			last = at
 		}
 		w.Recorded = append(w.Recorded, rec)
@@ -297,7 +294,7 @@ func (r *runner) replay(ctx context.Context) ([]stepInfo, error) {
 		}
 		path := rec.Path
 		if path == "" {
-			path = wi.path
+			path = wi.dialect.Path // "" for Gemini, whose path names the model
 			if w.Format == "gemini" {
 				path = "/v1beta/models/" + r.cfg.Model + ":generateContent"
 			}
@@ -326,14 +323,11 @@ func (r *runner) replay(ctx context.Context) ([]stepInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		info := stepInfo{main: -1, cold: i == 0 || rec.Think > ttl, hasImages: seenImage, recent: shots[max(0, len(shots)-10):]}
-		if len(r.prov.Bills()) == before {
+		info := stepInfo{main: -1, cold: i == 0 || rec.Think > ttl, hasImages: seenImage, recent: shots[max(0, len(shots)-10):], bills: r.billsSince(before)}
+		if len(info.bills) == 0 {
 			r.refused[fmt.Sprintf("imgctx_%d", status)]++
 		} else {
 			info.main = len(r.prov.Bills()) - 1
-		}
-		for b := before; b < len(r.prov.Bills()); b++ {
-			info.bills = append(info.bills, b)
 		}
 		steps[i] = info
 		if r.cfg.Progress != nil {

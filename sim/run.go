@@ -336,6 +336,16 @@ type stepInfo struct {
 	recent    []string // imageKey of the last 10 tool screenshots attached so far
 }
 
+// billsSince lists the provider's bills from index before on: what one
+// step cost.
+func (r *runner) billsSince(before int) []int {
+	var out []int
+	for b := before; b < len(r.prov.Bills()); b++ {
+		out = append(out, b)
+	}
+	return out
+}
+
 // ttl is the provider's cache lifetime, for what counts as a cold start.
 func (r *runner) ttl() time.Duration {
 	if ttl := r.cfg.Profile.Cache.TTL; ttl > 0 {
@@ -376,11 +386,7 @@ func (r *runner) play(ctx context.Context) ([]stepInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		info := stepInfo{main: main, cold: i == 0 || st.Think > ttl, hasImages: seenImage, recent: shots[max(0, len(shots)-10):]}
-		for b := before; b < len(r.prov.Bills()); b++ {
-			info.bills = append(info.bills, b)
-		}
-		steps[i] = info
+		steps[i] = stepInfo{main: main, cold: i == 0 || st.Think > ttl, hasImages: seenImage, recent: shots[max(0, len(shots)-10):], bills: r.billsSince(before)}
 		if r.cfg.Progress != nil {
 			r.cfg.Progress(r.policy, i+1, len(w.Steps))
 		}
