@@ -46,8 +46,8 @@ func (r *streamReader) Result() (*chat.Usage, bool, bool) {
 // usageOnly reports whether a chunk is the one include_usage adds: no
 // choices, a usage object — read as JSON, whatever the upstream's spacing.
 func usageOnly(data []byte) bool {
-	if !bytes.Contains(data, []byte(`"usage"`)) {
-		return false // the common chunk: no decoding
+	if !bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"delta"`)) {
+		return false // a content chunk (with include_usage each carries "usage":null): no decoding
 	}
 	var c struct {
 		Choices *[]json.RawMessage `json:"choices"`
