@@ -158,8 +158,9 @@ func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: k.off, Message: i, Cost: img.Cost})
 		return markerFor(img, k.off), true
 	})
-	k.budget = k.t.Config.Budget(k.t.Profile.ContextWindow) - KeptCost(out)
-	k.vouched = k.vouched || KeptCost(out) > 0
+	kept := KeptCost(out)
+	k.budget = k.t.Config.Budget(k.t.Profile.ContextWindow) - kept
+	k.vouched = k.vouched || kept > 0
 	if k.t.Config.Holds(k.t.Profile) {
 		k.budget = math.MaxInt / 4 // the budget is applied in batches, by the caller
 	}
