@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -390,27 +391,23 @@ func (f *Forwarded) byteLimit(live []chat.Message) []chat.Message {
 	size := f.r.Bytes
 	eachImage(f.r.Messages, func(at pos, img chat.Image) {
 		if _, ok := partAt(live, at).(chat.Marker); ok {
-			size -= base64Len(img.Bytes)
+			size -= int64(base64.StdEncoding.EncodedLen(int(img.Bytes)))
 		}
 	})
 	if size <= limit {
 		return live
 	}
 	target := int64(f.e.lowWater() * float64(limit))
-	var removed []policy.Removal
-	take := func(kept bool) {
-		live = editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
-			if size <= target || (kept && img.Keep != chat.Kept) || (!kept && (at.msg >= f.turnAt || img.Keep != "")) {
-				return nil, false
-			}
-			size -= base64Len(img.Bytes)
-			removed = append(removed, policy.Removal{Ref: img.Ref, Of: "image", Reason: reason.ProviderLimit, Message: at.msg, Cost: f.imageCost(img)})
-			mk, _ := chat.MarkerFor(img, string(reason.ProviderLimit))
-			return mk, true
-		})
+	more := func(img chat.Image) bool {
+		if size <= target {
+			return false
+		}
+		size -= int64(base64.StdEncoding.EncodedLen(int(img.Bytes)))
+		return true
 	}
-	take(true)
-	take(false)
+	live, removed := f.removeImages(live, isKept, more, reason.ProviderLimit)
+	live, others := f.removeImages(live, f.earlierUsers, more, reason.ProviderLimit)
+	removed = append(removed, others...)
 	if len(removed) > 0 {
 		f.removed(removed)
 		f.kt.InvalidateBase()
@@ -418,19 +415,35 @@ func (f *Forwarded) byteLimit(live []chat.Message) []chat.Message {
 	return live
 }
 
-func base64Len(n int64) int64 { return (n + 2) / 3 * 4 }
-
 // removeHistory removes the user's images of earlier turns, oldest first,
 // until need tokens are freed, or all of them.
 func (f *Forwarded) removeHistory(live []chat.Message, need int, all bool, why reason.Code) ([]chat.Message, []policy.Removal) {
+	return f.removeImages(live, f.earlierUsers, func(img chat.Image) bool {
+		if need <= 0 && !all {
+			return false
+		}
+		need -= f.imageCost(img)
+		return true
+	}, why)
+}
+
+// earlierUsers selects the user's images of earlier turns (never the
+// current turn's, never one decided already).
+func (f *Forwarded) earlierUsers(at pos, img chat.Image) bool {
+	return at.msg < f.turnAt && img.Keep == ""
+}
+
+func isKept(_ pos, img chat.Image) bool { return img.Keep == chat.Kept }
+
+// removeImages replaces by a marker with why, oldest first, each image pick
+// selects while more says the batch goes on (more counts what it frees).
+func (f *Forwarded) removeImages(live []chat.Message, pick func(pos, chat.Image) bool, more func(chat.Image) bool, why reason.Code) ([]chat.Message, []policy.Removal) {
 	var removed []policy.Removal
 	out := editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
-		if at.msg >= f.turnAt || img.Keep != "" || (need <= 0 && !all) {
+		if !pick(at, img) || !more(img) {
 			return nil, false
 		}
-		cost := f.imageCost(img)
-		need -= cost
-		removed = append(removed, policy.Removal{Ref: img.Ref, Of: "image", Reason: why, Message: at.msg, Cost: cost})
+		removed = append(removed, policy.Removal{Ref: img.Ref, Of: "image", Reason: why, Message: at.msg, Cost: f.imageCost(img)})
 		mk, _ := chat.MarkerFor(img, string(why))
 		return mk, true
 	})
