@@ -38,6 +38,14 @@ type Peer struct {
 
 // Peers returns the policies compared, in report order: the agents' own
 // rules as they ship, then imgctx. n and chunk set the chunked row.
+//
+// The chunked rows follow anthropic-quickstarts
+// computer-use-demo/computer_use_demo/loop.py,
+// _maybe_filter_to_n_most_recent_images (read at commit 0313b3ec): only
+// tool_result images are counted; images_to_remove = total - keep, less its
+// remainder by min_removal_threshold (10); the oldest are dropped from their
+// tool result. The ref-loop rows' later parameters (threshold equal to N,
+// no truncation with caching on) are not in that copy.
 func Peers(n, chunk, keepNewest int) []Peer {
 	return []Peer{
 		{Name: "naive", Reproduces: "an agent that sends its whole history and never compacts", Breakpoints: lastBreakpoint},
