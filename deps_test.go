@@ -1,6 +1,7 @@
 package imgctx_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -42,15 +43,23 @@ var allowed = map[string][]string{
 	"wire/responses":       {"chat", "wire", "wire/jsonspan", "wire/openai"},
 	"wire/gemini":          {"chat", "wire", "wire/jsonspan"},
 	"wire/anthropic":       {"chat", "wire", "wire/jsonspan"},
-	"upstream":             {"wire", "wire/anthropic", "wire/gemini", "wire/openai"},
+	"wire/flat":            {"wire", "wire/openai"},
+	"upstream":             {"wire", "wire/anthropic", "wire/flat", "wire/gemini", "wire/openai"},
 	"engine":               {"blob", "chat", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/openai"},
-	"gateway":              {"blob", "chat", "engine", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/openai", "wire/responses"},
+	"gateway":              {"blob", "chat", "engine", "imagestore", "reason", "session", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/openai", "wire/responses"},
 	"internal/config":      {"imagestore", "media", "policy", "tokens"},
 	"scripts/abmeter":      {"internal/bodies"},
 	"scripts/agentcheck":   {},
 	"scripts/attack":       {},
 	"internal/bodies":      {},
 	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "imagestore/s3", "session", "session/postgres", "session/sqlite", "sim", "tokens", "upstream"},
+}
+
+// forbidden are the rules of the design the table must never be widened
+// to break: the gateway only does HTTP (it hands the engine a request and
+// relays the answer), never sees pixels, never prices.
+var forbidden = map[string][]string{
+	"gateway": {"policy", "media", "tokens"},
 }
 
 // forbiddenStd are standard packages a pure layer must not use.
@@ -103,6 +112,13 @@ func TestImportTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for pkg, rules := range forbidden {
+		for _, p := range rules {
+			if slices.Contains(allowed[pkg], p) {
+				t.Errorf("the import table lets %s import %s, which the design forbids", pkg, p)
+			}
+		}
+	}
 	for pkg := range allowed {
 		if !seen[pkg] {
 			t.Errorf("import table lists %q, which has no Go files", pkg)
@@ -110,5 +126,60 @@ func TestImportTable(t *testing.T) {
 	}
 	if _, err := os.Stat("go.mod"); err != nil {
 		t.Fatal("run from the module root")
+	}
+}
+
+// formatNames are the names of wire formats: the upstream package's
+// constants and each wire package's Wire.
+var formatNames = map[string]bool{"OpenAI": true, "Anthropic": true, "Gemini": true, "LlamaCpp": true, "Ollama": true, "Wire": true}
+
+// Outside wire/ nothing branches on a wire format's name: what differs
+// between wires is a field of its Dialect (the one table is upstream.Wires,
+// a map). A comparison or a case with a format constant fails this test.
+func TestNoFormatSwitchOutsideWire(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" || path == "wire") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		isFormat := func(e ast.Expr) bool {
+			switch e := e.(type) {
+			case *ast.SelectorExpr:
+				x, ok := e.X.(*ast.Ident)
+				return ok && formatNames[e.Sel.Name] && (x.Name == "upstream" || x.Name == "openai" || x.Name == "anthropic" || x.Name == "gemini" || x.Name == "responses")
+			case *ast.Ident:
+				return filepath.Dir(path) == "upstream" && formatNames[e.Name]
+			}
+			return false
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.BinaryExpr:
+				if (n.Op == token.EQL || n.Op == token.NEQ) && (isFormat(n.X) || isFormat(n.Y)) {
+					t.Errorf("%s: a branch on a wire format's name outside wire/", fset.Position(n.Pos()))
+				}
+			case *ast.CaseClause:
+				for _, e := range n.List {
+					if isFormat(e) {
+						t.Errorf("%s: a case on a wire format's name outside wire/", fset.Position(e.Pos()))
+					}
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// ProxyCached is how many proxied conversations are held in memory in
 	// front of the session store (default 4,096, about 2 KB each).
 	ProxyCached int
+	// Replay bounds the history images of flat upstreams (llama.cpp,
+	// Ollama); nil: policy.DefaultReplay's caps. A zero cap is taken
+	// literally: no history images, each still counted.
+	Replay *policy.ReplayConfig
 }
 
 // Hints are what an upstream says of itself, over the model profile: a
@@ -172,6 +176,7 @@ type Engine struct {
 	profMu      sync.Mutex
 	profiles    map[string]tokens.Profile
 	proxied     *proxiedCache
+	spans       *spanCache
 }
 
 // Event is one decision the engine made, for logs, metrics and the caller.
@@ -208,6 +213,7 @@ func (e *Engine) init() {
 	e.b64 = newBase64Cache(e.Base64CacheBytes)
 	e.meta = &metaCache{max: 100_000, m: map[blob.Ref]media.Info{}}
 	e.profiles = map[string]tokens.Profile{}
+	e.spans = newSpanCache()
 	cached := e.ProxyCached
 	if cached <= 0 {
 		cached = 4096

@@ -14,12 +14,12 @@ import (
 )
 
 // ProxyRequest is one request of a drop-in client: the whole history, as
-// the gateway read it. The engine decides what of its images goes
-// upstream; the gateway writes the bytes.
+// Proxy read it. Forward decides what of its images goes upstream; Proxy
+// writes the bytes.
 type ProxyRequest struct {
 	Tenant string
-	// Key names the conversation: a hash of its identity and of its first
-	// messages (the gateway's), never a client's raw value.
+	// Key names the conversation (ConversationKey): a hash of its identity
+	// and of its first messages, never a client's raw value.
 	Key     string
 	Model   string
 	Profile tokens.Profile
@@ -34,7 +34,8 @@ type ProxyRequest struct {
 	// for window pressure.
 	Estimate func(from int) int
 	// Compacted is the index of the last message holding a provider
-	// compaction block, -1 when none: images before it are not sent.
+	// compaction block, 0 when none (wire.Spliced.Compacted): images
+	// before it are not sent.
 	Compacted int
 	// Keep is the keep-turn-images switch for this conversation.
 	Keep bool

@@ -1,15 +1,13 @@
 package gateway
 
 import (
-	"encoding/json"
-	"fmt"
 	"mime"
 	"net/http"
 	"strconv"
 
 	"github.com/imgctx/imgctx/blob"
-	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/wire/openai"
 )
 
 type imageInfo struct {
@@ -26,34 +24,16 @@ type imageInfo struct {
 func (s *Server) postImage(w http.ResponseWriter, r *http.Request, tenant string) {
 	body, err := s.readBody(r)
 	if err != nil {
-		s.fail(w, openaiShape, err)
+		s.fail(w, openai.Dialect, err)
 		return
 	}
 	declared, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	data := body
-	if declared == "application/json" {
-		var j struct {
-			DataURL string `json:"data_url"`
-		}
-		if err := json.Unmarshal(body, &j); err != nil || j.DataURL == "" {
-			s.fail(w, openaiShape, reason.New(reason.Invalid, `JSON body must be {"data_url": "data:image/…;base64,…"}`))
-			return
-		}
-		d, err := media.ParseDataURL(j.DataURL)
-		if err != nil {
-			s.fail(w, openaiShape, err)
-			return
-		}
-		data, declared = d.Data, d.MediaType
-	}
-	in, err := media.Inspect(data, declared, s.engine.Limits)
+	in, err := s.engine.Upload(r.Context(), tenant, body, declared)
 	if err != nil {
-		s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
-		s.fail(w, openaiShape, err)
-		return
-	}
-	if err := s.engine.Images.Put(r.Context(), tenant, in.Ref, data); err != nil {
-		s.fail(w, openaiShape, reason.Wrap(reason.Refused, "the image store refused the image", err))
+		if reason.Of(err) != reason.Refused {
+			s.metrics.images.WithLabelValues("refused", string(reason.Of(err))).Inc()
+		}
+		s.fail(w, openai.Dialect, err)
 		return
 	}
 	s.metrics.images.WithLabelValues("stored", "").Inc()
@@ -67,15 +47,14 @@ func (s *Server) postImage(w http.ResponseWriter, r *http.Request, tenant string
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request, tenant string) {
 	ref, err := blob.Parse(r.PathValue("ref"))
 	if err != nil {
-		s.fail(w, openaiShape, reason.Wrap(reason.Invalid, "bad ref", err))
+		s.fail(w, openai.Dialect, reason.Wrap(reason.Invalid, "bad ref", err))
 		return
 	}
-	data, err := s.engine.Images.Get(r.Context(), tenant, ref)
+	data, mt, err := s.engine.Image(r.Context(), tenant, ref)
 	if err != nil {
-		s.fail(w, openaiShape, fmt.Errorf("image %s: %w", ref, err))
+		s.fail(w, openai.Dialect, err)
 		return
 	}
-	mt, _, _ := media.Sniff(data)
 	w.Header().Set("Content-Type", mt)
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	w.Header().Set("ETag", `"`+ref.String()+`"`)

@@ -4,9 +4,7 @@ import (
 	"encoding/base64"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/upstream"
 )
 
@@ -53,66 +51,6 @@ func TestBadInlineBase64IsRefused(t *testing.T) {
 	resp, body := g.do(t, "POST", "/v1/chat/completions", "", []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,`+strings.Repeat("%", 2000)+`"}}]}]}`))
 	if resp.StatusCode != 400 || len(g.up.received()) != 0 {
 		t.Fatalf("status %d (%s), %d upstream requests; want 400 and none", resp.StatusCode, body, len(g.up.received()))
-	}
-}
-
-// A span seen before is not decoded or stored again; if its blob has gone
-// (gc), or another tenant sends the same text, it is stored anew.
-func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
-	g := newGW(t, upstream.OpenAI, nil)
-	_, b64 := samplePNG(t)
-	lift := func(tenant string) blob.Ref {
-		l, err := g.server.liftBase64(t.Context(), tenant, []byte(b64), "image/png", nil)
-		if err == nil {
-			err = g.server.commit(t.Context(), tenant, l)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l.in.Ref
-	}
-	first := lift("default")
-	if _, ok := g.server.seenSpan(t.Context(), g.server.spanKeyOf("default", []byte(b64))); !ok {
-		t.Fatal("the span was not remembered")
-	}
-	if lift("default") != first {
-		t.Fatal("a repeat gave another ref")
-	}
-	// Deleted behind its back: once the span is due for its touch (every
-	// minute), the next request finds the blob gone and stores it again.
-	g.images.Delete(t.Context(), "default", first)
-	g.server.mu.Lock()
-	for k, v := range g.server.spans {
-		v.touched = time.Now().Add(-touchEvery)
-		g.server.spans[k] = v
-	}
-	g.server.mu.Unlock()
-	if lift("default") != first || g.stored(t, "default") != 1 {
-		t.Fatal("a span whose blob was deleted was not stored again")
-	}
-	// Another tenant: its own copy, never the first tenant's.
-	lift("other")
-	if g.stored(t, "other") != 1 {
-		t.Fatal("another tenant reused a span remembered for someone else")
-	}
-}
-
-// The base64 a client sent is what the upstream gets for its ref: it primes
-// the encoding cache instead of being encoded again from the stored bytes.
-func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
-	g := newGW(t, upstream.OpenAI, nil)
-	_, b64 := samplePNG(t)
-	l, err := g.server.liftBase64(t.Context(), "default", []byte(b64), "image/png", nil)
-	if err == nil {
-		err = g.server.commit(t.Context(), "default", l)
-	}
-	if err != nil || !l.canonical {
-		t.Fatalf("canonical %v, err %v", l.canonical, err)
-	}
-	g.images.Delete(t.Context(), "default", l.in.Ref) // only the primed encoding can answer now
-	got, err := g.engine.Base64(t.Context(), "default", l.in.Ref)
-	if err != nil || got != b64 {
-		t.Fatalf("the lifted span did not prime the encoding: %v", err)
 	}
 }
 

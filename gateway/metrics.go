@@ -5,6 +5,7 @@ import (
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/reason"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -56,6 +57,28 @@ func (m *Metrics) usage(u *chat.Usage) {
 	m.tokens.WithLabelValues("cache_read").Add(float64(u.CacheRead))
 	m.tokens.WithLabelValues("cache_write").Add(float64(u.CacheWrite))
 	m.tokens.WithLabelValues("output").Add(float64(u.Output))
+}
+
+// proxied counts what one proxied request did.
+func (m *Metrics) proxied(c engine.ProxyCounts) {
+	add := func(v *prometheus.CounterVec, n int64, labels ...string) {
+		if n > 0 {
+			v.WithLabelValues(labels...).Add(float64(n))
+		}
+	}
+	add(m.scanned, int64(c.Resumed), "resumed")
+	add(m.scanned, int64(c.Scanned), "scanned")
+	add(m.images, int64(c.Stored), "stored", "")
+	add(m.imageBytes, c.StoredBytes, "stored")
+	add(m.images, int64(c.Deduplicated), "deduplicated", "")
+	for code, n := range c.NotSent {
+		add(m.images, int64(n), "not_sent", string(code))
+	}
+	add(m.images, int64(c.Shrunk), "shrunk", string(reason.ProviderLimit))
+	add(m.images, int64(c.Sent), "sent", "")
+	if c.Overflow != "" {
+		m.overflow.WithLabelValues(string(reason.Overflow), c.Overflow).Inc()
+	}
 }
 
 // engineEvent turns the engine's decisions into counts.

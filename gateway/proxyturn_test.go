@@ -19,6 +19,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sqlite"
@@ -49,7 +50,7 @@ func (g *agent) decisions() session.Proxied {
 	for k, v := range g.header {
 		h.Set(k, v)
 	}
-	p, err := g.rig.sessions.LoadProxied(context.Background(), "default", conversationKey("default", "anthropic", h, sp))
+	p, err := g.rig.sessions.LoadProxied(context.Background(), "default", engine.ConversationKey("default", "anthropic", h, sp))
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -448,7 +449,7 @@ func TestProxySeedWithTheAnthropicSDK(t *testing.T) {
 	}
 	// The opening message went as the SDK sent it: the key is found from it.
 	sp, _ := anthropic.Scan(onSent[0], wire.ScanOptions{})
-	if p, err := on.sessions.LoadProxied(t.Context(), "default", conversationKey("default", "anthropic", http.Header{}, sp)); err != nil {
+	if p, err := on.sessions.LoadProxied(t.Context(), "default", engine.ConversationKey("default", "anthropic", http.Header{}, sp)); err != nil {
 		t.Fatal(err)
 	} else if n, cost := kept(p); n != 2 || cost != 2*1334 {
 		t.Fatalf("%d kept at %d tokens; want 2 at the billed 1334 each", n, cost)

@@ -299,7 +299,7 @@ func (r *responsesRig) decisions(t *testing.T, c *codex) session.Proxied {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.sessions.LoadProxied(context.Background(), "default", conversationKey("default", "responses", http.Header{}, sp))
+	p, err := r.sessions.LoadProxied(context.Background(), "default", engine.ConversationKey("default", "responses", http.Header{}, sp))
 	if err != nil {
 		t.Fatal(err)
 	}

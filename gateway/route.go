@@ -5,38 +5,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"strings"
 
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/gemini"
+	"github.com/imgctx/imgctx/wire/openai"
 )
 
-// Upstream is one model server the gateway routes to: requests of its
-// wire format whose model matches one of Models (path.Match patterns; none
-// matches every model) go to it, first match wins.
-type Upstream struct {
-	Name   string
-	Client *upstream.Client
-	Models []string
-	Hints  engine.Hints
-}
-
-func (u *Upstream) serves(format upstream.Format, model string) bool {
-	chatLike := format == upstream.OpenAI || format == upstream.Anthropic
-	if u.Client.Format != format && !(chatLike && u.Client.Format.Flat()) {
-		return false // a flat backend serves any chat client
-	}
-	if len(u.Models) == 0 {
-		return true
-	}
-	for _, p := range u.Models {
-		if ok, _ := path.Match(p, model); ok {
-			return true
-		}
-	}
-	return false
-}
+// Upstream is one model server of the drop-in routes (engine.Route).
+type Upstream = engine.Route
 
 // upstreams is the routing table: the configured list, or the engine's
 // own upstream alone.
@@ -48,33 +28,6 @@ func (s *Server) upstreams() []*Upstream {
 		return nil
 	}
 	return []*Upstream{{Name: "default", Client: s.engine.Upstream, Hints: s.engine.Hints}}
-}
-
-// routeError is a refusal to route, answered with its status.
-type routeError struct {
-	status int
-	typ    string
-	msg    string
-}
-
-func (e *routeError) Error() string { return e.msg }
-
-func (s *Server) pick(format upstream.Format, model string) (*Upstream, error) {
-	ups := s.upstreams()
-	if len(ups) == 0 {
-		return nil, &routeError{http.StatusBadGateway, "api_error", "no upstream configured: start imgctx serve with --upstream or IMGCTX_UPSTREAM_BASE_URL"}
-	}
-	for _, u := range ups {
-		if u.serves(format, model) {
-			return u, nil
-		}
-	}
-	var names []string
-	for _, u := range ups {
-		names = append(names, fmt.Sprintf("%s (%s, models %v)", u.Name, u.Client.Format, u.Models))
-	}
-	return nil, &routeError{http.StatusNotFound, "not_found_error",
-		fmt.Sprintf("no upstream of this gateway serves %s requests for model %q; configured: %s", format, model, strings.Join(names, "; "))}
 }
 
 // hopByHop are the headers that belong to one connection, never forwarded.
@@ -152,27 +105,26 @@ func copyHeader(dst, src http.Header) {
 	dst.Del("Content-Length")
 }
 
-// modelsFormat says which wire a models request speaks: Anthropic clients
+// modelsWire says which wire a models request speaks: Anthropic clients
 // send anthropic-version.
-func modelsFormat(r *http.Request) upstream.Format {
+func modelsWire(r *http.Request) *wire.Dialect {
 	if strings.HasPrefix(r.URL.Path, "/v1beta/") {
-		return upstream.Gemini
+		return gemini.Dialect
 	}
 	if r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != "" && r.Header.Get("Authorization") == "" {
-		return upstream.Anthropic
+		return anthropic.Dialect
 	}
-	return upstream.OpenAI
+	return openai.Dialect
 }
 
 // models serves GET /v1/models and /v1/models/{id}: passed through to the
 // upstream, merged across upstreams of the client's format when there are
 // several.
 func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
-	format := modelsFormat(r)
-	sh := shapeOf(format)
+	sh := modelsWire(r)
 	var ups []*Upstream
 	for _, u := range s.upstreams() {
-		if u.Client.Format == format {
+		if u.Client.Format == upstream.Format(sh.Upstream) {
 			ups = append(ups, u)
 		}
 	}
@@ -180,14 +132,14 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
 		ups = s.upstreams()
 	}
 	if len(ups) == 0 {
-		s.fail(w, sh, &routeError{http.StatusBadGateway, "api_error", "no upstream configured"})
+		s.fail(w, sh, engine.ErrNoUpstream)
 		return
 	}
-	if format == upstream.Gemini {
-		ups = ups[:1] // Gemini pages its models its own way: the first upstream's, as it answers
+	if sh.ModelList == nil {
+		ups = ups[:1] // a wire that pages its models its own way: the first upstream's, as it answers
 	}
 	if id := r.PathValue("id"); id != "" {
-		if u, err := s.pick(format, id); err == nil {
+		if u, err := engine.Pick(s.upstreams(), sh, id); err == nil {
 			ups = []*Upstream{u}
 		} else {
 			ups = ups[:1]
@@ -227,35 +179,17 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, tenant string) {
 	if data == nil {
 		data = []json.RawMessage{}
 	}
-	if format == upstream.Anthropic {
-		out := map[string]any{"data": data, "has_more": false, "first_id": nil, "last_id": nil}
-		if len(data) > 0 {
-			out["first_id"], out["last_id"] = modelID(data[0]), modelID(data[len(data)-1])
-		}
-		replyJSON(w, http.StatusOK, out)
-		return
-	}
-	replyJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
-}
-
-func modelID(raw json.RawMessage) any {
-	var m struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
-	return m.ID
+	replyJSON(w, http.StatusOK, sh.ModelList(data))
 }
 
 // notFound answers an unknown route in the shape its client expects.
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request, _ string) {
-	sh := openaiShape
+	sh := openai.Dialect
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/v1beta/"):
-		sh = geminiShape
+		sh = gemini.Dialect
 	case strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != "":
-		sh = anthropicShape
+		sh = anthropic.Dialect
 	}
 	writeError(w, sh, http.StatusNotFound, "not_found_error", "imgctx has no route "+r.Method+" "+r.URL.Path)
 }

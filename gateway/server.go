@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,11 +25,13 @@ import (
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
-	"github.com/imgctx/imgctx/media"
-	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/gemini"
+	"github.com/imgctx/imgctx/wire/openai"
+	"github.com/imgctx/imgctx/wire/responses"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -70,10 +71,6 @@ type Config struct {
 	MinBodyRate int64
 	// RequestTimeout bounds one request, upstream included; default 10 min.
 	RequestTimeout time.Duration
-	// Replay bounds the history images of flat upstreams (llama.cpp,
-	// Ollama); nil: policy.DefaultReplay's caps. A zero cap is taken
-	// literally: no history images, each still counted.
-	Replay *policy.ReplayConfig
 	// ProxyKeepOff turns keep-turn-images off for proxied conversations
 	// (a client can still say X-Imgctx-Keep-Turn-Images: on).
 	ProxyKeepOff bool
@@ -96,11 +93,8 @@ type Server struct {
 	perTenant     map[string]tenantLoad
 	reg           prometheus.Gatherer
 
-	mu       sync.Mutex
-	spans    map[spanKey]seenSpan // base64 spans seen, by a hash of their text
-	bodies   bodyPool
-	resumes  map[resumeKey]resumed // each conversation's last scan
-	spanSeed maphash.Seed
+	mu     sync.Mutex
+	bodies bodyPool
 }
 
 // New builds a server on an engine (its image store, upstream and profiles
@@ -124,10 +118,6 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Minute
 	}
-	if cfg.Replay == nil {
-		def := policy.DefaultReplay()
-		cfg.Replay = &def
-	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = 64 << 20
 	}
@@ -135,13 +125,16 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
-		perTenant: map[string]tenantLoad{},
-		spans:     map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}, spanSeed: maphash.MakeSeed()}
+		perTenant: map[string]tenantLoad{}}
 	// Every attempt at an upstream is counted, retries included.
 	for _, up := range s.upstreams() {
 		if up.Client != nil {
 			up.Client.Attempted = s.attempted(up.Name, up.Client.Format)
 		}
+	}
+	// The engine logs where the gateway does, unless it has a log of its own.
+	if e.Log == nil {
+		e.Log = log
 	}
 	// Engine decisions feed the metrics, and still reach any sink the
 	// caller had set.
@@ -153,53 +146,44 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	return s
 }
 
-// shape is the JSON shape errors are written in.
-type shape int
-
-const (
-	openaiShape shape = iota
-	anthropicShape
-	geminiShape
-)
-
 // Handler returns the routes. Each path also answers other methods with a
 // 405 in the right shape.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	route := func(pattern, name string, sh shape, h func(http.ResponseWriter, *http.Request, string)) {
+	route := func(pattern, name string, sh *wire.Dialect, h func(http.ResponseWriter, *http.Request, string)) {
 		mux.Handle(pattern, s.wrap(name, sh, true, h))
 	}
-	route("POST /v1/chat/completions", "chat_completions", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, chatDialect, true) })
-	route("POST /v1/messages", "messages", anthropicShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, messagesDialect, true) })
-	route("POST /v1/messages/count_tokens", "count_tokens", anthropicShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, messagesDialect, false) })
-	route("POST /v1/responses", "responses", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responsesDialect, true) })
-	route("POST /v1/responses/input_tokens", "responses_input_tokens", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responsesDialect, false) })
-	route("POST /v1/responses/compact", "responses_compact", openaiShape, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responsesDialect, false) })
-	route("GET /v1/responses", "responses_websocket", openaiShape, s.noWebSocket)
-	route("POST /v1beta/models/{call}", "gemini", geminiShape, s.gemini)
-	route("GET /v1beta/models", "models", geminiShape, s.models)
-	route("GET /v1beta/models/{id}", "models", geminiShape, s.models)
-	route("GET /v1/models", "models", openaiShape, s.models)
-	route("GET /v1/models/{id...}", "models", openaiShape, s.models)
-	route("POST /v1/images", "images_post", openaiShape, s.postImage)
-	route("GET /v1/images/{ref}", "images_get", openaiShape, s.getImage)
-	route("POST /v1/sessions", "sessions_create", openaiShape, s.createSession)
-	route("GET /v1/sessions/{id}", "sessions_get", openaiShape, s.getSession)
-	route("DELETE /v1/sessions/{id}", "sessions_delete", openaiShape, s.deleteSession)
-	route("PATCH /v1/sessions/{id}", "sessions_patch", openaiShape, s.patchSession)
-	route("POST /v1/sessions/{id}/turn", "sessions_turn", openaiShape, s.turn)
-	route("GET /v1/sessions/{id}/export", "sessions_export", openaiShape, s.exportSession)
-	route("GET /v1/sessions/{id}/keepimg", "keepimg", openaiShape, s.keepimg)
-	route("POST /v1/sessions/{id}/keepimg/store", "keepimg_store", openaiShape, s.keepimgStore)
+	route("POST /v1/chat/completions", "chat_completions", openai.Dialect, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, openai.Dialect, false) })
+	route("POST /v1/messages", "messages", anthropic.Dialect, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, anthropic.Dialect, false) })
+	route("POST /v1/messages/count_tokens", "count_tokens", anthropic.Dialect, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, anthropic.Dialect, true) })
+	route("POST /v1/responses", "responses", openai.Dialect, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responses.Dialect, false) })
+	route("POST /v1/responses/input_tokens", "responses_input_tokens", openai.Dialect, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responses.Dialect, true) })
+	route("POST /v1/responses/compact", "responses_compact", openai.Dialect, func(w http.ResponseWriter, r *http.Request, t string) { s.proxy(w, r, t, responses.Dialect, true) })
+	route("GET /v1/responses", "responses_websocket", openai.Dialect, s.noWebSocket)
+	route("POST /v1beta/models/{call}", "gemini", gemini.Dialect, s.gemini)
+	route("GET /v1beta/models", "models", gemini.Dialect, s.models)
+	route("GET /v1beta/models/{id}", "models", gemini.Dialect, s.models)
+	route("GET /v1/models", "models", openai.Dialect, s.models)
+	route("GET /v1/models/{id...}", "models", openai.Dialect, s.models)
+	route("POST /v1/images", "images_post", openai.Dialect, s.postImage)
+	route("GET /v1/images/{ref}", "images_get", openai.Dialect, s.getImage)
+	route("POST /v1/sessions", "sessions_create", openai.Dialect, s.createSession)
+	route("GET /v1/sessions/{id}", "sessions_get", openai.Dialect, s.getSession)
+	route("DELETE /v1/sessions/{id}", "sessions_delete", openai.Dialect, s.deleteSession)
+	route("PATCH /v1/sessions/{id}", "sessions_patch", openai.Dialect, s.patchSession)
+	route("POST /v1/sessions/{id}/turn", "sessions_turn", openai.Dialect, s.turn)
+	route("GET /v1/sessions/{id}/export", "sessions_export", openai.Dialect, s.exportSession)
+	route("GET /v1/sessions/{id}/keepimg", "keepimg", openai.Dialect, s.keepimg)
+	route("POST /v1/sessions/{id}/keepimg/store", "keepimg_store", openai.Dialect, s.keepimgStore)
 	for _, p := range []struct {
 		path string
-		sh   shape
+		sh   *wire.Dialect
 	}{
-		{"/v1/chat/completions", openaiShape}, {"/v1/responses", openaiShape}, {"/v1/responses/input_tokens", openaiShape},
-		{"/v1/responses/compact", openaiShape}, {"/v1/messages", anthropicShape}, {"/v1/messages/count_tokens", anthropicShape}, {"/v1/images", openaiShape},
-		{"/v1/images/{ref}", openaiShape}, {"/v1/sessions", openaiShape}, {"/v1/sessions/{id}", openaiShape},
-		{"/v1/sessions/{id}/turn", openaiShape}, {"/v1/sessions/{id}/export", openaiShape},
-		{"/v1/sessions/{id}/keepimg", openaiShape}, {"/v1/sessions/{id}/keepimg/store", openaiShape},
+		{"/v1/chat/completions", openai.Dialect}, {"/v1/responses", openai.Dialect}, {"/v1/responses/input_tokens", openai.Dialect},
+		{"/v1/responses/compact", openai.Dialect}, {"/v1/messages", anthropic.Dialect}, {"/v1/messages/count_tokens", anthropic.Dialect}, {"/v1/images", openai.Dialect},
+		{"/v1/images/{ref}", openai.Dialect}, {"/v1/sessions", openai.Dialect}, {"/v1/sessions/{id}", openai.Dialect},
+		{"/v1/sessions/{id}/turn", openai.Dialect}, {"/v1/sessions/{id}/export", openai.Dialect},
+		{"/v1/sessions/{id}/keepimg", openai.Dialect}, {"/v1/sessions/{id}/keepimg/store", openai.Dialect},
 	} {
 		mux.Handle(p.path, s.wrap("method_not_allowed", p.sh, false, func(w http.ResponseWriter, r *http.Request, _ string) {
 			writeError(w, p.sh, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed on "+r.URL.Path)
@@ -209,7 +193,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.ready)
 	// Everything else: a JSON 404 in the client's shape, logged and counted.
-	mux.Handle("/", s.wrap("not_found", openaiShape, false, s.notFound))
+	mux.Handle("/", s.wrap("not_found", openai.Dialect, false, s.notFound))
 	return mux
 }
 
@@ -218,11 +202,11 @@ func (s *Server) Handler() http.Handler {
 // gateway manages its images.
 func (s *Server) noWebSocket(w http.ResponseWriter, r *http.Request, _ string) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		writeError(w, openaiShape, http.StatusMethodNotAllowed, "invalid_request_error", "method GET is not allowed on "+r.URL.Path)
+		writeError(w, openai.Dialect, http.StatusMethodNotAllowed, "invalid_request_error", "method GET is not allowed on "+r.URL.Path)
 		return
 	}
 	w.Header().Set("Upgrade", "HTTP/1.1")
-	writeError(w, openaiShape, http.StatusUpgradeRequired, "invalid_request_error", "imgctx serves the Responses API over HTTP, not WebSocket: POST /v1/responses")
+	writeError(w, openai.Dialect, http.StatusUpgradeRequired, "invalid_request_error", "imgctx serves the Responses API over HTTP, not WebSocket: POST /v1/responses")
 }
 
 // gemini serves /v1beta/models/{model}:{method}: generateContent and
@@ -232,11 +216,11 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, tenant string) {
 	_, method, _ := strings.Cut(r.PathValue("call"), ":")
 	switch method {
 	case "generateContent", "streamGenerateContent":
-		s.proxy(w, r, tenant, geminiDialect, true)
+		s.proxy(w, r, tenant, gemini.Dialect, false)
 	case "countTokens":
-		s.proxy(w, r, tenant, geminiDialect, false)
+		s.proxy(w, r, tenant, gemini.Dialect, true)
 	default:
-		writeError(w, geminiShape, http.StatusNotFound, "not_found_error", "imgctx has no route POST "+r.URL.Path)
+		writeError(w, gemini.Dialect, http.StatusNotFound, "not_found_error", "imgctx has no route POST "+r.URL.Path)
 	}
 }
 
@@ -290,7 +274,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // wrap adds what every API route needs: a concurrency bound, a timeout,
 // authentication (when auth is true), and one structured log line.
-func (s *Server) wrap(name string, sh shape, auth bool, h func(http.ResponseWriter, *http.Request, string)) http.Handler {
+func (s *Server) wrap(name string, sh *wire.Dialect, auth bool, h func(http.ResponseWriter, *http.Request, string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -509,13 +493,15 @@ var errBodyTimeout = errors.New("the request body did not arrive in time (server
 // classify maps an error to a status and an error type.
 func classify(err error) (int, string) {
 	var we *wire.Error
-	var re *routeError
+	var nr *engine.NoRouteError
 	switch {
 	case errors.As(err, &we):
 		return we.Status, we.Type
-	case errors.As(err, &re):
-		return re.status, re.typ
-	case errors.Is(err, media.ErrUnsupported):
+	case errors.As(err, &nr):
+		return http.StatusNotFound, "not_found_error"
+	case errors.Is(err, engine.ErrNoUpstream):
+		return http.StatusBadGateway, "api_error"
+	case errors.Is(err, engine.ErrUnsupported):
 		return http.StatusUnsupportedMediaType, "invalid_request_error"
 	case errors.Is(err, engine.ErrUnknownRef), errors.Is(err, session.ErrNotFound), errors.Is(err, imagestore.ErrNotFound):
 		return http.StatusNotFound, "not_found_error"
@@ -546,7 +532,7 @@ func classify(err error) (int, string) {
 
 // fail writes err in the route's shape; an upstream error passes through
 // with the provider's own status and body.
-func (s *Server) fail(w http.ResponseWriter, sh shape, err error) {
+func (s *Server) fail(w http.ResponseWriter, sh *wire.Dialect, err error) {
 	var we *wire.Error
 	if errors.As(err, &we) && len(we.Body) > 0 {
 		// The upstream's own answer: agents match on its wording.
@@ -579,39 +565,6 @@ func (s *Server) fail(w http.ResponseWriter, sh shape, err error) {
 	writeError(w, sh, status, typ, msg)
 }
 
-// googleStatus is the canonical status Google APIs name an HTTP code by.
-func googleStatus(code int) string {
-	switch code {
-	case 400, 413:
-		return "INVALID_ARGUMENT"
-	case 401:
-		return "UNAUTHENTICATED"
-	case 403:
-		return "PERMISSION_DENIED"
-	case 404:
-		return "NOT_FOUND"
-	case 409:
-		return "ABORTED"
-	case 429:
-		return "RESOURCE_EXHAUSTED"
-	case 502, 503:
-		return "UNAVAILABLE"
-	case 504, 408:
-		return "DEADLINE_EXCEEDED"
-	}
-	return "INTERNAL"
-}
-
-func writeError(w http.ResponseWriter, sh shape, status int, typ, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	switch sh {
-	case anthropicShape:
-		writeJSON(w, map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
-		return
-	case geminiShape:
-		writeJSON(w, map[string]any{"error": map[string]any{"code": status, "message": msg, "status": googleStatus(status)}})
-		return
-	}
-	writeJSON(w, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": typ}})
+func writeError(w http.ResponseWriter, sh *wire.Dialect, status int, typ, msg string) {
+	replyJSON(w, status, sh.ErrorBody(status, typ, msg))
 }

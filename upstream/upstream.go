@@ -16,6 +16,7 @@ import (
 
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
+	"github.com/imgctx/imgctx/wire/flat"
 	"github.com/imgctx/imgctx/wire/gemini"
 	"github.com/imgctx/imgctx/wire/openai"
 )
@@ -34,7 +35,10 @@ const (
 )
 
 // Flat reports whether the format takes one prompt and one image list.
-func (f Format) Flat() bool { return f == LlamaCpp || f == Ollama }
+func (f Format) Flat() bool {
+	d, ok := Wires[f]
+	return ok && d.Flat != nil
+}
 
 // Client talks to one upstream. Zero fields take the defaults. Safe for
 // concurrent use.
@@ -58,25 +62,27 @@ type Client struct {
 // MaxErrorBody bounds how much of an error response is read.
 const MaxErrorBody = 1 << 20
 
-// dialects are the wires a client may call: each wire package's Dialect
-// says its path, default headers, credentials and error shape. The flat
-// backends take Bearer keys and answer errors in OpenAI's shape.
-var dialects = map[Format]*wire.Dialect{
+// Wires is the one table of the formats an upstream speaks: each wire
+// package's Dialect says its path, default headers, credentials, error
+// shape and everything else imgctx needs of it. Adding a wire is its
+// package and a line here.
+var Wires = map[Format]*wire.Dialect{
 	OpenAI:    openai.Dialect,
 	Anthropic: anthropic.Dialect,
 	Gemini:    gemini.Dialect,
-	LlamaCpp:  {Path: "/completion", Credentials: wire.Bearer, DecodeError: openai.DecodeError},
-	Ollama:    {Path: "/api/generate", Credentials: wire.Bearer, DecodeError: openai.DecodeError},
+	LlamaCpp:  flat.LlamaCpp,
+	Ollama:    flat.Ollama,
 }
 
-func (c *Client) wire() *wire.Dialect {
-	if d, ok := dialects[c.Format]; ok {
+// Wire is the client's format's Dialect (OpenAI's for an unknown one).
+func (c *Client) Wire() *wire.Dialect {
+	if d, ok := Wires[c.Format]; ok {
 		return d
 	}
 	return openai.Dialect
 }
 
-func (c *Client) path() string { return c.wire().Path }
+func (c *Client) path() string { return c.Wire().Path }
 
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
@@ -98,7 +104,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // DecodeError classifies an error response in the client's format.
 func (c *Client) DecodeError(status int, h http.Header, body []byte) *wire.Error {
-	return c.wire().DecodeError(status, h, body)
+	return c.Wire().DecodeError(status, h, body)
 }
 
 // Request is one call to the upstream as a proxy makes it: a path other
@@ -203,7 +209,7 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 	if key == "" {
 		key = c.APIKey
 	}
-	for k, v := range c.wire().Headers {
+	for k, v := range c.Wire().Headers {
 		if req.Header.Get(k) == "" {
 			req.Header.Set(k, v)
 		}
@@ -213,7 +219,7 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 		req.Header.Del("Authorization")
 		req.Header.Del("X-Api-Key")
 		req.Header.Del("X-Goog-Api-Key")
-		c.wire().Credentials(req, key)
+		c.Wire().Credentials(req, key)
 	}
 	resp, err := c.httpClient().Do(req)
 	if err != nil {

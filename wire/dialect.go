@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/imgctx/imgctx/chat"
@@ -25,15 +26,30 @@ type Dialect struct {
 	// marker, a note), cache being the slot's cache_control if any.
 	WriteSource func(w *BodyWriter, mediaType, b64 string)
 	WriteText   func(w *BodyWriter, text string, cache []byte)
-	// AskUsage: a streamed answer carries usage only when asked
-	// (OpenAI's stream_options.include_usage).
-	AskUsage bool
+	// Upstream names the format of the upstreams that serve the wire's
+	// drop-in route (an OpenAI upstream serves the Responses API).
+	Upstream string
+	// FromPath, when set, reads what the wire puts in the URL path rather
+	// than the body (Gemini: the model, and whether the answer streams).
+	FromPath func(path string, sp *Spliced)
+	// AskUsage, when set, is the edit that makes a streamed answer carry
+	// its usage (OpenAI's stream_options.include_usage): nil when the body
+	// asks already; strip when the client did not ask, so the usage-only
+	// event is kept from it.
+	AskUsage func(sp *Spliced) (e *Edit, strip bool)
 	// Answer reads a non-streamed answer's usage and whether it was cut.
 	Answer func(body []byte) (*chat.Usage, bool)
 	// NewStream follows a streamed answer's events.
 	NewStream func() StreamReader
 	// CountAnswer is the wire's token-count answer (nil: none).
 	CountAnswer func(tokens int) any
+	// ModelList merges the model listings of several upstreams into one in
+	// the wire's shape; nil: the wire pages its listing its own way, and
+	// the first upstream's goes as it answers.
+	ModelList func(models []json.RawMessage) any
+	// ErrorBody is an error imgctx answers with, in the wire's own shape;
+	// typ is the OpenAI-style error type.
+	ErrorBody func(status int, typ, msg string) any
 
 	// Path is the upstream's default request path ("" for a wire whose
 	// path names the model); Headers are sent when the client sent none.
@@ -44,6 +60,36 @@ type Dialect struct {
 	Credentials func(req *http.Request, key string)
 	// DecodeError classifies an upstream's error response.
 	DecodeError func(status int, h http.Header, body []byte) *Error
+
+	// A client wire a flat backend can serve (Chat Completions, Messages)
+	// decodes a whole request (DecodeRequest: its messages, whether it
+	// streams) and writes a whole answer in its own shape, streamed or not
+	// (Complete: the content type and the body).
+	DecodeRequest func(body []byte) (msgs []chat.Message, stream bool, err error)
+	Complete      func(model string, stream bool, c Completion) (contentType string, body []byte)
+	// Flat is set for a backend that takes one prompt string and one flat
+	// list of images (llama.cpp, Ollama; package wire/flat).
+	Flat *Flat
+}
+
+// Completion is a whole answer as a flat backend gives it.
+type Completion struct {
+	Text           string
+	Cut            bool // stopped by the token limit
+	Prompt, Output int  // tokens
+}
+
+// Flat is how a flat backend is called: one prompt with its images
+// (base64), the marker that stands for each image in the prompt when the
+// backend wants one ("" otherwise), and its answer read.
+type Flat struct {
+	// Marked: the prompt holds one media marker per image, in order; the
+	// backend names it (MarkerPath answers {"media_marker": …}) or takes
+	// DefaultMarker.
+	Marked                    bool
+	MarkerPath, DefaultMarker string
+	Request                   func(model, prompt string, images []string) ([]byte, error)
+	Read                      func(body []byte) (Completion, error)
 }
 
 // StreamReader follows a stream's events as they pass. Add says to skip an

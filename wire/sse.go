@@ -73,3 +73,17 @@ func (s *SSEReader) Next() (Event, error) {
 		}
 	}
 }
+
+// AppendEvent appends one server-sent event: its name (none when ""), and
+// its data, a literal string or a value written as JSON.
+func AppendEvent(b []byte, name string, data any) []byte {
+	if name != "" {
+		b = append(append(append(b, "event: "...), name...), '\n')
+	}
+	s, ok := data.(string)
+	if !ok {
+		j, _ := Marshal(data)
+		s = string(j)
+	}
+	return append(append(append(b, "data: "...), s...), "\n\n"...)
+}

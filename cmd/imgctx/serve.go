@@ -67,7 +67,7 @@ func engineConfig(cfg config.Config) engine.Config {
 		Compact: cfg.CompactConfig(), CompactThreshold: cfg.Compaction.Threshold, Micro: cfg.MicroConfig(),
 		Limits:                 cfg.MediaLimits(),
 		ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce,
-		KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages}
+		KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages, Replay: cfg.ReplayConfig()}
 }
 
 // buildServer wires the gateway from the config: the one place where serve
@@ -105,7 +105,7 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 	if cfg.Upstream.BaseURL == "" {
 		// The sessions API runs on the first listed upstream it can speak to.
 		for _, r := range routes {
-			if f := r.Client.Format; f != upstream.Gemini && !f.Flat() {
+			if engine.SpeaksSessions(r.Client.Format) {
 				e.Upstream, e.Hints = r.Client, r.Hints
 				break
 			}
@@ -118,7 +118,7 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse,
 		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
 		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate,
-		ProxyKeepOff: !cfg.Proxy.KeepTurnImages, Replay: cfg.ReplayConfig()}, e, reg, a.log)
+		ProxyKeepOff: !cfg.Proxy.KeepTurnImages}, e, reg, a.log)
 	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
 	stopFlush := every(time.Second, func() {
 		if err := e.FlushProxied(context.Background()); err != nil {

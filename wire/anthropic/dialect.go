@@ -1,7 +1,10 @@
 package anthropic
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
@@ -12,8 +15,66 @@ var Dialect = &wire.Dialect{
 	Name: Wire, Scan: Scan, DecodeMessage: DecodeMessage, WriteSource: WriteSource, WriteText: WriteText,
 	Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
 	CountAnswer: func(n int) any { return map[string]int{"input_tokens": n} },
-	Path:        "/v1/messages", Headers: map[string]string{"anthropic-version": "2023-06-01"},
+	Upstream:    Wire, ErrorBody: ErrorBody, ModelList: modelList, DecodeRequest: decodeRequest, Complete: complete,
+	Path: "/v1/messages", Headers: map[string]string{"anthropic-version": "2023-06-01"},
 	Credentials: func(req *http.Request, key string) { req.Header.Set("x-api-key", key) }, DecodeError: DecodeError,
+}
+
+func decodeRequest(body []byte) ([]chat.Message, bool, error) {
+	req, err := DecodeRequest(body)
+	if err != nil {
+		return nil, false, err
+	}
+	return req.Messages, req.Stream, nil
+}
+
+// complete writes a whole answer as a message, or as the events of one
+// carrying the whole text.
+func complete(model string, stream bool, a wire.Completion) (string, []byte) {
+	id := fmt.Sprintf("imgctx-%d", time.Now().UnixNano())
+	stop := "end_turn"
+	if a.Cut {
+		stop = "max_tokens"
+	}
+	if !stream {
+		b, _ := wire.Marshal(map[string]any{"id": id, "type": "message", "role": "assistant", "model": model,
+			"content": []map[string]any{{"type": "text", "text": a.Text}}, "stop_reason": stop, "stop_sequence": nil,
+			"usage": map[string]int{"input_tokens": a.Prompt, "output_tokens": a.Output}})
+		return "application/json", b
+	}
+	var b []byte
+	b = wire.AppendEvent(b, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": id, "type": "message", "role": "assistant", "model": model,
+		"content": []any{}, "stop_reason": nil, "stop_sequence": nil, "usage": map[string]int{"input_tokens": a.Prompt, "output_tokens": 0}}})
+	b = wire.AppendEvent(b, "content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+	b = wire.AppendEvent(b, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": a.Text}})
+	b = wire.AppendEvent(b, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	b = wire.AppendEvent(b, "message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]int{"output_tokens": a.Output}})
+	b = wire.AppendEvent(b, "message_stop", map[string]any{"type": "message_stop"})
+	return "text/event-stream", b
+}
+
+// modelList is one page holding every model, named by its first and last.
+func modelList(models []json.RawMessage) any {
+	out := map[string]any{"data": models, "has_more": false, "first_id": nil, "last_id": nil}
+	if len(models) > 0 {
+		out["first_id"], out["last_id"] = modelID(models[0]), modelID(models[len(models)-1])
+	}
+	return out
+}
+
+func modelID(raw json.RawMessage) any {
+	var m struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m.ID
+}
+
+// ErrorBody is an error in Anthropic's shape.
+func ErrorBody(_ int, typ, msg string) any {
+	return map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}}
 }
 
 // answer reads only the usage and the stop reason, not the whole answer.

@@ -2,6 +2,7 @@ package gemini
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
@@ -18,6 +19,7 @@ var Dialect = &wire.Dialect{
 	},
 	NewStream:   func() wire.StreamReader { return &streamReader{} },
 	CountAnswer: func(n int) any { return map[string]int{"totalTokens": n} },
+	Upstream:    Wire, FromPath: fromPath, ErrorBody: ErrorBody,
 	Credentials: func(req *http.Request, key string) {
 		req.Header.Set("x-goog-api-key", key)
 		if q := req.URL.Query(); q.Has("key") { // the client's own, replaced
@@ -26,6 +28,42 @@ var Dialect = &wire.Dialect{
 		}
 	},
 	DecodeError: DecodeError,
+}
+
+// fromPath reads /v1beta/models/{model}:{method}: the model, and whether
+// the method streams.
+func fromPath(path string, sp *wire.Spliced) {
+	call := path[strings.LastIndexByte(path, '/')+1:]
+	model, method, _ := strings.Cut(call, ":")
+	sp.Model, sp.Stream = model, method == "streamGenerateContent"
+}
+
+// ErrorBody is an error in Google's shape: the HTTP code, and the
+// canonical status Google APIs name it by.
+func ErrorBody(status int, _, msg string) any {
+	return map[string]any{"error": map[string]any{"code": status, "message": msg, "status": googleStatus(status)}}
+}
+
+func googleStatus(code int) string {
+	switch code {
+	case 400, 413:
+		return "INVALID_ARGUMENT"
+	case 401:
+		return "UNAUTHENTICATED"
+	case 403:
+		return "PERMISSION_DENIED"
+	case 404:
+		return "NOT_FOUND"
+	case 409:
+		return "ABORTED"
+	case 429:
+		return "RESOURCE_EXHAUSTED"
+	case 502, 503:
+		return "UNAVAILABLE"
+	case 504, 408:
+		return "DEADLINE_EXCEEDED"
+	}
+	return "INTERNAL"
 }
 
 type streamReader struct{ s Stream }

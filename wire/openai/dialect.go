@@ -3,6 +3,8 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"time"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
@@ -13,8 +15,74 @@ var Dialect = &wire.Dialect{
 	Name: Wire, Scan: Scan, DecodeMessage: DecodeMessage,
 	WriteSource: func(w *wire.BodyWriter, mediaType, b64 string) { wire.WriteDataURL(w, mediaType, b64) },
 	WriteText:   func(w *wire.BodyWriter, text string, _ []byte) { WriteText(w, text) },
-	AskUsage:    true, Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
-	Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
+	Upstream:    Wire, AskUsage: includeUsage, Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
+	ErrorBody: ErrorBody, ModelList: modelList, DecodeRequest: decodeRequest, Complete: complete, Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
+}
+
+func decodeRequest(body []byte) ([]chat.Message, bool, error) {
+	req, err := DecodeRequest(body)
+	if err != nil {
+		return nil, false, err
+	}
+	return req.Messages, req.Stream, nil
+}
+
+// complete writes a whole answer as a chat completion, or as the chunks
+// of one carrying the whole text.
+func complete(model string, stream bool, a wire.Completion) (string, []byte) {
+	id := fmt.Sprintf("imgctx-%d", time.Now().UnixNano())
+	finish := "stop"
+	if a.Cut {
+		finish = "length"
+	}
+	usage := map[string]int{"prompt_tokens": a.Prompt, "completion_tokens": a.Output, "total_tokens": a.Prompt + a.Output}
+	created := time.Now().Unix()
+	if !stream {
+		b, _ := wire.Marshal(map[string]any{"id": id, "object": "chat.completion", "created": created, "model": model,
+			"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": a.Text}, "finish_reason": finish}}, "usage": usage})
+		return "application/json", b
+	}
+	chunk := func(delta map[string]any, reason any) map[string]any {
+		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+			"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": reason}}}
+	}
+	var b []byte
+	b = wire.AppendEvent(b, "", chunk(map[string]any{"role": "assistant", "content": a.Text}, nil))
+	b = wire.AppendEvent(b, "", chunk(map[string]any{}, finish))
+	b = wire.AppendEvent(b, "", map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []any{}, "usage": usage})
+	b = wire.AppendEvent(b, "", "[DONE]")
+	return "text/event-stream", b
+}
+
+func modelList(models []json.RawMessage) any {
+	return map[string]any{"object": "list", "data": models}
+}
+
+// ErrorBody is an error in OpenAI's shape.
+func ErrorBody(_ int, typ, msg string) any {
+	return map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": typ}}
+}
+
+// includeUsage turns stream_options.include_usage on: the engine measures
+// from usage. It returns the edit (nil when the client asked already) and
+// whether the client did not ask.
+func includeUsage(sp *wire.Spliced) (*wire.Edit, bool) {
+	opts, ok := sp.Top["stream_options"]
+	if !ok {
+		return &wire.Edit{Start: sp.End, End: sp.End, Write: func(w *wire.BodyWriter) {
+			w.WriteString(`,"stream_options":{"include_usage":true}`)
+		}}, true
+	}
+	o, err := wire.ParseObject(sp.Body[opts.Start:opts.End])
+	if err != nil {
+		return nil, false
+	}
+	if v, ok := o.Get("include_usage"); ok && string(bytes.TrimSpace(v)) == "true" {
+		return nil, false
+	}
+	o.Set("include_usage", []byte("true"))
+	b, _ := o.MarshalJSON()
+	return &wire.Edit{Start: opts.Start, End: opts.End, Write: func(w *wire.BodyWriter) { w.Write(b) }}, true
 }
 
 // answer reads only the usage and the choices' finish reasons, not the

@@ -18,7 +18,8 @@ var Dialect = &wire.Dialect{
 	},
 	NewStream:   func() wire.StreamReader { return &streamReader{} },
 	CountAnswer: func(n int) any { return map[string]any{"object": "response.input_tokens", "input_tokens": n} },
-	Path:        "/v1/responses", Credentials: wire.Bearer, DecodeError: openai.DecodeError,
+	Upstream:    openai.Wire, ErrorBody: openai.ErrorBody,
+	Path: "/v1/responses", Credentials: wire.Bearer, DecodeError: openai.DecodeError,
 }
 
 type streamReader struct{ s Stream }

@@ -1,4 +1,4 @@
-package gateway
+package engine
 
 import (
 	"net/http"
@@ -28,7 +28,7 @@ func TestConversationKey(t *testing.T) {
 		for i := 0; i+1 < len(h); i += 2 {
 			hdr.Set(h[i], h[i+1])
 		}
-		return conversationKey("acme", string(format), hdr, sp)
+		return ConversationKey("acme", string(format), hdr, sp)
 	}
 	const a = `{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":"Fix the bug."}]}`
 	const b = `{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":"Write the docs."}]}`

@@ -1,4 +1,4 @@
-package gateway
+package engine
 
 import (
 	"crypto/sha256"
@@ -14,7 +14,7 @@ import (
 // conversation: enough to tell two apart, cheap on a pasted screenshot.
 const fingerprintBytes = 16 << 10
 
-// conversationKey names a proxied conversation without configuration. Its
+// ConversationKey names a proxied conversation without configuration. Its
 // identity is the first of: X-Imgctx-Session; the agent's own id
 // (X-Claude-Code-Session-Id, codex's Session-Id, prompt_cache_key, the
 // session part of Anthropic metadata.user_id); nothing. A fingerprint of
@@ -22,7 +22,7 @@ const fingerprintBytes = 16 << 10
 // always part of the key, so one static header configured for every call
 // of an agent never merges two conversations. The key is a hash: a client
 // value of any size costs 64 bytes of state.
-func conversationKey(tenant, wireName string, h http.Header, sp *wire.Spliced) string {
+func ConversationKey(tenant, wireName string, h http.Header, sp *wire.Spliced) string {
 	d := sha256.New()
 	d.Write([]byte(tenant + "\x00" + wireName + "\x00"))
 	d.Write([]byte(conversationID(h, sp)))

@@ -1,0 +1,545 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire"
+)
+
+// MaxModelName bounds a model name: no provider has a longer one, and the
+// name reaches logs and routing.
+const MaxModelName = 256
+
+// ProxyCall is one drop-in request as the gateway hands it over: the raw
+// body and its wire, and the upstream request as the gateway forwards it.
+// The engine does everything from there.
+type ProxyCall struct {
+	Tenant string
+	Wire   *wire.Dialect
+	Body   []byte
+	// Header is the client's headers: agents name their conversations there.
+	Header http.Header
+	// Upstream is the request as it is forwarded (path, query, headers,
+	// key); the engine writes its body.
+	Upstream upstream.Request
+	// Routes are the upstreams, picked by the wire's format and the model.
+	Routes []*Route
+	// Keep is the conversation's keep-turn-images switch. Side marks a
+	// request that records nothing (a token count, a compaction): it gets
+	// the images the conversation's next request would get.
+	Keep, Side bool
+	// Readers, when set, counts the upstream's readers of Body, so that its
+	// memory is reused only once they are done.
+	Readers *sync.WaitGroup
+	// MaxMessages and MaxParts bound the request (0: none);
+	// MaxResponseBytes what is read of a flat backend's answer.
+	MaxMessages, MaxParts int
+	MaxResponseBytes      int64
+}
+
+// Proxied is a drop-in request sent: the upstream's answer to relay, or
+// the answer imgctx made itself, and how to read it. Close it in every
+// case: it records the conversation's decisions.
+type Proxied struct {
+	// Response is the upstream's answer, its body open; nil with Reply.
+	Response *http.Response
+	// Reply is an answer imgctx gives itself: a token count the upstream
+	// has no endpoint for, a flat backend's answer in the client's wire.
+	Reply  *Reply
+	Counts ProxyCounts
+
+	fw     *Forwarded
+	wire   *wire.Dialect
+	stream bool
+	strip  bool // the client did not ask for the usage event imgctx asked for
+}
+
+// Reply is an answer imgctx writes itself.
+type Reply struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	Usage  *chat.Usage // what the upstream reported, if it was called
+}
+
+// ProxyCounts is what one proxied request did, for metrics.
+type ProxyCounts struct {
+	Scanned, Resumed int // messages read, and taken over from the conversation's previous request
+	Stored           int // images and documents stored anew
+	StoredBytes      int64
+	Deduplicated     int // re-sent inline images recognised, not stored again
+	Sent, Shrunk     int
+	NotSent          map[reason.Code]int
+	// Overflow is the prompt-too-long replay's outcome: "", "ok" or "failed".
+	Overflow string
+	// Before is the engine's own time before the upstream was called.
+	Before time.Duration
+}
+
+// Proxy serves one drop-in request: the body is read in place (its wire's
+// Scan), its images and documents stored once by ref, the turn model and
+// the provider's rules applied to them, and the request sent on with only
+// those parts rewritten (wire.Splice). Everything else — other blocks,
+// roles, fields, the query, the client's headers — goes upstream as it
+// came; a prompt-too-long is replayed once without the images that can go.
+func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
+	e.once.Do(e.init)
+	start := time.Now()
+	d := c.Wire
+	sp, keys, rk, err := e.scan(c)
+	if err != nil {
+		return nil, err
+	}
+	counts := ProxyCounts{Scanned: len(sp.Marks) - sp.Resumed, Resumed: sp.Resumed, NotSent: map[reason.Code]int{}}
+	if len(sp.Model) > MaxModelName {
+		return nil, reason.New(reason.Invalid, fmt.Sprintf("model name of %d bytes: the limit is %d", len(sp.Model), MaxModelName))
+	}
+	route, err := Pick(c.Routes, d, sp.Model)
+	if err != nil {
+		return nil, err
+	}
+	if route.Client.Format.Flat() {
+		return e.flat(ctx, c, sp.Model, route, counts)
+	}
+	msgs, asIs, keys, err := e.ingestSlots(ctx, c.Tenant, sp, keys, &counts)
+	if err != nil {
+		e.sink(Event{Kind: "refused", Reason: reason.Of(err)})
+		return nil, err
+	}
+	e.spans.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
+	profile := e.ProfileWith(sp.Model, route.Hints)
+	fw, err := e.Forward(ctx, ProxyRequest{Tenant: c.Tenant, Key: ConversationKey(c.Tenant, d.Name, c.Header, sp),
+		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
+		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
+	if err != nil {
+		return nil, err
+	}
+	if c.Side {
+		fw.Discard()
+	}
+	p := &Proxied{fw: fw, wire: d, stream: sp.Stream, Counts: counts}
+	var edits []wire.Edit
+	if d.AskUsage != nil && sp.Stream {
+		var ed *wire.Edit
+		if ed, p.strip = d.AskUsage(sp); ed != nil {
+			edits = append(edits, *ed)
+		}
+	}
+	req := c.Upstream
+	// rules and shrunk are the last attempt's: what it did not send for a
+	// provider rule, and how many it shrank.
+	var rules []policy.Removal
+	var shrunk int
+	send := func() (*http.Response, error) {
+		shrinker := e.ShrinkerFor(c.Tenant)
+		out, removed, resized := policy.CheckProviderRules(ctx, fw.Messages, profile.Limits, shrinker)
+		if err := ShrinkRefusal(shrinker); err != nil {
+			return nil, err
+		}
+		rules, shrunk = removed, len(resized)
+		body, err := e.splice(ctx, c.Tenant, d, sp, asIs, msgs, out, edits)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = body
+		if c.Readers != nil {
+			req.Body = body.Tracked(c.Readers)
+		}
+		return route.Client.Send(ctx, req)
+	}
+	p.Counts.Before = time.Since(start)
+	resp, err := send()
+	var we *wire.Error
+	if errors.As(err, &we) && we.Kind == wire.PromptTooLong && fw.Overflow() {
+		// Replay once, without the kept images and the user's older
+		// ones: a body that differs. With nothing left to remove the
+		// upstream's error is the answer at once.
+		resp, err = send()
+		p.Counts.Overflow = "ok"
+		if err != nil {
+			p.Counts.Overflow = "failed"
+		}
+	}
+	p.countSent(rules, shrunk)
+	e.logRemovals(c.Tenant, sp.Model, fw)
+	if c.Side && countsTokens(req.Path) && errors.As(err, &we) && (we.Status == http.StatusNotFound || we.Status == http.StatusMethodNotAllowed) && d.CountAnswer != nil {
+		// The upstream has no token-count endpoint: imgctx's own estimate
+		// of the request it would send, said as such.
+		n := estimateOf(sp)(0)
+		for _, m := range fw.Messages {
+			for _, img := range m.Images() {
+				if t, err := tokens.ImageTokens(profile, img.Width, img.Height, img.Detail); err == nil {
+					n += t
+				}
+			}
+		}
+		p.Reply = jsonReply(d.CountAnswer(n), nil)
+		p.Reply.Header.Set("X-Imgctx-Token-Count", "estimated")
+		return p, nil
+	}
+	if err != nil {
+		p.close(ctx)
+		return nil, err
+	}
+	p.Response = resp
+	return p, nil
+}
+
+// scan reads the body in place, from where the conversation's previous
+// request parts from it, hashing inline spans as it goes. It returns the
+// view, each slot's span key, and the conversation's resume key.
+func (e *Engine) scan(c ProxyCall) (*wire.Spliced, []*spanKey, resumeKey, error) {
+	rk := e.spans.resumeKeyOf(c.Tenant, c.Wire.Name, c.Header, c.Body)
+	prev := e.spans.resumeFor(rk)
+	found, hashed := e.spans.hashAhead(c.Tenant, c.Body)
+	sp, err := c.Wire.Scan(c.Body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: c.MaxMessages, MaxParts: c.MaxParts})
+	if err != nil {
+		hashed(nil)
+		var tooMany *wire.TooMany
+		if errors.As(err, &tooMany) {
+			return nil, nil, rk, reason.New(reason.TooLarge, tooMany.Error()+" (server.max_messages, server.max_parts)")
+		}
+		return nil, nil, rk, reason.Wrap(reason.Invalid, "malformed request", err)
+	}
+	// The slots taken over from the previous request come first, with the
+	// keys that request found for them.
+	taken := 0
+	if len(sp.Marks) > 0 && sp.Resumed > 0 {
+		taken = slotsBefore(sp, sp.Resumed)
+	}
+	keys := append(append([]*spanKey(nil), prev.keys[:taken]...), hashed(sp.Slots[taken:])...)
+	if c.Wire.FromPath != nil {
+		c.Wire.FromPath(c.Upstream.Path, sp)
+	}
+	return sp, keys, rk, nil
+}
+
+// Streams reports whether the answer is a stream, to Relay event by event.
+func (p *Proxied) Streams() bool {
+	return p.Response != nil && p.stream && strings.HasPrefix(p.Response.Header.Get("Content-Type"), "text/event-stream")
+}
+
+// Relay writes a streamed answer's events to w as they come, calling flush
+// after each, and measures the usage they carry: it returns it, nil when
+// the stream was cut off or the client went away (a client that goes
+// away cancels the request, which stops the upstream read). The usage-only
+// event imgctx asked for and the client did not is kept from it.
+func (p *Proxied) Relay(w io.Writer, flush func()) *chat.Usage {
+	sr := wire.NewSSEReader(p.Response.Body)
+	events := p.wire.NewStream()
+	for {
+		ev, err := sr.Next()
+		if err != nil {
+			break
+		}
+		if events.Add(ev, p.strip) {
+			continue
+		}
+		if _, err := w.Write(ev.Raw); err != nil {
+			return nil // the client went away: nothing to measure
+		}
+		flush()
+	}
+	u, cut, done := events.Result()
+	if !done {
+		return nil // cut off: no measurement
+	}
+	p.fw.Observe(u, cut)
+	return u
+}
+
+// Read measures a whole answer of the upstream and returns its usage (nil
+// for an error status).
+func (p *Proxied) Read(body []byte) *chat.Usage {
+	if p.Response == nil || p.Response.StatusCode/100 != 2 {
+		return nil
+	}
+	u, cut := p.wire.Answer(body)
+	p.fw.Observe(u, cut)
+	return u
+}
+
+// Close records the conversation's decisions and closes the upstream's
+// answer.
+func (p *Proxied) Close(ctx context.Context) error {
+	if p.Response != nil {
+		p.Response.Body.Close()
+	}
+	return p.close(ctx)
+}
+
+func (p *Proxied) close(ctx context.Context) error {
+	if p.fw == nil {
+		return nil
+	}
+	if err := p.fw.Close(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("proxy: persisting the conversation's decisions: %w", err)
+	}
+	return nil
+}
+
+// countSent counts a request's images once, as its last attempt sent
+// them: every one not sent with its reason (removed now or before), those
+// shrunk to a provider limit, those sent.
+func (p *Proxied) countSent(rules []policy.Removal, shrunk int) {
+	for _, r := range append(append([]policy.Removal(nil), p.fw.NotSent...), rules...) {
+		p.Counts.NotSent[r.Reason]++
+	}
+	p.Counts.Shrunk = shrunk
+	sent := 0
+	for _, m := range p.fw.Messages {
+		sent += len(m.Images())
+	}
+	p.Counts.Sent = sent - len(rules)
+}
+
+// logRemovals writes one line for a request that removed images.
+func (e *Engine) logRemovals(tenant, model string, fw *Forwarded) {
+	by := map[reason.Code]int{}
+	first := 0
+	for _, ev := range fw.Events {
+		if ev.Kind == "removed" {
+			by[ev.Reason]++
+			first++
+		}
+	}
+	if first == 0 {
+		return
+	}
+	attrs := []any{"tenant", tenant, "model", clip(model), "removed", first, "not_sent", len(fw.NotSent)}
+	for code, n := range by {
+		attrs = append(attrs, "reason_"+string(code), n)
+	}
+	e.log().Info("proxy: images removed", attrs...)
+}
+
+// clip bounds a client-supplied value for a log line.
+func clip(s string) string {
+	if len(s) <= 256 {
+		return s
+	}
+	return fmt.Sprintf("%.256s… (%d bytes)", s, len(s))
+}
+
+func (e *Engine) sink(ev Event) {
+	if e.Sink != nil {
+		e.Sink(ev)
+	}
+}
+
+// jsonReply is a 200 with a JSON body.
+func jsonReply(v any, u *chat.Usage) *Reply {
+	b, _ := wire.Marshal(v)
+	return &Reply{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Body: append(b, '\n'), Usage: u}
+}
+
+// countsTokens reports whether a path is a token-count endpoint.
+func countsTokens(path string) bool {
+	return strings.HasSuffix(path, "/count_tokens") || strings.HasSuffix(path, "/input_tokens") || strings.HasSuffix(path, ":countTokens")
+}
+
+// textOf counts what messages[from:] of a proxied request bill as text: each
+// is decoded from its own bytes (the view carries no text), its text
+// counted with the profile's tokenizer, plus each message's framing.
+func textOf(d *wire.Dialect, sp *wire.Spliced, p tokens.Profile) func(int) int {
+	decode := d.DecodeMessage
+	counter := tokens.CounterFor(p.Tokenizer)
+	return func(from int) int {
+		n := 0
+		for _, m := range sp.Marks[min(from, len(sp.Marks)):] {
+			n += tokens.MessageFraming
+			msgs, err := decode(sp.Body[m.Start:m.End])
+			if err != nil {
+				continue // the scan read it; a codec it does not suit counts nothing
+			}
+			for _, dm := range msgs {
+				n += policy.TextTokens(dm.Parts, counter)
+			}
+		}
+		return n
+	}
+}
+
+// estimateOf estimates the text of messages[from:] from their bytes, the
+// inline image data left out, at four characters a token.
+func estimateOf(sp *wire.Spliced) func(int) int {
+	return func(from int) int {
+		if from >= len(sp.Marks) {
+			return 0
+		}
+		n := sp.Marks[len(sp.Marks)-1].End - sp.Marks[from].Start
+		for _, sl := range sp.Slots[sp.Marks[from].Slots:] {
+			n -= sl.Data.End - sl.Data.Start
+		}
+		return n/tokens.CharsPerToken + tokens.MessageFraming*(len(sp.Marks)-from)
+	}
+}
+
+// slotsBefore is how many of sp's slots lie in its first n messages.
+func slotsBefore(sp *wire.Spliced, n int) int {
+	if n < len(sp.Marks) {
+		return sp.Marks[n].Slots
+	}
+	return len(sp.Slots)
+}
+
+// ingestSlots reads every image and document of the request — a re-sent
+// one only recognised, a new one decoded and checked, in parallel (that
+// work is CPU-bound and independent per image) — and, once every one is
+// accepted, stores the new ones by ref: a refused request stores nothing.
+// It returns the view with each slot filled in, for each slot whether its
+// bytes can go upstream as they came (inline standard base64), and each
+// slot's span key (nil where it has none) for the conversation's next
+// request.
+func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey, counts *ProxyCounts) ([]chat.Message, []bool, []*spanKey, error) {
+	read := make([]lifted, len(sp.Slots))
+	errs := make([]error, len(sp.Slots))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, slot := range sp.Slots {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			var key *spanKey
+			if i < len(keys) {
+				key = keys[i]
+			}
+			read[i], errs[i] = e.readSlot(ctx, tenant, sp.Body, slot, key)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, nil, err
+	}
+	msgs := chat.CloneMessages(sp.Messages)
+	// Images first, origins after: whether a user message only carries a
+	// tool's images depends on all of its parts.
+	var toolEcho []int
+	asIs := make([]bool, len(sp.Slots))
+	found := make([]*spanKey, len(sp.Slots))
+	for i, slot := range sp.Slots {
+		in := read[i].in
+		stored, err := e.commit(ctx, tenant, read[i])
+		switch {
+		case err != nil:
+			if slot.Pos.Nested < 0 || slot.Kind != "image" || !read[i].canonical {
+				return nil, nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
+			}
+			// Seed keep-turn-images, "rangement refusé": a tool image the
+			// store refuses goes on as it came, ephemeral (relaying it
+			// finds it unstored and stops keeping for the turn).
+			e.log().Warn("the image store refused a tool image: it is sent as it came, this turn only", "err", err)
+		case stored:
+			counts.Stored++
+			counts.StoredBytes += in.Bytes
+		case slot.Via == "base64":
+			counts.Deduplicated++ // re-sent: recognised, not stored again
+		}
+		asIs[i], found[i] = read[i].canonical, read[i].key
+		if slot.Kind == "document" {
+			wire.Put(msgs, slot.Pos, chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages})
+			continue
+		}
+		origin := chat.FromUser
+		if slot.Pos.Nested >= 0 || msgs[slot.Pos.Msg].Role == chat.Tool {
+			// Inside a tool result, or beside one in the tools' answer
+			// (gemini-cli puts a screenshot next to its functionResponse).
+			origin = chat.FromTool
+		} else {
+			toolEcho = append(toolEcho, i)
+		}
+		wire.Put(msgs, slot.Pos, chat.Image{Ref: in.Ref, MediaType: in.MediaType, Bytes: in.Bytes, Width: in.Width, Height: in.Height,
+			Detail: slot.Detail, Origin: origin})
+	}
+	for _, i := range toolEcho {
+		if at := sp.Slots[i].Pos; chat.RelaysTool(msgs, at.Msg) {
+			img := wire.At(msgs, at).(chat.Image)
+			img.Origin = chat.FromTool
+			wire.Put(msgs, at, img)
+		}
+	}
+	return msgs, asIs, found, nil
+}
+
+// readSlot reads one slot: inline base64, or a ref or URL resolved (refs
+// tenant-checked, URLs through the SSRF guard).
+func (e *Engine) readSlot(ctx context.Context, tenant string, body []byte, slot wire.Slot, key *spanKey) (lifted, error) {
+	var l lifted
+	var err error
+	if slot.Via == "base64" {
+		l, err = e.liftBase64(ctx, tenant, slot.Data.Of(body), slot.MediaType, key)
+	} else {
+		l.data, l.in, err = e.Resolve(ctx, tenant, slot.URL)
+	}
+	if err != nil {
+		return lifted{}, err
+	}
+	if slot.Kind == "image" && l.in.Kind != media.KindImage {
+		return lifted{}, reason.New(reason.Invalid, l.in.MediaType+" sent as an image")
+	}
+	return l, nil
+}
+
+// splice writes the request for the upstream: each slot as the policies
+// left it (unchanged inline data as it came; a ref expanded; a shrunk copy
+// with its resize note; a marker as text), plus edits at the top level.
+func (e *Engine) splice(ctx context.Context, tenant string, d *wire.Dialect, sp *wire.Spliced, asIs []bool, in, out []chat.Message, edits []wire.Edit) (wire.Body, error) {
+	edits = append([]wire.Edit(nil), edits...)
+	src := e.ImageSource(ctx, tenant)
+	source := func(slot wire.Slot, mediaType, b64 string) wire.Edit {
+		return wire.Edit{Start: slot.Source.Start, End: slot.Source.End, Write: func(w *wire.BodyWriter) { d.WriteSource(w, mediaType, b64) }}
+	}
+	for i, slot := range sp.Slots {
+		before, after := wire.At(in, slot.Pos), wire.At(out, slot.Pos)
+		switch p := after.(type) {
+		case chat.Image:
+			was, _ := before.(chat.Image)
+			if p.Ref == was.Ref && asIs[i] {
+				continue // sent as it came
+			}
+			mt, b64, _, err := src(p)
+			if err != nil {
+				return wire.Body{}, err
+			}
+			edits = append(edits, source(slot, mt, b64))
+			if p.Ref != was.Ref && was.Width > 0 {
+				note := policy.ResizeNote(was.Width, was.Height, p.Width, p.Height)
+				edits = append(edits, wire.Edit{Start: slot.Part.End, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
+					w.WriteByte(',')
+					d.WriteText(w, note, nil)
+				}})
+			}
+		case chat.Document:
+			if asIs[i] {
+				continue
+			}
+			b64, err := e.Base64(ctx, tenant, p.Ref)
+			if err != nil {
+				return wire.Body{}, err
+			}
+			edits = append(edits, source(slot, p.MediaType, b64))
+		case chat.Marker:
+			text, cache := p.String(), slot.Cache.Of(sp.Body)
+			edits = append(edits, wire.Edit{Start: slot.Part.Start, End: slot.Part.End, Write: func(w *wire.BodyWriter) {
+				d.WriteText(w, text, cache)
+			}})
+		default:
+			return wire.Body{}, errors.New("splice: a managed part changed kind")
+		}
+	}
+	return wire.Splice(sp.Body, edits)
+}

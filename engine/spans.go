@@ -1,0 +1,244 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"hash/maphash"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/media"
+	"github.com/imgctx/imgctx/wire"
+)
+
+// spanCache is what the engine remembers of the proxied requests it read:
+// each inline base64 span by a hash of its text (agents re-send the same
+// image on every request, and hashing its text is cheaper than decoding,
+// hashing and storing it again), and each conversation's last scan.
+type spanCache struct {
+	seed    maphash.Seed
+	mu      sync.Mutex
+	spans   map[spanKey]seenSpan
+	resumes map[resumeKey]resumed
+}
+
+func newSpanCache() *spanCache {
+	return &spanCache{seed: maphash.MakeSeed(), spans: map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}}
+}
+
+// lifted is an image or document read from a request, checked, and not
+// stored yet: a request's media are stored only once all are accepted.
+type lifted struct {
+	in        media.Info
+	canonical bool   // the text is the standard encoding: it can go upstream as it came
+	data      []byte // the decoded bytes to store; nil when stored already
+	text      []byte // the base64 text, escapes undone (primes the encoding cache)
+	key       *spanKey
+}
+
+// liftBase64 reads one inline base64 image or document: recognised by its
+// span key when seen before, else decoded straight from the body — no copy
+// of megabytes of text — and checked. Other forms than the standard
+// encoding (URL-safe, unpadded, wrapped) are not canonical and go upstream
+// re-encoded.
+//
+// b64 is a JSON string's contents as they stand in the body: JSON escapes
+// ("\/") are undone only if decoding needs it. key, when not nil, is its
+// span key computed already.
+func (e *Engine) liftBase64(ctx context.Context, tenant string, b64 []byte, declared string, key *spanKey) (lifted, error) {
+	e.once.Do(e.init)
+	if key == nil {
+		k := e.spans.keyOf(tenant, b64)
+		key = &k
+	}
+	if seen, ok := e.seenSpan(ctx, *key); ok {
+		return lifted{in: seen.info, canonical: seen.canonical, key: key}, nil
+	}
+	text := b64
+	data, canonical, err := media.DecodeBase64Bytes(text)
+	if err != nil && bytes.IndexByte(b64, '\\') >= 0 {
+		var unescaped string
+		if json.Unmarshal(append(append([]byte{'"'}, b64...), '"'), &unescaped) == nil {
+			text = []byte(unescaped)
+			data, canonical, err = media.DecodeBase64Bytes(text)
+		}
+	}
+	if err != nil {
+		return lifted{}, err
+	}
+	in, err := e.Check(data, declared)
+	if err != nil {
+		return lifted{}, err
+	}
+	return lifted{in: in, canonical: canonical, data: data, text: text, key: key}, nil
+}
+
+// commit stores what a request lifted, once all of it was accepted, and
+// remembers the spans for the next request. It reports whether it stored
+// anything.
+func (e *Engine) commit(ctx context.Context, tenant string, l lifted) (bool, error) {
+	if l.data == nil {
+		return false, nil
+	}
+	if err := e.Put(ctx, tenant, l.in, l.data); err != nil {
+		return false, err
+	}
+	if l.key == nil {
+		return true, nil // a URL's image: no span to remember
+	}
+	if l.canonical {
+		e.PrimeBase64(l.in.Ref, string(l.text))
+	}
+	e.spans.remember(*l.key, seenSpan{ref: l.in.Ref, canonical: l.canonical, info: l.in, touched: time.Now()})
+	return true, nil
+}
+
+// seenSpan is what a base64 text seen before turned out to be, and when
+// its blob was last touched in the store.
+type seenSpan struct {
+	ref       blob.Ref
+	canonical bool
+	info      media.Info
+	touched   time.Time
+}
+
+// touchEvery is how often a re-sent image refreshes its blob's date (and
+// so checks the blob is still there): an agent re-sends each screenshot on
+// every request, and the store's GC counts in days.
+const touchEvery = time.Minute
+
+// spanKey names a base64 span cheaply. The key holds the tenant and the
+// length; a hit is only used after Touch finds the blob in that tenant's
+// store, so a collision can never reach another tenant's image.
+type spanKey struct {
+	tenant string
+	n      int
+	h      uint64
+}
+
+func (c *spanCache) keyOf(tenant string, b64 []byte) spanKey {
+	return spanKey{tenant, len(b64), maphash.Bytes(c.seed, b64)}
+}
+
+func (e *Engine) seenSpan(ctx context.Context, key spanKey) (seenSpan, bool) {
+	c := e.spans
+	c.mu.Lock()
+	seen, ok := c.spans[key]
+	c.mu.Unlock()
+	if !ok {
+		return seenSpan{}, false
+	}
+	if time.Since(seen.touched) < touchEvery {
+		return seen, true
+	}
+	if e.Images.Touch(ctx, key.tenant, seen.ref) != nil {
+		return seenSpan{}, false // gone from the store: store it anew
+	}
+	seen.touched = time.Now()
+	c.mu.Lock()
+	c.spans[key] = seen
+	c.mu.Unlock()
+	return seen, true
+}
+
+func (c *spanCache) remember(key spanKey, seen seenSpan) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.spans) >= 50_000 {
+		clear(c.spans) // bounded: start over rather than grow
+	}
+	c.spans[key] = seen
+}
+
+// hashAhead names each inline base64 span by its hash while the scan goes
+// on (a re-sent image is then recognised at once): it returns the hook for
+// the scan and a wait that gives the keys of the slots the scan kept, in
+// their order (nil where a slot is not inline). A scanner may drop a slot
+// it reported (a block type found to be the provider's), so keys are
+// matched to slots by where their data starts. Nothing is decoded or
+// stored before the scan succeeds.
+func (c *spanCache) hashAhead(tenant string, body []byte) (func(wire.Slot), func([]wire.Slot) []*spanKey) {
+	keys := map[int]*spanKey{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	found := func(sl wire.Slot) {
+		data := sl.Data.Of(body)
+		if sl.Via != "base64" || len(data) < 4096 {
+			return
+		}
+		k := new(spanKey)
+		keys[sl.Data.Start] = k
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			*k = c.keyOf(tenant, data)
+		})
+	}
+	return found, func(slots []wire.Slot) []*spanKey {
+		wg.Wait()
+		out := make([]*spanKey, len(slots))
+		for i, sl := range slots {
+			if sl.Via == "base64" {
+				out[i] = keys[sl.Data.Start]
+			}
+		}
+		return out
+	}
+}
+
+// resumed is what the engine keeps of a conversation's last request: its
+// scan (wire.Resume) and the span key of each of its slots, so the next
+// request — the same history with a few messages more — is read from where
+// they part and its re-sent images are not hashed again.
+type resumed struct {
+	res  *wire.Resume
+	keys []*spanKey
+}
+
+// resumeKey names a conversation cheaply: the tenant, the wire, the
+// agent's own conversation headers when it sends them, and the first
+// kilobytes of the body (model, system prompt, first messages). Two
+// conversations that share a key only evict each other's entry: a resumed
+// scan checks every byte it takes over.
+type resumeKey struct {
+	tenant string
+	h      uint64
+}
+
+// conversationHeaders are the headers agents name their conversations by.
+var conversationHeaders = []string{"X-Imgctx-Session", "X-Claude-Code-Session-Id", "Session-Id"}
+
+func (c *spanCache) resumeKeyOf(tenant, wireName string, h http.Header, body []byte) resumeKey {
+	var mh maphash.Hash
+	mh.SetSeed(c.seed)
+	mh.WriteString(wireName)
+	for _, k := range conversationHeaders {
+		mh.WriteString(h.Get(k))
+		mh.WriteByte(0)
+	}
+	mh.Write(body[:min(len(body), 4096)])
+	return resumeKey{tenant, mh.Sum64()}
+}
+
+// maxResumes bounds the conversations remembered; past it the engine
+// starts over (an entry holds a view of a request, not its bytes).
+const maxResumes = 256
+
+func (c *spanCache) resumeFor(k resumeKey) resumed {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resumes[k]
+}
+
+func (c *spanCache) keepResume(k resumeKey, r resumed) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.resumes) >= maxResumes {
+		clear(c.resumes)
+	}
+	c.resumes[k] = r
+}

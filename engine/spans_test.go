@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/session"
+)
+
+func spanEngine(t *testing.T) (*Engine, *imagestore.Mem) {
+	images := &imagestore.Mem{}
+	return &Engine{Images: imagestore.Verified{Store: images}, Sessions: &session.Mem{}}, images
+}
+
+// A span seen before is not decoded or stored again; if its blob has gone
+// (gc), or another tenant sends the same text, it is stored anew.
+func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
+	e, images := spanEngine(t)
+	_, b64, _ := strings.Cut(screenshot(64, 48, 1), ",")
+	stores := 0
+	lift := func(tenant string) blob.Ref {
+		l, err := e.liftBase64(t.Context(), tenant, []byte(b64), "image/png", nil)
+		var stored bool
+		if err == nil {
+			stored, err = e.commit(t.Context(), tenant, l)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored {
+			stores++
+		}
+		return l.in.Ref
+	}
+	first := lift("default")
+	if _, ok := e.seenSpan(t.Context(), e.spans.keyOf("default", []byte(b64))); !ok {
+		t.Fatal("the span was not remembered")
+	}
+	if lift("default") != first || stores != 1 {
+		t.Fatalf("a repeat gave another ref or was stored again (%d stores)", stores)
+	}
+	// Deleted behind its back: once the span is due for its touch (every
+	// minute), the next request finds the blob gone and stores it again.
+	images.Delete(t.Context(), "default", first)
+	e.spans.mu.Lock()
+	for k, v := range e.spans.spans {
+		v.touched = time.Now().Add(-touchEvery)
+		e.spans.spans[k] = v
+	}
+	e.spans.mu.Unlock()
+	if lift("default") != first || stores != 2 {
+		t.Fatalf("a span whose blob was deleted was not stored again (%d stores)", stores)
+	}
+	// Another tenant: its own copy, never the first tenant's.
+	lift("other")
+	if stores != 3 {
+		t.Fatal("another tenant reused a span remembered for someone else")
+	}
+	if _, err := images.Get(t.Context(), "other", first); err != nil {
+		t.Fatalf("the other tenant's copy is not in its store: %v", err)
+	}
+}
+
+// The base64 a client sent is what the upstream gets for its ref: it primes
+// the encoding cache instead of being encoded again from the stored bytes.
+func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
+	e, images := spanEngine(t)
+	_, b64, _ := strings.Cut(screenshot(64, 48, 2), ",")
+	l, err := e.liftBase64(t.Context(), "default", []byte(b64), "image/png", nil)
+	if err == nil {
+		_, err = e.commit(t.Context(), "default", l)
+	}
+	if err != nil || !l.canonical {
+		t.Fatalf("canonical %v, err %v", l.canonical, err)
+	}
+	images.Delete(t.Context(), "default", l.in.Ref) // only the primed encoding can answer now
+	got, err := e.Base64(t.Context(), "default", l.in.Ref)
+	if err != nil || got != b64 {
+		t.Fatalf("the lifted span did not prime the encoding: %v", err)
+	}
+}
