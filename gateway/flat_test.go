@@ -19,8 +19,6 @@ import (
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire/wiretest"
-	oai "github.com/openai/openai-go/v3"
-	ooption "github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -295,20 +293,6 @@ func TestFlatOllamaForAnAnthropicClient(t *testing.T) {
 	prompt, images, _ := r.up.last()
 	if len(images) != 2 || images[0] != b || images[1] != a || !strings.HasPrefix(prompt, "System: You see images.") {
 		t.Fatalf("%d images; prompt %q", len(images), prompt)
-	}
-}
-
-// The official openai-go client on a llama.cpp backend.
-func TestFlatWithTheOpenAISDK(t *testing.T) {
-	r := newFlatRig(t, upstream.LlamaCpp, nil, nil)
-	client := oai.NewClient(ooption.WithBaseURL(r.url+"/v1"), ooption.WithAPIKey("x"), ooption.WithMaxRetries(0))
-	res, err := client.Chat.Completions.New(t.Context(), oai.ChatCompletionNewParams{Model: "agent-1",
-		Messages: []oai.ChatCompletionMessageParamUnion{imageMessage("What is on screen?", "data:image/png;base64,"+r.shot(1))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, images, _ := r.up.last(); res.Choices[0].Message.Content != "Done." || len(images) != 1 || res.Usage.CompletionTokens != 3 {
-		t.Fatalf("%+v", res)
 	}
 }
 
