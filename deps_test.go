@@ -14,7 +14,7 @@ import (
 
 const module = "github.com/imgctx/imgctx/"
 
-// allowed is the import table of DESIGN.md: for each package, the packages
+// allowed is the import table of docs/design.md "Packages": for each package, the packages
 // of this module it may import. Storage and media never import chat; the
 // conversation model imports no I/O package of ours. A new package must be
 // added here deliberately.
@@ -177,6 +177,48 @@ func TestNoFormatSwitchOutsideWire(t *testing.T) {
 			}
 			return true
 		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The official SDKs are test clients only, and only under the sdk build
+// tag: compiling them is the bulk of a cold `go test ./...`, so the
+// README's test command leaves them out and .ci/run runs them apart
+// (go test -tags sdk -run SDK ./gateway). Each of their tests says SDK in
+// its name, so that run finds every one.
+func TestSDKTestsAreTaggedAndNamed(t *testing.T) {
+	sdks := []string{"github.com/openai/openai-go", "github.com/anthropics/anthropic-sdk-go"}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		uses := false
+		for _, imp := range f.Imports {
+			for _, sdk := range sdks {
+				uses = uses || strings.HasPrefix(strings.Trim(imp.Path.Value, `"`), sdk)
+			}
+		}
+		if !uses {
+			return nil
+		}
+		tagged := len(f.Comments) > 0 && f.Comments[0].Pos() < f.Package &&
+			strings.HasPrefix(f.Comments[0].List[0].Text, "//go:build sdk")
+		if !strings.HasSuffix(path, "_test.go") || !tagged {
+			t.Errorf("%s imports an SDK: only a _test.go file under //go:build sdk may", path)
+		}
+		for _, decl := range f.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Test") && !strings.Contains(fn.Name.Name, "SDK") {
+				t.Errorf("%s: %s runs under the sdk tag but has no SDK in its name: .ci/run would not run it", path, fn.Name.Name)
+			}
+		}
 		return nil
 	})
 	if err != nil {

@@ -29,10 +29,6 @@ func Of(data []byte) Ref {
 	return Ref{digest: sha256.Sum256(data), valid: true}
 }
 
-// FromDigest returns the Ref of a SHA-256 digest computed elsewhere
-// (for example while streaming).
-func FromDigest(d [sha256.Size]byte) Ref { return Ref{digest: d, valid: true} }
-
 // Parse reads the string form "sha256-<64 lowercase hex>".
 func Parse(s string) (Ref, error) {
 	rest, ok := strings.CutPrefix(s, Prefix)
@@ -58,15 +54,6 @@ func Parse(s string) (Ref, error) {
 	}
 	r.valid = true
 	return r, nil
-}
-
-// MustParse is Parse for constants in tests and tables; it panics on error.
-func MustParse(s string) Ref {
-	r, err := Parse(s)
-	if err != nil {
-		panic(err)
-	}
-	return r
 }
 
 // Valid reports whether r names a digest (the zero Ref does not).

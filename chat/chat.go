@@ -1,5 +1,5 @@
 // Package chat is imgctx's conversation model: plain data with no I/O and no
-// provider types. A Conversation is an ordered list of Messages; a Message is
+// provider types. A conversation is an ordered list of Messages; a Message is
 // a role and a closed set of Parts. History holds images by reference
 // (blob.Ref), never their bytes.
 package chat
@@ -38,7 +38,7 @@ const (
 	FromTool Origin = "tool"
 )
 
-// Keep is the keep state of a tool image (DESIGN.md "Keep state").
+// Keep is the keep state of a tool image (docs/design.md "Keep state").
 // The zero value means the image is not under keep management (user images).
 type Keep string
 
@@ -48,13 +48,6 @@ const (
 	Kept      Keep = "kept"      // measured cost known, stays in history
 	Removed   Keep = "removed"   // replaced by a Marker
 )
-
-// Conversation is an ordered list of messages with its settings.
-type Conversation struct {
-	Thread   Thread
-	Settings Settings
-	Messages []Message
-}
 
 // Settings are per-conversation switches.
 type Settings struct {
@@ -239,12 +232,6 @@ func (m Marker) String() string {
 		s += " (" + m.Reason + ")"
 	}
 	return s + "]"
-}
-
-// Clone returns a deep copy of the conversation: no slice is shared.
-func (c Conversation) Clone() Conversation {
-	c.Messages = CloneMessages(c.Messages)
-	return c
 }
 
 // CloneMessages returns a deep copy of msgs.

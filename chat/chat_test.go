@@ -18,33 +18,29 @@ var update = flag.Bool("update", false, "rewrite golden files")
 
 // sample has every part kind, nested media in a tool result, and every
 // optional field set somewhere.
-func sample() Conversation {
+func sample() []Message {
 	shot := blob.Of([]byte("screenshot"))
 	pdf := blob.Of([]byte("%PDF-1.7"))
-	return Conversation{
-		Thread:   Main,
-		Settings: Settings{Model: "claude-sonnet-4-6", KeepTurnImages: true},
-		Messages: []Message{
-			{Role: System, Parts: []Part{Text{Text: "You are helpful."}}, Extra: map[string]json.RawMessage{"name": json.RawMessage(`"planner"`)}},
-			{Role: User, Parts: []Part{
-				Text{Text: "What is on screen?", Extra: `{"cache_control":{"type":"ephemeral"}}`},
-				Image{Ref: shot, MediaType: "image/png", Bytes: 10, Width: 1920, Height: 1080, Detail: "high", Origin: FromUser, Caption: "desktop"},
-				Image{URL: "https://example.com/a.jpg", Origin: FromUser},
-				Document{Ref: pdf, MediaType: "application/pdf", Name: "spec.pdf", Text: "page one"},
-			}},
-			{Role: Assistant, Parts: []Part{ToolCall{ID: "call_1", Name: "screenshot", Arguments: `{"window":"main"}`}}},
-			{Role: Tool, Parts: []Part{ToolResult{CallID: "call_1", Name: "screenshot", IsError: true, Parts: []Part{
-				Text{Text: "captured"},
-				Image{Ref: shot, MediaType: "image/png", Origin: FromTool, Keep: Kept, Cost: 1560},
-			}}}},
-			{Role: User, Parts: []Part{
-				Summary{Text: "Earlier: the user shared a screenshot.", From: 1, To: 4},
-				Marker{Of: "image", MediaType: "image/png", Ref: shot, Caption: "desktop", Reason: "key_off"},
-			}},
-			{Role: Assistant, Wire: "anthropic", Parts: []Part{
-				Opaque{Wire: "anthropic", Raw: `{"type":"thinking","thinking":"Let me look.","signature":"EqQBCkYIBx"}`},
-			}},
-		},
+	return []Message{
+		{Role: System, Parts: []Part{Text{Text: "You are helpful."}}, Extra: map[string]json.RawMessage{"name": json.RawMessage(`"planner"`)}},
+		{Role: User, Parts: []Part{
+			Text{Text: "What is on screen?", Extra: `{"cache_control":{"type":"ephemeral"}}`},
+			Image{Ref: shot, MediaType: "image/png", Bytes: 10, Width: 1920, Height: 1080, Detail: "high", Origin: FromUser, Caption: "desktop"},
+			Image{URL: "https://example.com/a.jpg", Origin: FromUser},
+			Document{Ref: pdf, MediaType: "application/pdf", Name: "spec.pdf", Text: "page one"},
+		}},
+		{Role: Assistant, Parts: []Part{ToolCall{ID: "call_1", Name: "screenshot", Arguments: `{"window":"main"}`}}},
+		{Role: Tool, Parts: []Part{ToolResult{CallID: "call_1", Name: "screenshot", IsError: true, Parts: []Part{
+			Text{Text: "captured"},
+			Image{Ref: shot, MediaType: "image/png", Origin: FromTool, Keep: Kept, Cost: 1560},
+		}}}},
+		{Role: User, Parts: []Part{
+			Summary{Text: "Earlier: the user shared a screenshot.", From: 1, To: 4},
+			Marker{Of: "image", MediaType: "image/png", Ref: shot, Caption: "desktop", Reason: "key_off"},
+		}},
+		{Role: Assistant, Wire: "anthropic", Parts: []Part{
+			Opaque{Wire: "anthropic", Raw: `{"type":"thinking","thinking":"Let me look.","signature":"EqQBCkYIBx"}`},
+		}},
 	}
 }
 
@@ -53,7 +49,7 @@ func TestGoldenEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "conversation.golden.json")
+	golden := filepath.Join("testdata", "messages.golden.json")
 	if *update {
 		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
 			t.Fatal(err)
@@ -66,7 +62,7 @@ func TestGoldenEncoding(t *testing.T) {
 	if !bytes.Equal(append(got, '\n'), want) {
 		t.Fatalf("encoding changed; got:\n%s\nwant:\n%s", got, want)
 	}
-	var back Conversation
+	var back []Message
 	if err := json.Unmarshal(want, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -77,18 +73,16 @@ func TestGoldenEncoding(t *testing.T) {
 
 func TestDecodeRefusals(t *testing.T) {
 	cases := map[string]string{
-		"unknown part":     `{"version":1,"messages":[{"role":"user","parts":[{"type":"video"}]}]}`,
-		"unknown role":     `{"version":1,"messages":[{"role":"robot","parts":[]}]}`,
-		"newer version":    `{"version":99,"messages":[]}`,
-		"missing version":  `{"messages":[]}`,
-		"bad ref":          `{"version":1,"messages":[{"role":"user","parts":[{"type":"image","ref":"sha256-zz"}]}]}`,
-		"nested result":    `{"version":1,"messages":[{"role":"tool","parts":[{"type":"tool_result","parts":[{"type":"tool_result"}]}]}]}`,
-		"not json":         `{"version":1,`,
-		"messages not arr": `{"version":1,"messages":{}}`,
+		"unknown part":  `{"role":"user","parts":[{"type":"video"}]}`,
+		"unknown role":  `{"role":"robot","parts":[]}`,
+		"bad ref":       `{"role":"user","parts":[{"type":"image","ref":"sha256-zz"}]}`,
+		"nested result": `{"role":"tool","parts":[{"type":"tool_result","parts":[{"type":"tool_result"}]}]}`,
+		"not json":      `{"role":"user",`,
+		"parts not arr": `{"role":"user","parts":{}}`,
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
-			var c Conversation
+			var c Message
 			if err := json.Unmarshal([]byte(in), &c); err == nil {
 				t.Fatalf("decoded %s without error: %#v", in, c)
 			}
@@ -98,23 +92,23 @@ func TestDecodeRefusals(t *testing.T) {
 
 func TestCloneSharesNothing(t *testing.T) {
 	orig := sample()
-	cp := orig.Clone()
+	cp := CloneMessages(orig)
 	if !reflect.DeepEqual(orig, cp) {
 		t.Fatal("clone differs from original")
 	}
 	// Mutate every level of the copy; the original must not change.
-	cp.Messages[1].Parts[0] = Text{Text: "changed"}
-	tr := cp.Messages[3].Parts[0].(ToolResult)
+	cp[1].Parts[0] = Text{Text: "changed"}
+	tr := cp[3].Parts[0].(ToolResult)
 	tr.Parts[1] = Marker{Of: "image", Reason: "budget"}
-	cp.Messages[0].Extra["name"][1] = 'X'
-	cp.Messages = append(cp.Messages[:1], cp.Messages[2:]...)
+	cp[0].Extra["name"][1] = 'X'
+	cp[2] = Message{Role: User}
 	if !reflect.DeepEqual(orig, sample()) {
 		t.Fatal("mutating the clone changed the original")
 	}
 }
 
 func TestWalkVisitsNestedInOrderAndStops(t *testing.T) {
-	msgs := sample().Messages
+	msgs := sample()
 	var kinds []string
 	Walk(msgs[3].Parts, func(p Part, depth int) bool {
 		kinds = append(kinds, p.Kind()+":"+string(rune('0'+depth)))
@@ -162,7 +156,7 @@ func TestRoundTripProperty(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var back Conversation
+		var back []Message
 		if err := json.Unmarshal(b, &back); err != nil {
 			t.Fatal(err)
 		}
@@ -210,15 +204,15 @@ func genPart(t *rapid.T, nested bool) Part {
 	}
 }
 
-func genConversation(t *rapid.T) Conversation {
-	c := Conversation{Thread: rapid.SampledFrom([]Thread{"", Main, Sub}).Draw(t, "thread")}
+func genConversation(t *rapid.T) []Message {
+	var c []Message
 	for i := rapid.IntRange(0, 4).Draw(t, "nmsgs"); i > 0; i-- {
 		m := Message{Role: rapid.SampledFrom([]Role{System, User, Assistant, Tool}).Draw(t, "role"),
 			Wire: rapid.SampledFrom([]string{"", "openai"}).Draw(t, "wire")}
 		for j := rapid.IntRange(0, 4).Draw(t, "nparts"); j > 0; j-- {
 			m.Parts = append(m.Parts, genPart(t, false))
 		}
-		c.Messages = append(c.Messages, m)
+		c = append(c, m)
 	}
 	return c
 }

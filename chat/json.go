@@ -7,10 +7,6 @@ import (
 	"github.com/imgctx/imgctx/blob"
 )
 
-// Version is the version of the JSON encoding written by MarshalJSON.
-// docs/format.md describes it; a reader refuses a newer version.
-const Version = 1
-
 // partJSON is the union of every part's fields; "type" says which part it is.
 // Zero fields are omitted, so decoding restores them as zero: the encoding
 // round-trips exactly.
@@ -50,18 +46,6 @@ type messageJSON struct {
 	Parts []partJSON                 `json:"parts"`
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
 	Wire  string                     `json:"wire,omitempty"`
-}
-
-type conversationJSON struct {
-	Version  int           `json:"version"`
-	Thread   Thread        `json:"thread,omitempty"`
-	Settings settingsJSON  `json:"settings"`
-	Messages []messageJSON `json:"messages"`
-}
-
-type settingsJSON struct {
-	Model          string `json:"model,omitempty"`
-	KeepTurnImages bool   `json:"keep_turn_images,omitempty"`
 }
 
 func encodeParts(ps []Part) []partJSON {
@@ -158,49 +142,5 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*m = Message{Role: j.Role, Parts: parts, Extra: j.Extra, Wire: j.Wire}
-	return nil
-}
-
-// MarshalJSON encodes the conversation with the encoding's version.
-func (c Conversation) MarshalJSON() ([]byte, error) {
-	msgs := make([]messageJSON, len(c.Messages))
-	for i, m := range c.Messages {
-		msgs[i] = messageJSON{Role: m.Role, Parts: encodeParts(m.Parts), Extra: m.Extra, Wire: m.Wire}
-	}
-	return json.Marshal(conversationJSON{
-		Version:  Version,
-		Thread:   c.Thread,
-		Settings: settingsJSON{Model: c.Settings.Model, KeepTurnImages: c.Settings.KeepTurnImages},
-		Messages: msgs,
-	})
-}
-
-// UnmarshalJSON decodes a conversation, refusing an unknown version.
-func (c *Conversation) UnmarshalJSON(b []byte) error {
-	var j struct {
-		Version  int               `json:"version"`
-		Thread   Thread            `json:"thread"`
-		Settings settingsJSON      `json:"settings"`
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	if j.Version < 1 || j.Version > Version {
-		return fmt.Errorf("conversation encoding version %d not supported (this build reads 1..%d)", j.Version, Version)
-	}
-	out := Conversation{
-		Thread:   j.Thread,
-		Settings: Settings{Model: j.Settings.Model, KeepTurnImages: j.Settings.KeepTurnImages},
-	}
-	if len(j.Messages) > 0 {
-		out.Messages = make([]Message, len(j.Messages))
-	}
-	for i, raw := range j.Messages {
-		if err := out.Messages[i].UnmarshalJSON(raw); err != nil {
-			return fmt.Errorf("message %d: %w", i, err)
-		}
-	}
-	*c = out
 	return nil
 }

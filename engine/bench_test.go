@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"testing"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/imagestore"
 )
 
@@ -13,10 +14,12 @@ import (
 // cold (read from the verified store, encoded) and hot (from the LRU).
 func BenchmarkExpandRef(b *testing.B) {
 	ctx := context.Background()
-	store, _, _ := imagestore.Open(b.TempDir(), nil)
+	fsys, _ := imagestore.NewFS(b.TempDir())
+	store := imagestore.Verified{Store: fsys}
 	data := make([]byte, 1<<20)
 	rand.Read(data)
-	ref, _ := imagestore.Put(ctx, store, "t", data)
+	ref := blob.Of(data)
+	imagestore.PutComputed(ctx, store, "t", ref, data)
 	b.Run("cold", func(b *testing.B) {
 		b.SetBytes(1 << 20)
 		for b.Loop() {

@@ -1,11 +1,15 @@
-// Package engine runs the turn loop of a stateful session: it ingests the
-// client's new messages (images stored once by ref, within limits), applies
-// the policies (turn start, keep images at their measured cost,
-// images-first eviction, the reactive net on prompt-too-long and cut
-// completions, compaction with a slimmed side query, microcompaction when
-// idle, provider rules), talks to the upstream in its own wire format,
-// measures what came back, and persists everything so a restarted process
-// resumes exactly. Every decision is an Event, handed to a sink.
+// Package engine decides what of a conversation's images goes to the
+// model. It serves two paths. Call runs the turn loop of a stateful
+// session: it ingests the client's new messages (images stored once by
+// ref, within limits), applies the policies (turn start, keep images at
+// their measured cost, images-first eviction, the reactive net on
+// prompt-too-long and cut completions, compaction with a slimmed side
+// query, microcompaction when idle, provider rules), talks to the upstream
+// in its own wire format, measures what came back, and persists
+// everything so a restarted process resumes exactly. Proxy serves one
+// drop-in request whole: the body read in place, its media ingested, the
+// same turn model applied to the client's history, the body spliced and
+// sent, the answer read. Every decision is an Event, handed to a sink.
 package engine
 
 import (
@@ -306,12 +310,6 @@ func (l *sessionLocks) lock(key string) (unlock func()) {
 		}
 		l.mu.Unlock()
 	}
-}
-
-func (l *sessionLocks) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.m)
 }
 
 // NewSession creates a session for model.

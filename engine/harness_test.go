@@ -244,10 +244,11 @@ func newRig(t *testing.T, format upstream.Format, window int, replies ...reply) 
 
 // open builds an engine on r.dir: a fresh process on the same data.
 func (r *rig) open(t *testing.T) *Engine {
-	images, _, err := imagestore.Open(r.dir+"/images", nil)
+	fsys, err := imagestore.NewFS(r.dir + "/images")
 	if err != nil {
 		t.Fatal(err)
 	}
+	images := imagestore.Verified{Store: fsys}
 	sessions, err := openSessions(r.dir)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ type proxiedCache struct {
 	order *list.List               // front: most recent
 }
 
-// proxiedEntry is one conversation. mu serialises its decisions (Forward)
+// proxiedEntry is one conversation. mu serialises its decisions (decide)
 // and their recording (Close); the upstream call runs without it.
 type proxiedEntry struct {
 	tenant, key string

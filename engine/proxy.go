@@ -62,7 +62,7 @@ type Proxied struct {
 	Reply  *Reply
 	Counts ProxyCounts
 
-	fw     *Forwarded
+	fw     *proxyTurn
 	wire   *wire.Dialect
 	stream bool
 	strip  bool // the client did not ask for the usage event imgctx asked for
@@ -115,14 +115,14 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	if route.Client.Format.Flat() {
 		return e.flat(ctx, c, sp.Model, route, counts)
 	}
-	msgs, asIs, keys, err := e.ingestSlots(ctx, c.Tenant, sp, keys, &counts)
+	msgs, verbatim, keys, err := e.ingestSlots(ctx, c.Tenant, sp, keys, &counts)
 	if err != nil {
 		e.sink(Event{Kind: "refused", Reason: reason.Of(err)})
 		return nil, err
 	}
 	e.spans.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
 	profile := e.ProfileWith(sp.Model, route.Hints)
-	fw, err := e.Forward(ctx, ProxyRequest{Tenant: c.Tenant, Key: ConversationKey(c.Tenant, d.Name, c.Header, sp),
+	fw, err := e.decide(ctx, proxyRequest{Tenant: c.Tenant, Key: ConversationKey(c.Tenant, d.Name, c.Header, sp),
 		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
 	if err != nil {
@@ -145,13 +145,12 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	var rules []policy.Removal
 	var shrunk int
 	send := func() (*http.Response, error) {
-		shrinker := e.ShrinkerFor(c.Tenant)
-		out, removed, resized := policy.CheckProviderRules(ctx, fw.Messages, profile.Limits, shrinker)
-		if err := ShrinkRefusal(shrinker); err != nil {
+		out, removed, resized, err := e.meetRules(ctx, c.Tenant, fw.Messages, profile.Limits)
+		if err != nil {
 			return nil, err
 		}
 		rules, shrunk = removed, len(resized)
-		body, err := e.splice(ctx, c.Tenant, d, sp, asIs, msgs, out, edits)
+		body, err := e.splice(ctx, c.Tenant, d, sp, verbatim, msgs, out, edits)
 		if err != nil {
 			return nil, err
 		}
@@ -308,7 +307,7 @@ func (p *Proxied) countSent(rules []policy.Removal, shrunk int) {
 }
 
 // logRemovals writes one line for a request that removed images.
-func (e *Engine) logRemovals(tenant, model string, fw *Forwarded) {
+func (e *Engine) logRemovals(tenant, model string, fw *proxyTurn) {
 	by := map[reason.Code]int{}
 	first := 0
 	for _, ev := range fw.Events {
@@ -406,7 +405,7 @@ func slotsBefore(sp *wire.Spliced, n int) int {
 // slot's span key (nil where it has none) for the conversation's next
 // request.
 func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey, counts *ProxyCounts) ([]chat.Message, []bool, []*spanKey, error) {
-	read := make([]lifted, len(sp.Slots))
+	read := make([]checked, len(sp.Slots))
 	errs := make([]error, len(sp.Slots))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
@@ -429,7 +428,7 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	// Images first, origins after: whether a user message only carries a
 	// tool's images depends on all of its parts.
 	var toolEcho []int
-	asIs := make([]bool, len(sp.Slots))
+	verbatim := make([]bool, len(sp.Slots))
 	found := make([]*spanKey, len(sp.Slots))
 	for i, slot := range sp.Slots {
 		in := read[i].in
@@ -449,7 +448,7 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 		case slot.Via == "base64":
 			counts.Deduplicated++ // re-sent: recognised, not stored again
 		}
-		asIs[i], found[i] = read[i].canonical, read[i].key
+		verbatim[i], found[i] = read[i].canonical, read[i].key
 		if slot.Kind == "document" {
 			wire.Put(msgs, slot.Pos, chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages})
 			continue
@@ -472,13 +471,13 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 			wire.Put(msgs, at, img)
 		}
 	}
-	return msgs, asIs, found, nil
+	return msgs, verbatim, found, nil
 }
 
 // readSlot reads one slot: inline base64, or a ref or URL resolved (refs
 // tenant-checked, URLs through the SSRF guard).
-func (e *Engine) readSlot(ctx context.Context, tenant string, body []byte, slot wire.Slot, key *spanKey) (lifted, error) {
-	var l lifted
+func (e *Engine) readSlot(ctx context.Context, tenant string, body []byte, slot wire.Slot, key *spanKey) (checked, error) {
+	var l checked
 	var err error
 	if slot.Via == "base64" {
 		l, err = e.liftBase64(ctx, tenant, slot.Data.Of(body), slot.MediaType, key)
@@ -486,10 +485,10 @@ func (e *Engine) readSlot(ctx context.Context, tenant string, body []byte, slot 
 		l.data, l.in, err = e.Resolve(ctx, tenant, slot.URL)
 	}
 	if err != nil {
-		return lifted{}, err
+		return checked{}, err
 	}
 	if slot.Kind == "image" && l.in.Kind != media.KindImage {
-		return lifted{}, reason.New(reason.Invalid, l.in.MediaType+" sent as an image")
+		return checked{}, reason.New(reason.Invalid, l.in.MediaType+" sent as an image")
 	}
 	return l, nil
 }
@@ -497,7 +496,7 @@ func (e *Engine) readSlot(ctx context.Context, tenant string, body []byte, slot 
 // splice writes the request for the upstream: each slot as the policies
 // left it (unchanged inline data as it came; a ref expanded; a shrunk copy
 // with its resize note; a marker as text), plus edits at the top level.
-func (e *Engine) splice(ctx context.Context, tenant string, d *wire.Dialect, sp *wire.Spliced, asIs []bool, in, out []chat.Message, edits []wire.Edit) (wire.Body, error) {
+func (e *Engine) splice(ctx context.Context, tenant string, d *wire.Dialect, sp *wire.Spliced, verbatim []bool, in, out []chat.Message, edits []wire.Edit) (wire.Body, error) {
 	edits = append([]wire.Edit(nil), edits...)
 	src := e.ImageSource(ctx, tenant)
 	source := func(slot wire.Slot, mediaType, b64 string) wire.Edit {
@@ -508,7 +507,7 @@ func (e *Engine) splice(ctx context.Context, tenant string, d *wire.Dialect, sp 
 		switch p := after.(type) {
 		case chat.Image:
 			was, _ := before.(chat.Image)
-			if p.Ref == was.Ref && asIs[i] {
+			if p.Ref == was.Ref && verbatim[i] {
 				continue // sent as it came
 			}
 			mt, b64, _, err := src(p)
@@ -524,7 +523,7 @@ func (e *Engine) splice(ctx context.Context, tenant string, d *wire.Dialect, sp 
 				}})
 			}
 		case chat.Document:
-			if asIs[i] {
+			if verbatim[i] {
 				continue
 			}
 			b64, err := e.Base64(ctx, tenant, p.Ref)

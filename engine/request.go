@@ -15,6 +15,7 @@ import (
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
@@ -34,9 +35,8 @@ type response struct {
 // send checks the provider rules, encodes the live context in the
 // upstream's format, records it for measurement, and sends it.
 func (c *call) send(ctx context.Context) (*response, error) {
-	sh := c.e.ShrinkerFor(c.tenant)
-	live, removed, shrunk := policy.CheckProviderRules(ctx, c.st.Live, c.profile.Limits, sh)
-	if err := ShrinkRefusal(sh); err != nil {
+	live, removed, shrunk, err := c.e.meetRules(ctx, c.tenant, c.st.Live, c.profile.Limits)
+	if err != nil {
 		return nil, err
 	}
 	if len(removed) > 0 || len(shrunk) > 0 {
@@ -247,26 +247,24 @@ func (s summariser) ask(ctx context.Context, body []byte) (string, error) {
 	return b.String(), nil
 }
 
-// ShrinkerFor returns the policy.Shrinker that makes a tenant's images meet
-// provider limits for one request, or nil when the engine has no
-// media.Shrinker. Decoding is bounded: per request by ShrinkPixelsPerRequest
-// (past it ShrinkRefusal reports a too_large refusal), and across requests
-// by ShrinkPixelsAtOnce being decoded at a time.
-func (e *Engine) ShrinkerFor(tenant string) policy.Shrinker {
-	if e.Shrinker == nil {
-		return nil
-	}
+// meetRules makes a request meet the provider's rules
+// (policy.CheckProviderRules): what breaks one is shrunk when the engine
+// has a media.Shrinker, else removed. Decoding is bounded: per request by
+// ShrinkPixelsPerRequest (past it the request is refused too_large), and
+// across requests by ShrinkPixelsAtOnce being decoded at a time.
+func (e *Engine) meetRules(ctx context.Context, tenant string, msgs []chat.Message, lim tokens.Limits) ([]chat.Message, []policy.Removal, []policy.Shrunk, error) {
 	e.once.Do(e.init)
-	return &shrinker{e: e, tenant: tenant, left: e.shrinkPerRequest()}
-}
-
-// ShrinkRefusal is the refusal a request's shrinking ran into (its pixel
-// budget), or nil.
-func ShrinkRefusal(sh policy.Shrinker) error {
-	if s, ok := sh.(*shrinker); ok {
-		return s.refused
+	var sh *shrinker
+	var ps policy.Shrinker // nil unless there is a shrinker: a typed nil is not nil
+	if e.Shrinker != nil {
+		sh = &shrinker{e: e, tenant: tenant, left: e.shrinkPerRequest()}
+		ps = sh
 	}
-	return nil
+	out, removed, resized := policy.CheckProviderRules(ctx, msgs, lim, ps)
+	if sh != nil && sh.refused != nil {
+		return nil, nil, nil, sh.refused
+	}
+	return out, removed, resized, nil
 }
 
 func (e *Engine) shrinkPerRequest() int64 {

@@ -30,9 +30,9 @@ func newSpanCache() *spanCache {
 	return &spanCache{seed: maphash.MakeSeed(), spans: map[spanKey]seenSpan{}, resumes: map[resumeKey]resumed{}}
 }
 
-// lifted is an image or document read from a request, checked, and not
+// checked is an image or document read from a request, checked, and not
 // stored yet: a request's media are stored only once all are accepted.
-type lifted struct {
+type checked struct {
 	in        media.Info
 	canonical bool   // the text is the standard encoding: it can go upstream as it came
 	data      []byte // the decoded bytes to store; nil when stored already
@@ -49,14 +49,14 @@ type lifted struct {
 // b64 is a JSON string's contents as they stand in the body: JSON escapes
 // ("\/") are undone only if decoding needs it. key, when not nil, is its
 // span key computed already.
-func (e *Engine) liftBase64(ctx context.Context, tenant string, b64 []byte, declared string, key *spanKey) (lifted, error) {
+func (e *Engine) liftBase64(ctx context.Context, tenant string, b64 []byte, declared string, key *spanKey) (checked, error) {
 	e.once.Do(e.init)
 	if key == nil {
 		k := e.spans.keyOf(tenant, b64)
 		key = &k
 	}
 	if seen, ok := e.seenSpan(ctx, *key); ok {
-		return lifted{in: seen.info, canonical: seen.canonical, key: key}, nil
+		return checked{in: seen.info, canonical: seen.canonical, key: key}, nil
 	}
 	text := b64
 	data, canonical, err := media.DecodeBase64Bytes(text)
@@ -68,19 +68,19 @@ func (e *Engine) liftBase64(ctx context.Context, tenant string, b64 []byte, decl
 		}
 	}
 	if err != nil {
-		return lifted{}, err
+		return checked{}, err
 	}
 	in, err := e.Check(data, declared)
 	if err != nil {
-		return lifted{}, err
+		return checked{}, err
 	}
-	return lifted{in: in, canonical: canonical, data: data, text: text, key: key}, nil
+	return checked{in: in, canonical: canonical, data: data, text: text, key: key}, nil
 }
 
-// commit stores what a request lifted, once all of it was accepted, and
+// commit stores what a request checked, once all of it was accepted, and
 // remembers the spans for the next request. It reports whether it stored
 // anything.
-func (e *Engine) commit(ctx context.Context, tenant string, l lifted) (bool, error) {
+func (e *Engine) commit(ctx context.Context, tenant string, l checked) (bool, error) {
 	if l.data == nil {
 		return false, nil
 	}

@@ -79,6 +79,6 @@ func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
 	images.Delete(t.Context(), "default", l.in.Ref) // only the primed encoding can answer now
 	got, err := e.Base64(t.Context(), "default", l.in.Ref)
 	if err != nil || got != b64 {
-		t.Fatalf("the lifted span did not prime the encoding: %v", err)
+		t.Fatalf("the checked span did not prime the encoding: %v", err)
 	}
 }

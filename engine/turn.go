@@ -11,12 +11,13 @@ import (
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/wire"
 )
 
-// ProxyRequest is one request of a drop-in client: the whole history, as
-// Proxy read it. Forward decides what of its images goes upstream; Proxy
+// proxyRequest is one request of a drop-in client: the whole history, as
+// Proxy read it. decide says what of its images goes upstream; Proxy
 // writes the bytes.
-type ProxyRequest struct {
+type proxyRequest struct {
 	Tenant string
 	// Key names the conversation (ConversationKey): a hash of its identity
 	// and of its first messages, never a client's raw value.
@@ -44,11 +45,11 @@ type ProxyRequest struct {
 	Bytes int64
 }
 
-// Forwarded is a proxied request between Forward and Close: what to send,
+// proxyTurn is a proxied request between decide and Close: what to send,
 // and what was not sent. Observe the answer, Overflow on prompt-too-long,
 // and Close in every case (it persists the decisions and releases the
 // conversation).
-type Forwarded struct {
+type proxyTurn struct {
 	// Messages is what goes upstream: the view with each image not sent
 	// replaced by its marker.
 	Messages []chat.Message
@@ -60,7 +61,7 @@ type Forwarded struct {
 	Events []Event
 
 	e      *Engine
-	r      ProxyRequest
+	r      proxyRequest
 	en     *proxiedEntry
 	st     session.Proxied
 	kt     *policy.KeepTurn
@@ -89,7 +90,7 @@ func (e *Engine) cacheTTL() time.Duration {
 	return 5 * time.Minute
 }
 
-// Forward decides a proxied request with the same turn model as Call:
+// decide decides a proxied request with the same turn model as Call:
 // the turn starts at the human's last message; tool images in it are
 // relayed (trial, measured from the usage of the answer that first showed
 // them, kept within the budget or ephemeral); images of earlier turns go
@@ -101,9 +102,9 @@ func (e *Engine) cacheTTL() time.Duration {
 // calls: requests of one conversation come one at a time from an agent;
 // concurrent ones (a load test re-sending one body) are decided from the
 // same state, and the last to finish records its decisions.
-func (e *Engine) Forward(ctx context.Context, r ProxyRequest) (*Forwarded, error) {
+func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error) {
 	e.once.Do(e.init)
-	f := &Forwarded{e: e, r: r, en: e.proxied.entry(r.Tenant, r.Key)}
+	f := &proxyTurn{e: e, r: r, en: e.proxied.entry(r.Tenant, r.Key)}
 	f.en.mu.Lock()
 	defer f.en.mu.Unlock()
 	if err := f.en.load(ctx, e.Sessions); err != nil {
@@ -143,21 +144,18 @@ func (e *Engine) Forward(ctx context.Context, r ProxyRequest) (*Forwarded, error
 	return f, nil
 }
 
-// pos is where an image sits in the client's history: message, part, and
-// the part inside that tool result (-1 when not in one).
-type pos struct{ msg, part, nested int }
-
-// eachImage calls fn with every image of msgs and its place.
-func eachImage(msgs []chat.Message, fn func(pos, chat.Image)) {
+// eachImage calls fn with every image of msgs and its place (the nested
+// index -1 when it is not in a tool result).
+func eachImage(msgs []chat.Message, fn func(wire.Pos, chat.Image)) {
 	for i, m := range msgs {
 		for j, p := range m.Parts {
 			switch p := p.(type) {
 			case chat.Image:
-				fn(pos{i, j, -1}, p)
+				fn(wire.Pos{Msg: i, Part: j, Nested: -1}, p)
 			case chat.ToolResult:
 				for k, q := range p.Parts {
 					if img, ok := q.(chat.Image); ok {
-						fn(pos{i, j, k}, img)
+						fn(wire.Pos{Msg: i, Part: j, Nested: k}, img)
 					}
 				}
 			}
@@ -167,26 +165,20 @@ func eachImage(msgs []chat.Message, fn func(pos, chat.Image)) {
 
 // editImages returns msgs with fn's replacement for each image it changes;
 // msgs is never modified (messages and part slices are copied on write).
-func editImages(msgs []chat.Message, fn func(pos, chat.Image) (chat.Part, bool)) []chat.Message {
+func editImages(msgs []chat.Message, fn func(wire.Pos, chat.Image) (chat.Part, bool)) []chat.Message {
 	out := msgs
 	copied := map[int]bool{}
-	put := func(at pos, p chat.Part) {
-		if !copied[at.msg] {
+	put := func(at wire.Pos, p chat.Part) {
+		if !copied[at.Msg] {
 			if len(copied) == 0 {
 				out = append([]chat.Message(nil), msgs...)
 			}
-			copied[at.msg] = true
-			out[at.msg] = out[at.msg].Clone()
+			copied[at.Msg] = true
+			out[at.Msg] = out[at.Msg].Clone()
 		}
-		if at.nested < 0 {
-			out[at.msg].Parts[at.part] = p
-			return
-		}
-		tr := out[at.msg].Parts[at.part].(chat.ToolResult)
-		tr.Parts[at.nested] = p
-		out[at.msg].Parts[at.part] = tr
+		wire.Put(out, at, p)
 	}
-	eachImage(msgs, func(at pos, img chat.Image) {
+	eachImage(msgs, func(at wire.Pos, img chat.Image) {
 		if p, ok := fn(at, img); ok {
 			put(at, p)
 		}
@@ -221,18 +213,18 @@ func humanTurn(msgs []chat.Message) int {
 // not sent), the open turn's relays with their occurrence. A decision whose
 // place now holds another image (the client rewrote its history) is
 // dropped. Images before a provider compaction block are not sent.
-func (f *Forwarded) applyDecisions() []chat.Message {
-	decided := make(map[pos]session.Decided, len(f.st.Images))
+func (f *proxyTurn) applyDecisions() []chat.Message {
+	decided := make(map[wire.Pos]session.Decided, len(f.st.Images))
 	for _, d := range f.st.Images {
-		decided[pos{d.Msg, d.Part, d.Nested}] = d
+		decided[wire.Pos{Msg: d.Msg, Part: d.Part, Nested: d.Nested}] = d
 	}
-	return editImages(f.r.Messages, func(at pos, img chat.Image) (chat.Part, bool) {
+	return editImages(f.r.Messages, func(at wire.Pos, img chat.Image) (chat.Part, bool) {
 		d, ok := decided[at]
 		if ok && d.Ref != img.Ref {
 			ok = false
 		}
-		if at.msg < f.r.Compacted && (!ok || d.Keep != chat.Removed) {
-			f.removed([]policy.Removal{{Ref: img.Ref, Of: "image", Reason: reason.Compaction, Message: at.msg}})
+		if at.Msg < f.r.Compacted && (!ok || d.Keep != chat.Removed) {
+			f.removed([]policy.Removal{{Ref: img.Ref, Of: "image", Reason: reason.Compaction, Message: at.Msg}})
 			mk, _ := chat.MarkerFor(img, string(reason.Compaction))
 			return mk, true
 		}
@@ -241,7 +233,7 @@ func (f *Forwarded) applyDecisions() []chat.Message {
 		}
 		switch d.Keep {
 		case chat.Removed:
-			f.NotSent = append(f.NotSent, policy.Removal{Ref: img.Ref, Of: "image", Reason: d.Reason, Message: at.msg})
+			f.NotSent = append(f.NotSent, policy.Removal{Ref: img.Ref, Of: "image", Reason: d.Reason, Message: at.Msg})
 			mk, _ := chat.MarkerFor(img, string(d.Reason))
 			return mk, true
 		case chat.Kept:
@@ -256,9 +248,9 @@ func (f *Forwarded) applyDecisions() []chat.Message {
 // adopt takes the tool images of earlier turns that have no decision (a
 // conversation imgctx joins mid-way, or whose decisions expired) as kept
 // at their estimated cost: they stay, within the budget like any other.
-func (f *Forwarded) adopt(live []chat.Message) []chat.Message {
-	return editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
-		if at.msg >= f.turnAt || img.Origin != chat.FromTool || img.Keep != "" {
+func (f *proxyTurn) adopt(live []chat.Message) []chat.Message {
+	return editImages(live, func(at wire.Pos, img chat.Image) (chat.Part, bool) {
+		if at.Msg >= f.turnAt || img.Origin != chat.FromTool || img.Keep != "" {
 			return nil, false
 		}
 		img.Keep, img.Cost = chat.Kept, f.imageCost(img)
@@ -266,7 +258,7 @@ func (f *Forwarded) adopt(live []chat.Message) []chat.Message {
 	})
 }
 
-func (f *Forwarded) imageCost(img chat.Image) int {
+func (f *proxyTurn) imageCost(img chat.Image) int {
 	if img.Cost > 0 {
 		return img.Cost
 	}
@@ -276,7 +268,7 @@ func (f *Forwarded) imageCost(img chat.Image) int {
 	return tokens.DefaultImageTokenEstimate
 }
 
-func (f *Forwarded) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWindow) }
+func (f *proxyTurn) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWindow) }
 
 // evictForBudget runs at a turn's start. Kept images over the budget (a
 // smaller window, adopted images) leave, oldest first, down to the
@@ -284,7 +276,7 @@ func (f *Forwarded) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWin
 // batch; with the provider's cache cold anyway (idle past its TTL, another
 // model), the batch runs as soon as the kept images pass the low-water
 // mark, since it breaks nothing then.
-func (f *Forwarded) evictForBudget(live []chat.Message, cold bool, st *policy.KeepState) []chat.Message {
+func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, st *policy.KeepState) []chat.Message {
 	if f.e.Keep.Holds(f.r.Profile) && !cold {
 		return live // a warm prefix: the budget waits for a batch that costs no extra break
 	}
@@ -313,9 +305,9 @@ func (e *Engine) budgetBatch(live []chat.Message, p tokens.Profile, cold bool) (
 // relayTurn hands the tool images of the current turn to keeping: one seen
 // before keeps its occurrence (applyDecisions put it back); a new one is
 // relayed.
-func (f *Forwarded) relayTurn(live []chat.Message) []chat.Message {
-	return editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
-		if at.msg <= f.turnAt || img.Origin != chat.FromTool || img.Occ > 0 || img.Keep == chat.Kept {
+func (f *proxyTurn) relayTurn(live []chat.Message) []chat.Message {
+	return editImages(live, func(at wire.Pos, img chat.Image) (chat.Part, bool) {
+		if at.Msg <= f.turnAt || img.Origin != chat.FromTool || img.Occ > 0 || img.Keep == chat.Kept {
 			return nil, false
 		}
 		// Not an event of its own: the gateway stored the bytes, and
@@ -329,7 +321,7 @@ func (f *Forwarded) relayTurn(live []chat.Message) []chat.Message {
 // turns (never the current turn's), oldest first, in one batch down to
 // the low-water mark. The proxy cannot summarise (the client owns the
 // history): what is still too long is the upstream's to refuse.
-func (f *Forwarded) relieve(live []chat.Message) []chat.Message {
+func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 	est := f.estimate(live)
 	limit := f.e.proxyThreshold(f.r.Profile.ContextWindow)
 	if est <= limit {
@@ -370,7 +362,7 @@ func (e *Engine) proxyThreshold(window int) int {
 
 // imageLimit keeps the request under the provider's image count, in
 // batches (policy.ImageLimit).
-func (f *Forwarded) imageLimit(live []chat.Message) []chat.Message {
+func (f *proxyTurn) imageLimit(live []chat.Message) []chat.Message {
 	live, removed := policy.ImageLimit(live, f.r.Profile.Limits.MaxImages, f.e.lowWater(), reason.ProviderLimit)
 	if len(removed) > 0 {
 		f.removed(removed)
@@ -384,14 +376,14 @@ func (f *Forwarded) imageLimit(live []chat.Message) []chat.Message {
 // oldest first, in one batch down to the low-water mark of the limit
 // (reason provider_limit). An image weighs its base64; one not sent any
 // more (a marker now) weighs nothing.
-func (f *Forwarded) byteLimit(live []chat.Message) []chat.Message {
+func (f *proxyTurn) byteLimit(live []chat.Message) []chat.Message {
 	limit := f.r.Profile.Limits.MaxRequestBytes
 	if limit <= 0 || f.r.Bytes <= limit {
 		return live
 	}
 	size := f.r.Bytes
-	eachImage(f.r.Messages, func(at pos, img chat.Image) {
-		if _, ok := partAt(live, at).(chat.Marker); ok {
+	eachImage(f.r.Messages, func(at wire.Pos, img chat.Image) {
+		if _, ok := wire.At(live, at).(chat.Marker); ok {
 			size -= int64(base64.StdEncoding.EncodedLen(int(img.Bytes)))
 		}
 	})
@@ -418,7 +410,7 @@ func (f *Forwarded) byteLimit(live []chat.Message) []chat.Message {
 
 // removeHistory removes the user's images of earlier turns, oldest first,
 // until need tokens are freed, or all of them.
-func (f *Forwarded) removeHistory(live []chat.Message, need int, all bool, why reason.Code) ([]chat.Message, []policy.Removal) {
+func (f *proxyTurn) removeHistory(live []chat.Message, need int, all bool, why reason.Code) ([]chat.Message, []policy.Removal) {
 	return f.removeImages(live, f.earlierUsers, func(img chat.Image) bool {
 		if need <= 0 && !all {
 			return false
@@ -430,21 +422,21 @@ func (f *Forwarded) removeHistory(live []chat.Message, need int, all bool, why r
 
 // earlierUsers selects the user's images of earlier turns (never the
 // current turn's, never one decided already).
-func (f *Forwarded) earlierUsers(at pos, img chat.Image) bool {
-	return at.msg < f.turnAt && img.Keep == ""
+func (f *proxyTurn) earlierUsers(at wire.Pos, img chat.Image) bool {
+	return at.Msg < f.turnAt && img.Keep == ""
 }
 
-func isKept(_ pos, img chat.Image) bool { return img.Keep == chat.Kept }
+func isKept(_ wire.Pos, img chat.Image) bool { return img.Keep == chat.Kept }
 
 // removeImages replaces by a marker with why, oldest first, each image pick
 // selects while more says the batch goes on (more counts what it frees).
-func (f *Forwarded) removeImages(live []chat.Message, pick func(pos, chat.Image) bool, more func(chat.Image) bool, why reason.Code) ([]chat.Message, []policy.Removal) {
+func (f *proxyTurn) removeImages(live []chat.Message, pick func(wire.Pos, chat.Image) bool, more func(chat.Image) bool, why reason.Code) ([]chat.Message, []policy.Removal) {
 	var removed []policy.Removal
-	out := editImages(live, func(at pos, img chat.Image) (chat.Part, bool) {
+	out := editImages(live, func(at wire.Pos, img chat.Image) (chat.Part, bool) {
 		if !pick(at, img) || !more(img) {
 			return nil, false
 		}
-		removed = append(removed, policy.Removal{Ref: img.Ref, Of: "image", Reason: why, Message: at.msg, Cost: f.imageCost(img)})
+		removed = append(removed, policy.Removal{Ref: img.Ref, Of: "image", Reason: why, Message: at.Msg, Cost: f.imageCost(img)})
 		mk, _ := chat.MarkerFor(img, string(why))
 		return mk, true
 	})
@@ -453,7 +445,7 @@ func (f *Forwarded) removeImages(live []chat.Message, pick func(pos, chat.Image)
 
 // estimate is the next prompt's size: the last measured prompt plus what
 // was appended since, or an estimate of it all.
-func (f *Forwarded) estimate(live []chat.Message) int {
+func (f *proxyTurn) estimate(live []chat.Message) int {
 	from, n := 0, 0
 	if b := f.kt.Snapshot().Base; b.Valid && b.Messages <= len(live) {
 		from, n = b.Messages, b.Prompt
@@ -461,12 +453,12 @@ func (f *Forwarded) estimate(live []chat.Message) int {
 	if f.r.Estimate != nil {
 		n += f.r.Estimate(from)
 	}
-	eachImage(live[from:], func(_ pos, img chat.Image) { n += f.imageCost(img) })
+	eachImage(live[from:], func(_ wire.Pos, img chat.Image) { n += f.imageCost(img) })
 	return n
 }
 
 // send records the request about to go out for measurement.
-func (f *Forwarded) send(live []chat.Message) {
+func (f *proxyTurn) send(live []chat.Message) {
 	text := 0
 	if from, ok := f.kt.Appended(len(live)); ok && f.r.Text != nil && hasTrial(live) {
 		text = f.r.Text(from)
@@ -477,11 +469,11 @@ func (f *Forwarded) send(live []chat.Message) {
 
 func hasTrial(msgs []chat.Message) bool {
 	trial := false
-	eachImage(msgs, func(_ pos, img chat.Image) { trial = trial || img.Keep == chat.Trial })
+	eachImage(msgs, func(_ wire.Pos, img chat.Image) { trial = trial || img.Keep == chat.Trial })
 	return trial
 }
 
-func (f *Forwarded) emit(ev Event) {
+func (f *proxyTurn) emit(ev Event) {
 	f.Events = append(f.Events, ev)
 	if f.e.Sink != nil {
 		f.e.Sink(ev)
@@ -489,7 +481,7 @@ func (f *Forwarded) emit(ev Event) {
 }
 
 // removed records first removals: not sent, and an event each.
-func (f *Forwarded) removed(rs []policy.Removal) {
+func (f *proxyTurn) removed(rs []policy.Removal) {
 	for _, r := range rs {
 		f.NotSent = append(f.NotSent, r)
 		f.emit(Event{Kind: "removed", Ref: r.Ref, Reason: r.Reason, Tokens: r.Cost, Detail: r.Of})
@@ -499,7 +491,7 @@ func (f *Forwarded) removed(rs []policy.Removal) {
 // Observe takes the upstream's answer to the request: its usage measures
 // the trial images it showed for the first time (nil usage or a cut
 // completion: no measurement).
-func (f *Forwarded) Observe(u *chat.Usage, cut bool) {
+func (f *proxyTurn) Observe(u *chat.Usage, cut bool) {
 	f.kt.Observe(u, cut)
 	f.Messages = f.kt.Rewritten(f.Messages)
 	for _, ev := range f.kt.Events() {
@@ -514,7 +506,7 @@ func (f *Forwarded) Observe(u *chat.Usage, cut bool) {
 // and the user's images of earlier turns, in one batch (reason overflow).
 // It reports false when there is nothing left to remove — the upstream's
 // error is then the answer; an identical replay would fail again.
-func (f *Forwarded) Overflow() bool {
+func (f *proxyTurn) Overflow() bool {
 	live, removed := policy.RemoveKept(f.Messages, reason.Overflow)
 	live, more := f.removeHistory(live, 0, true, reason.Overflow)
 	removed = append(removed, more...)
@@ -532,11 +524,11 @@ func (f *Forwarded) Overflow() bool {
 // Discard ends a request whose decisions are not the conversation's: a
 // token count or a compaction asked of the provider gets the images the
 // real request would get, and changes nothing.
-func (f *Forwarded) Discard() { f.closed = true }
+func (f *proxyTurn) Discard() { f.closed = true }
 
 // Close records the decisions (whether or not the upstream answered: a
 // retry must see the same body), in the session store when they changed.
-func (f *Forwarded) Close(ctx context.Context) error {
+func (f *proxyTurn) Close(ctx context.Context) error {
 	if f.closed {
 		return nil
 	}
@@ -546,9 +538,9 @@ func (f *Forwarded) Close(ctx context.Context) error {
 		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base, Vouched: snap.Vouched}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
 	// Every edit replaced a part in place: what stands where the client
 	// sent an image is what was decided for it.
-	eachImage(f.r.Messages, func(at pos, sent chat.Image) {
-		d := session.Decided{Msg: at.msg, Part: at.part, Nested: at.nested, Ref: sent.Ref}
-		switch p := partAt(f.Messages, at).(type) {
+	eachImage(f.r.Messages, func(at wire.Pos, sent chat.Image) {
+		d := session.Decided{Msg: at.Msg, Part: at.Part, Nested: at.Nested, Ref: sent.Ref}
+		switch p := wire.At(f.Messages, at).(type) {
 		case chat.Marker:
 			d.Keep, d.Reason = chat.Removed, reason.Code(p.Reason)
 		case chat.Image:
@@ -568,13 +560,4 @@ func (f *Forwarded) Close(ctx context.Context) error {
 	f.en.mu.Lock()
 	defer f.en.mu.Unlock()
 	return f.en.save(ctx, f.e.Sessions, st)
-}
-
-// partAt is the part at a place of msgs.
-func partAt(msgs []chat.Message, at pos) chat.Part {
-	p := msgs[at.msg].Parts[at.part]
-	if at.nested >= 0 {
-		return p.(chat.ToolResult).Parts[at.nested]
-	}
-	return p
 }

@@ -172,7 +172,8 @@ func BenchmarkGateway5MB6Screenshots(b *testing.B) {
 // directory, as in imgctx serve.
 func BenchmarkGatewayAgent(b *testing.B) {
 	up := benchUpstream(b)
-	store, _, err := imagestore.Open(b.TempDir(), nil)
+	fsys, err := imagestore.NewFS(b.TempDir())
+	store := imagestore.Verified{Store: fsys}
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the imgctx_* families of DESIGN.md, on an injected registry.
+// Metrics are the imgctx_* families of docs/design.md "Metrics", on an injected registry.
 type Metrics struct {
 	requests    *prometheus.CounterVec
 	images      *prometheus.CounterVec

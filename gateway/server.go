@@ -1,10 +1,12 @@
-// Package gateway is imgctx's HTTP face: a drop-in OpenAI- and
-// Anthropic-compatible proxy (POST /v1/chat/completions, POST /v1/messages)
-// that stores inline images once by ref, expands refs for the upstream,
-// applies the image budget and provider rules with markers, retries once on
-// prompt-too-long without older images and streams responses through; the
-// image API; the stateful sessions API backed by the engine; metrics and
-// health. Errors come back in the provider's own JSON shape.
+// Package gateway is imgctx's HTTP face. It only does HTTP: it reads
+// request bodies within their limits and deadlines, authenticates, admits
+// (requests and bytes in flight, per tenant), routes by path, and hands
+// each drop-in request (OpenAI Chat Completions and Responses, Anthropic
+// Messages, Gemini generateContent, and their token counts) to the engine
+// in one call, engine.Proxy, then relays the answer, streamed event by
+// event. It also serves the image API, the stateful sessions API (on
+// engine.Call), models listings, metrics and health. Errors come back in
+// the client's own wire shape (wire.Dialect.ErrorBody).
 package gateway
 
 import (

@@ -71,7 +71,7 @@ func TestSessionsAPI(t *testing.T) {
 	}
 	resp, body = g.do(t, "GET", "/v1/sessions/"+id+"/keepimg", "k", nil)
 	k := decodeJSON(t, body)
-	if k["vision_enabled"] != true || k["engine_sees_images"] != true || k["budget"].(float64) != 12800 || k["used"].(float64) != float64(cost) {
+	if resp.StatusCode != 200 || k["vision_enabled"] != true || k["engine_sees_images"] != true || k["budget"].(float64) != 12800 || k["used"].(float64) != float64(cost) {
 		t.Fatalf("keepimg %v", k)
 	}
 	resp, body = g.do(t, "GET", "/v1/sessions/"+id+"/export", "k", nil)

@@ -48,7 +48,7 @@ func BenchmarkPut1MB(b *testing.B) {
 		mk   func(dir string) Store
 	}{
 		{"fs", func(dir string) Store { f, _ := NewFS(dir); return Verified{f} }},
-		{"fs+encrypted", func(dir string) Store { s, _, _ := Open(dir, testKey(1)); return s }},
+		{"fs+encrypted", func(dir string) Store { f, _ := NewFS(dir); s, _ := Stack(f, testKey(1)); return s }},
 		{"fs-nosync", func(dir string) Store { f, _ := NewFS(dir); f.NoSync = true; return Verified{f} }},
 	}
 	for _, st := range stacks {

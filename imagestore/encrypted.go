@@ -195,17 +195,6 @@ func ReadKeyFile(path string) ([]byte, error) {
 	return k, nil
 }
 
-// Open builds the usual store stack on a directory: Verified over FS, with
-// Encrypted in between when master is not nil.
-func Open(dir string, master []byte) (Store, *FS, error) {
-	fsys, err := NewFS(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := Stack(fsys, master)
-	return s, fsys, err
-}
-
 // Stack builds the usual decorators on a backend: Verified outermost, with
 // Encrypted below it when master is not nil.
 func Stack(backend Store, master []byte) (Store, error) {

@@ -85,15 +85,9 @@ func CheckArgs(tenant string, ref blob.Ref) error {
 	return nil
 }
 
-// Put computes the ref of data and stores it; the usual way to add an image.
-func Put(ctx context.Context, s Store, tenant string, data []byte) (blob.Ref, error) {
-	ref := blob.Of(data)
-	return ref, PutComputed(ctx, s, tenant, ref, data)
-}
-
 // PutComputed stores data under ref, which the caller has just computed
 // from data with blob.Of: a Verified store skips its own hash check, so a
-// 1 MB image is hashed once, not twice. Given any other ref, it is Put.
+// 1 MB image is hashed once, not twice.
 func PutComputed(ctx context.Context, s Store, tenant string, ref blob.Ref, data []byte) error {
 	if v, ok := s.(Verified); ok {
 		if err := CheckArgs(tenant, ref); err != nil {

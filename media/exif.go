@@ -150,7 +150,7 @@ func jpegSizeFromBase64(s string) (w, h int, ok bool) {
 			return w, h, true
 		}
 		if marker == 0xE1 && size <= 64<<10 {
-			if app1 := at(i, 2+size); app1 != nil && len(app1) > 10 && string(app1[4:10]) == "Exif\x00\x00" {
+			if app1 := at(i, 2+size); len(app1) > 10 && string(app1[4:10]) == "Exif\x00\x00" {
 				orientation = tiffOrientation(app1[10:])
 			}
 		}

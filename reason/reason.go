@@ -9,7 +9,7 @@ import "errors"
 // Code names why something was removed, refused or dropped.
 type Code string
 
-// The closed set of reason codes. DESIGN.md "Reason codes" defines each.
+// The closed set of reason codes. docs/design.md "Reason codes" lists each.
 const (
 	Budget         Code = "budget"          // image budget full
 	Cap            Code = "cap"             // count cap
@@ -31,7 +31,7 @@ const (
 	Document       Code = "document"        // documents travel as text only
 )
 
-// All lists every code, in the order of DESIGN.md.
+// All lists every code, in the order of docs/design.md.
 var All = []Code{
 	Budget, Cap, Bytes, Truncated, NoVision, KeyOff, Unmeasured, BelowThreshold,
 	Overflow, Idle, Compaction, ProviderLimit, Window, Refused, Invalid, TooLarge,

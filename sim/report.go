@@ -186,11 +186,11 @@ func niceTicks(maxV float64, n int) []float64 {
 
 // plot is one chart's frame: data ranges mapped onto its pixels.
 type plot struct {
-	b                    *strings.Builder
-	x0, y0, w, h         float64 // the plotting area's top left and size
-	xMax, yMax           float64
-	xUnit, yUnit         func(float64) string
-	xTitle, yTitle, head string
+	b            *strings.Builder
+	x0, y0, w, h float64 // the plotting area's top left and size
+	xMax, yMax   float64
+	xUnit, yUnit func(float64) string
+	xTitle, head string
 }
 
 func (p *plot) x(v float64) float64 { return p.x0 + p.w*v/p.xMax }

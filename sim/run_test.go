@@ -191,14 +191,6 @@ func TestReplayFromExport(t *testing.T) {
 	}
 }
 
-func flatten(steps []Step) []Msg {
-	var out []Msg
-	for _, s := range steps {
-		out = append(out, s.Add...)
-	}
-	return out
-}
-
 // A recorded file is data: whatever it holds, FromFile answers a workload
 // or an error, never a panic, and never draws an image past the bound.
 func FuzzFromFile(f *testing.F) {

@@ -92,6 +92,7 @@ func (p *Provider) blocks(api string, body []byte) ([]block, error) {
 			}
 		}
 		if bps > 4 {
+			//lint:ignore ST1005 the provider's own wording, which agents match on
 			return nil, fmt.Errorf("A maximum of 4 blocks with cache_control may be provided. Found %d.", bps)
 		}
 	}

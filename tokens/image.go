@@ -81,13 +81,6 @@ func PageTokens(p Profile, detail string) (n int, ok bool) {
 	return n, err == nil && n > 0
 }
 
-// FrameTokens is the planned cost of one video frame where the profile
-// prices frames; ok is false otherwise.
-func FrameTokens(p Profile, detail string) (n int, ok bool) {
-	n, err := level(p.Image.FrameTokens, detail)
-	return n, err == nil && n > 0
-}
-
 // normDetail lower-cases a detail hint and drops provider prefixes:
 // "MEDIA_RESOLUTION_LOW" → "low", "unspecified" → "".
 func normDetail(d string) string {

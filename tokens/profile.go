@@ -215,25 +215,23 @@ func (t *Table) Resolve(model string, log *slog.Logger) Profile {
 // glob matches name against a pattern in which "*" matches any run of
 // characters (including none).
 func glob(pattern, name string) bool {
-	for {
-		star := strings.IndexByte(pattern, '*')
-		if star < 0 {
-			return pattern == name
-		}
-		if !strings.HasPrefix(name, pattern[:star]) {
-			return false
-		}
-		name, pattern = name[star:], pattern[star+1:]
-		if pattern == "" {
-			return true
-		}
-		for i := 0; i <= len(name); i++ {
-			if glob(pattern, name[i:]) {
-				return true
-			}
-		}
+	star := strings.IndexByte(pattern, '*')
+	if star < 0 {
+		return pattern == name
+	}
+	if !strings.HasPrefix(name, pattern[:star]) {
 		return false
 	}
+	name, pattern = name[star:], pattern[star+1:]
+	if pattern == "" {
+		return true
+	}
+	for i := 0; i <= len(name); i++ {
+		if glob(pattern, name[i:]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Validate checks that a profile has what its rule needs.

@@ -155,8 +155,8 @@ func TestImageTokenVectors(t *testing.T) {
 					}
 					got = n
 				case v.Media == "video frame":
-					n, ok := FrameTokens(p, detail)
-					if !ok {
+					n, err := level(p.Image.FrameTokens, detail)
+					if err != nil || n == 0 {
 						t.Fatalf("profile %s has no frame price", p.Name)
 					}
 					got = n

@@ -1,7 +1,8 @@
-// Package upstream sends requests to a model engine over HTTP, in the
-// OpenAI Chat Completions or the Anthropic Messages format, retrying what a
-// retry can cure (429, 5xx, 529, connection failures) with exponential
-// backoff that honours Retry-After, and never a 4xx that would fail again.
+// Package upstream sends requests to a model server in the server's own
+// wire format (Wires: OpenAI Chat Completions, Anthropic Messages, Gemini,
+// llama.cpp, Ollama), retrying what a retry can cure (429, 5xx, 529,
+// connection failures) with exponential backoff that honours Retry-After,
+// and never a 4xx that would fail again.
 package upstream
 
 import (

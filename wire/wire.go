@@ -1,7 +1,9 @@
-// Package wire holds what the provider codecs (wire/openai,
-// wire/anthropic) share: a JSON object kept as ordered raw fields, so
-// unknown fields pass through byte-stable, and the upstream error with its
-// classification. Codecs translate; they do not decide.
+// Package wire holds what the wire packages (wire/openai, wire/anthropic,
+// wire/responses, wire/gemini, wire/flat) share: the Dialect each exports,
+// a request body read in place (Spliced) and rewritten by splice, server-sent
+// events, a JSON object kept as ordered raw fields so unknown fields pass
+// through byte-stable, and the upstream error with its classification.
+// Wires translate; they do not decide.
 package wire
 
 import (

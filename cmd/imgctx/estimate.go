@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -53,7 +54,9 @@ func newEstimateCmd(a *app) *cobra.Command {
 		Use:   "estimate FILE...",
 		Short: "Show what images cost: format, size, ref, and tokens per model",
 		Long: "estimate reads each image's header (never decoding its pixels) and prices it with the\n" +
-			"provider's documented rule: for --model, or for one representative model of each family.",
+			"provider's documented rule: for --model, or for one representative model of each family.\n" +
+			"A FILE may also hold an image as a base64 data URL or bare base64 text: only the base64 of\n" +
+			"its header is decoded.",
 		Example: "  imgctx estimate testdata/screenshot.png\n  imgctx estimate shot.png --model claude-opus-4-7 --json",
 		Args:    minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -112,10 +115,23 @@ func estimateFile(path string, models []string, detail string, tbl *tokens.Table
 		return fail(err)
 	}
 	in, err := media.Inspect(data, "", a.cfg.MediaLimits())
+	if b64, ok := base64Text(data); ok && errors.Is(err, media.ErrUnsupported) {
+		// A data URL or bare base64 (an agent's log, a request body's
+		// field): read from its header, never decoded whole.
+		mt, w, h, herr := media.HeaderFromBase64(b64, a.cfg.MediaLimits())
+		if herr != nil {
+			return fail(herr)
+		}
+		in, err = media.Info{MediaType: mt, Kind: media.KindImage, Bytes: int64(len(b64)) * 3 / 4, Width: w, Height: h}, nil
+		r.Note = "read from its base64 header; bytes approximate, no ref (the bytes were not decoded)"
+	}
 	if err != nil {
 		return fail(err)
 	}
-	r.Ref, r.MediaType, r.Kind, r.Bytes, r.Width, r.Height = in.Ref.String(), in.MediaType, string(in.Kind), in.Bytes, in.Width, in.Height
+	r.MediaType, r.Kind, r.Bytes, r.Width, r.Height = in.MediaType, string(in.Kind), in.Bytes, in.Width, in.Height
+	if in.Ref.Valid() {
+		r.Ref = in.Ref.String()
+	}
 	for _, m := range models {
 		if in.Kind == media.KindDocument {
 			// A PDF travels natively: priced by its pages.
@@ -134,6 +150,27 @@ func estimateFile(path string, models []string, detail string, tbl *tokens.Table
 		r.Estimates = append(r.Estimates, row)
 	}
 	return r
+}
+
+// base64Text is a file's text when it is a base64 data URL or bare
+// standard base64 (whitespace around it allowed): the characters after
+// the comma, or all of them.
+func base64Text(data []byte) (string, bool) {
+	s := strings.TrimSpace(string(data))
+	if len(s) >= 5 && strings.EqualFold(s[:5], "data:") {
+		_, b64, ok := strings.Cut(s, ";base64,")
+		return b64, ok && b64 != ""
+	}
+	if len(s) < 16 {
+		return "", false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '=' || c == '-' || c == '_') {
+			return "", false
+		}
+	}
+	return s, true
 }
 
 // readCapped reads a file, refusing one over max bytes without reading it.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -363,5 +364,40 @@ func TestMigrateSaysWhatItApplied(t *testing.T) {
 	missing := filepath.Join(dir, "no", "such")
 	if r := imgctx(t, "migrate", "--data-dir", missing); r.code == 0 || !strings.Contains(r.stderr, "does not exist") {
 		t.Fatalf("missing data directory: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// An image given as a data URL or bare base64 text (an agent's log) is
+// priced from its header alone, like the file it encodes; text that is not
+// an image is refused with its reason.
+func TestEstimateBase64Text(t *testing.T) {
+	data, err := os.ReadFile(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.StdEncoding.EncodeToString(data)
+	var want []estimateResult
+	if r := imgctx(t, "estimate", sample, "--json"); json.Unmarshal([]byte(r.stdout), &want) != nil {
+		t.Fatalf("estimate of the file: %s", r.stdout)
+	}
+	for name, text := range map[string]string{"data URL": "data:image/png;base64," + b64 + "\n", "bare": b64} {
+		r := imgctx(t, "estimate", writeTemp(t, "shot.txt", []byte(text)), "--json")
+		var got []estimateResult
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil {
+			t.Fatalf("%s: exit %d: %s %s", name, r.code, r.stdout, r.stderr)
+		}
+		g, w := got[0], want[0]
+		if g.MediaType != w.MediaType || g.Width != w.Width || g.Height != w.Height || g.Ref != "" || !strings.Contains(g.Note, "base64 header") {
+			t.Fatalf("%s: %+v; the file gave %+v", name, g, w)
+		}
+		for i := range g.Estimates {
+			if g.Estimates[i].Tokens != w.Estimates[i].Tokens {
+				t.Fatalf("%s: %s priced %d; the file %d", name, g.Estimates[i].Model, g.Estimates[i].Tokens, w.Estimates[i].Tokens)
+			}
+		}
+	}
+	r := imgctx(t, "estimate", writeTemp(t, "text.txt", []byte(base64.StdEncoding.EncodeToString([]byte("just some text, not an image at all")))))
+	if r.code != 1 || !strings.Contains(r.stderr, "refused (invalid)") {
+		t.Fatalf("base64 of text: exit %d: %s", r.code, r.stderr)
 	}
 }

@@ -67,7 +67,8 @@ func TestS3LayoutAndCorruption(t *testing.T) {
 	s := open(t, cfg, nil)
 	ctx := context.Background()
 	data := []byte("\x89PNG not really, but bytes")
-	ref, err := imagestore.Put(ctx, imagestore.Verified{Store: s}, "alpha", data)
+	ref := blob.Of(data)
+	err := imagestore.PutComputed(ctx, imagestore.Verified{Store: s}, "alpha", ref, data)
 	if err != nil {
 		t.Fatal(err)
 	}

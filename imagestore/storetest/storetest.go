@@ -62,7 +62,7 @@ func Run(t *testing.T, h Harness) {
 	}
 	mustPut := func(t *testing.T, s imagestore.Store, tenant string, data []byte) blob.Ref {
 		t.Helper()
-		ref, err := imagestore.Put(ctx, s, tenant, data)
+		ref, err := put(ctx, s, tenant, data)
 		if err != nil {
 			t.Fatalf("put: %v", err)
 		}
@@ -129,7 +129,7 @@ func Run(t *testing.T, h Harness) {
 		s, _ := newStore(t)
 		data := image(1, 10)
 		for _, bad := range []string{"", "../x", ".hidden", "a/b", "über", string(make([]byte, 65))} {
-			if _, err := imagestore.Put(ctx, s, bad, data); !errors.Is(err, imagestore.ErrInvalidTenant) {
+			if _, err := put(ctx, s, bad, data); !errors.Is(err, imagestore.ErrInvalidTenant) {
 				t.Fatalf("tenant %q: got %v; want ErrInvalidTenant", bad, err)
 			}
 		}
@@ -214,7 +214,7 @@ func Run(t *testing.T, h Harness) {
 		errs := make(chan error, 16)
 		for range 16 {
 			wg.Go(func() {
-				_, err := imagestore.Put(ctx, s, ten, data)
+				_, err := put(ctx, s, ten, data)
 				errs <- err
 			})
 		}
@@ -241,7 +241,7 @@ func Run(t *testing.T, h Harness) {
 		for i := range 32 {
 			wg.Go(func() {
 				data := image(byte(i), 1000+i)
-				ref, err := imagestore.Put(ctx, s, ten, data)
+				ref, err := put(ctx, s, ten, data)
 				if err == nil {
 					var got []byte
 					got, err = s.Get(ctx, ten, ref)
@@ -347,7 +347,7 @@ func Run(t *testing.T, h Harness) {
 			s, _ := newStore(t)
 			data := image(40, 8192)
 			undo := h.Crash(s)
-			ref, err := imagestore.Put(ctx, s, ten, data)
+			ref, err := put(ctx, s, ten, data)
 			undo()
 			if err == nil {
 				t.Fatal("put succeeded through a simulated crash")
@@ -364,9 +364,15 @@ func Run(t *testing.T, h Harness) {
 					t.Fatalf("crash left %d listed blobs", n)
 				}
 			}
-			if _, err := imagestore.Put(ctx, s, ten, data); err != nil {
+			if _, err := put(ctx, s, ten, data); err != nil {
 				t.Fatalf("put after recovery: %v", err)
 			}
 		})
 	}
+}
+
+// put stores data under its ref, as the engine does.
+func put(ctx context.Context, s imagestore.Store, tenant string, data []byte) (blob.Ref, error) {
+	ref := blob.Of(data)
+	return ref, imagestore.PutComputed(ctx, s, tenant, ref, data)
 }

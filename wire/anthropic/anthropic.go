@@ -375,12 +375,6 @@ func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start i
 	return nil
 }
 
-// SetModel replaces the model name.
-func (r *Request) SetModel(model string) {
-	r.top.Set("model", mustJSON(model))
-	r.Model = model
-}
-
 // ours reports whether m's extra fields belong to this wire: a message
 // decoded from another wire's JSON carries none of them here.
 func ours(m chat.Message) bool { return m.Wire == "" || m.Wire == Wire }

@@ -45,25 +45,10 @@ func Skip(b []byte, i int) int {
 	return i
 }
 
-// Value finds the JSON value at b[i:] (after any whitespace): its first
-// byte and the offset just past its last.
-func Value(b []byte, i int) (start, end int, err error) {
-	start = Skip(b, i)
-	end, err = value(b, start, 0)
-	return start, end, err
-}
-
 // End returns the offset just past the value that starts at b[vs],
 // validating it: what an Object or Array callback returns for a value it
 // does not read.
 func End(b []byte, vs int) (int, error) { return value(b, vs, 0) }
-
-// Valid reports whether b is exactly one JSON value, with optional
-// whitespace around it.
-func Valid(b []byte) bool {
-	_, end, err := Value(b, 0)
-	return err == nil && Skip(b, end) == len(b)
-}
 
 func value(b []byte, i, depth int) (int, error) {
 	if i >= len(b) {
@@ -410,15 +395,4 @@ func String(b []byte, vs, ve int) (s string, ok bool) {
 		return "", false
 	}
 	return s, true
-}
-
-// RawString returns the bytes between the quotes of the JSON string at
-// b[vs:ve] when it holds no escape — the common case for base64, which is
-// then used straight from the body — and ok false otherwise.
-func RawString(b []byte, vs, ve int) ([]byte, bool) {
-	if ve-vs < 2 || b[vs] != '"' || b[ve-1] != '"' {
-		return nil, false
-	}
-	inner := b[vs+1 : ve-1]
-	return inner, !hasEscape(inner)
 }

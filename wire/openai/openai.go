@@ -235,13 +235,6 @@ func (r *Request) EncodeBody(msgs []chat.Message, url ImageURL) (wire.Body, erro
 	return w.Body(), err
 }
 
-// SetModel replaces the model name.
-func (r *Request) SetModel(model string) {
-	b := wire.Quote(model)
-	r.top.Set("model", b)
-	r.Model = model
-}
-
 // EncodeMessage writes one message in the Chat Completions shape: a single
 // text part as a string, anything else as a content array; markers,
 // summaries and documents as text; images through url.
