@@ -18,7 +18,6 @@ import (
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
-	"github.com/imgctx/imgctx/wire/anthropic"
 	"github.com/imgctx/imgctx/wire/openai"
 )
 
@@ -65,88 +64,56 @@ func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read upstream response: %w", err)
 	}
-	return sessionWire(c.e.Upstream.Format).decode(b)
-}
-
-// sessionCodec is how the sessions path speaks a wire: it encodes the live
-// context as a whole request and decodes the reply.
-type sessionCodec struct {
-	encode func(c *call, msgs []chat.Message, src func(chat.Image) (string, string, string, error), breakpoints bool) ([]byte, error)
-	decode func(b []byte) (*response, error)
-}
-
-// sessionCodecs are the wires the sessions API speaks upstream.
-var sessionCodecs = map[upstream.Format]sessionCodec{
-	upstream.OpenAI: {
-		encode: func(c *call, msgs []chat.Message, src func(chat.Image) (string, string, string, error), _ bool) ([]byte, error) {
-			return openai.NewRequest(c.meta.Settings.Model).Encode(msgs, src)
-		},
-		decode: func(b []byte) (*response, error) {
-			r, err := openai.DecodeResponse(b)
-			if err != nil {
-				return nil, err
-			}
-			return &response{message: r.Message, usage: r.Usage, cut: r.Cut}, nil
-		},
-	},
-	upstream.Anthropic: {
-		encode: encodeAnthropic,
-		decode: func(b []byte) (*response, error) {
-			r, err := anthropic.DecodeResponse(b)
-			if err != nil {
-				return nil, err
-			}
-			return &response{message: r.Message, usage: r.Usage, cut: r.Cut, windowFull: r.WindowFull}, nil
-		},
-	},
+	a, err := c.e.sessionWire().DecodeAnswer(b)
+	if err != nil {
+		return nil, err
+	}
+	return &response{message: a.Message, usage: a.Usage, cut: a.Cut, windowFull: a.WindowFull}, nil
 }
 
 // SpeaksSessions reports whether the sessions API can call an upstream of
-// that format (it encodes OpenAI Chat and Anthropic Messages); the drop-in
+// that format (its Dialect encodes a whole session request); the drop-in
 // routes serve every format.
 func SpeaksSessions(f upstream.Format) bool {
-	_, ok := sessionCodecs[f]
-	return ok
+	d, ok := upstream.Wires[f]
+	return ok && d.EncodeSession != nil
 }
 
-// sessionWire is the codec for an upstream format (OpenAI's for any other:
-// the sessions API refuses a turn for formats it cannot speak).
-func sessionWire(f upstream.Format) sessionCodec {
-	if w, ok := sessionCodecs[f]; ok {
-		return w
+// sessionWire is the upstream's wire for the sessions path (OpenAI's for
+// one that cannot take it: the sessions API refuses such a turn first).
+func (e *Engine) sessionWire() *wire.Dialect {
+	if d := e.Upstream.Wire(); d.EncodeSession != nil {
+		return d
 	}
-	return sessionCodecs[upstream.OpenAI]
+	return openai.Dialect
 }
 
 // encode writes msgs as a request in the upstream's format. With
-// breakpoints (Anthropic), the system prompt, the last message before this
-// turn holding a kept image and the newest message are marked for the
-// prompt cache, so system, tools and kept images sit in the cached prefix.
-// An image kept during the turn moves no breakpoint until the next turn:
-// within a turn the requests are the same with the switch on or off.
+// breakpoints (a wire that takes them: Anthropic), the system prompt, the
+// last message before this turn holding a kept image and the newest
+// message are marked for the prompt cache, so system, tools and kept
+// images sit in the cached prefix. An image kept during the turn moves no
+// breakpoint until the next turn: within a turn the requests are the same
+// with the switch on or off.
 func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool) ([]byte, error) {
-	return sessionWire(c.e.Upstream.Format).encode(c, msgs, c.e.ImageSource(ctx, c.tenant), breakpoints)
-}
-
-func encodeAnthropic(c *call, msgs []chat.Message, src func(chat.Image) (string, string, string, error), breakpoints bool) ([]byte, error) {
 	maxTokens := c.e.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = 4096
 	}
-	var cache anthropic.Cache
+	r := wire.SessionRequest{Model: c.meta.Settings.Model, MaxTokens: maxTokens, Messages: msgs, Source: c.e.ImageSource(ctx, c.tenant)}
 	if breakpoints {
-		cache.System = len(msgs) > 0 && msgs[0].Role == chat.System
+		r.CacheSystem = len(msgs) > 0 && msgs[0].Role == chat.System
 		for i := min(len(msgs), c.st.TurnStart) - 1; i >= 0; i-- {
 			if holdsKept(msgs[i]) {
-				cache.Messages = append(cache.Messages, i)
+				r.CacheMessages = append(r.CacheMessages, i)
 				break
 			}
 		}
-		if n := len(msgs) - 1; n >= 0 && (len(cache.Messages) == 0 || cache.Messages[0] != n) {
-			cache.Messages = append(cache.Messages, n)
+		if n := len(msgs) - 1; n >= 0 && (len(r.CacheMessages) == 0 || r.CacheMessages[0] != n) {
+			r.CacheMessages = append(r.CacheMessages, n)
 		}
 	}
-	return anthropic.NewRequest(c.meta.Settings.Model, maxTokens).Encode(msgs, src, cache)
+	return c.e.sessionWire().EncodeSession(r)
 }
 
 func holdsKept(m chat.Message) bool {

@@ -3,9 +3,11 @@ package session
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/policy"
 )
 
@@ -92,4 +94,84 @@ func DecodeMeta(id ID, tenant string, created, updated int64, s string) (Meta, e
 	}
 	return Meta{ID: id, Tenant: tenant, Thread: mj.Thread, Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
 		Created: time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()}, nil
+}
+
+// Rows is what the SQL stores' query results offer (database/sql's and
+// pgx's alike).
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// LoadSnapshot builds a snapshot from its meta, its state's JSON and its log's
+// rows (seq, at in Unix nanoseconds, body), read in order: the load both
+// SQL stores share.
+func LoadSnapshot(meta Meta, state string, log Rows) (Snapshot, error) {
+	snap := Snapshot{Meta: meta}
+	var err error
+	if snap.State, err = DecodeState([]byte(state)); err != nil {
+		return Snapshot{}, err
+	}
+	for log.Next() {
+		var seq, at int64
+		var body string
+		if err := log.Scan(&seq, &at, &body); err != nil {
+			return Snapshot{}, fmt.Errorf("load log: %w", err)
+		}
+		e, err := DecodeEntry(seq, time.Unix(0, at).UTC(), []byte(body))
+		if err != nil {
+			return Snapshot{}, err
+		}
+		snap.Log = append(snap.Log, e)
+	}
+	return snap, log.Err()
+}
+
+// Appending is an append encoded for a SQL store, before its transaction:
+// the new state, and each entry's kind and body.
+type Appending struct {
+	State  []byte
+	Kinds  []string
+	Bodies [][]byte
+}
+
+// EncodeAppend encodes entries and the state that follows them.
+func EncodeAppend(entries []Entry, st State) (Appending, error) {
+	state, err := EncodeState(st)
+	if err != nil {
+		return Appending{}, err
+	}
+	a := Appending{State: state, Kinds: make([]string, len(entries)), Bodies: make([][]byte, len(entries))}
+	for i, e := range entries {
+		if a.Kinds[i], a.Bodies[i], err = EncodeEntry(e); err != nil {
+			return Appending{}, err
+		}
+	}
+	return a, nil
+}
+
+// Numbered is entries as appended after the log's last sequence number,
+// at now.
+func Numbered(entries []Entry, last int64, now time.Time) []Entry {
+	out := slices.Clone(entries)
+	for i := range out {
+		out[i].Seq, out[i].At = last+int64(i)+1, now
+	}
+	return out
+}
+
+// Creating is a new session as a SQL store inserts it: its meta checked
+// (the tenant), named when it has no id, dated now, and encoded, with the
+// empty state.
+func Creating(meta Meta, now time.Time) (Meta, string, string, error) {
+	if err := imagestore.ValidTenant(meta.Tenant); err != nil {
+		return Meta{}, "", "", err
+	}
+	if meta.ID == "" {
+		meta.ID = NewID()
+	}
+	meta.Created, meta.Updated = now, now
+	st, err := EncodeState(State{})
+	return meta, EncodeMeta(meta), string(st), err
 }

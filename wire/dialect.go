@@ -70,6 +70,35 @@ type Dialect struct {
 	// Flat is set for a backend that takes one prompt string and one flat
 	// list of images (llama.cpp, Ollama; package wire/flat).
 	Flat *Flat
+
+	// A wire the sessions API speaks upstream encodes a session's live
+	// context as one whole request (EncodeSession) and decodes the whole
+	// answer (DecodeAnswer).
+	EncodeSession func(r SessionRequest) ([]byte, error)
+	DecodeAnswer  func(body []byte) (Answer, error)
+}
+
+// SessionRequest is a session's live context as it goes upstream.
+type SessionRequest struct {
+	Model     string
+	MaxTokens int // a wire that needs a completion budget (Anthropic)
+	Messages  []chat.Message
+	// Source says how each image goes: a stored one as its base64 with its
+	// media type, any other by its URL.
+	Source func(img chat.Image) (mediaType, base64Data, url string, err error)
+	// CacheSystem and CacheMessages are the prompt-cache breakpoints (the
+	// system prompt; the last block of these messages), for a wire that
+	// takes them (Anthropic).
+	CacheSystem   bool
+	CacheMessages []int
+}
+
+// Answer is an upstream's whole answer to a session request.
+type Answer struct {
+	Message    chat.Message
+	Usage      *chat.Usage
+	Cut        bool // stopped by the token limit
+	WindowFull bool // stopped because the context window was full
 }
 
 // Completion is a whole answer as a flat backend gives it.

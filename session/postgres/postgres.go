@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
-	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -156,17 +155,12 @@ func (s *Store) now() time.Time {
 }
 
 func (s *Store) Create(ctx context.Context, meta session.Meta) (session.Meta, error) {
-	if err := imagestore.ValidTenant(meta.Tenant); err != nil {
+	meta, m, st, err := session.Creating(meta, s.now())
+	if err != nil {
 		return session.Meta{}, err
 	}
-	if meta.ID == "" {
-		meta.ID = session.NewID()
-	}
-	meta.Created = s.now()
-	meta.Updated = meta.Created
-	st, _ := session.EncodeState(session.State{})
-	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (tenant, id, created_at, updated_at, meta, state) VALUES ($1, $2, $3, $4, $5, $6)`,
-		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), session.EncodeMeta(meta), string(st))
+	_, err = s.pool.Exec(ctx, `INSERT INTO sessions (tenant, id, created_at, updated_at, meta, state) VALUES ($1, $2, $3, $4, $5, $6)`,
+		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), m, st)
 	if err != nil {
 		return session.Meta{}, fmt.Errorf("create session: %w", err)
 	}
@@ -204,40 +198,18 @@ func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session
 	if err != nil {
 		return session.Snapshot{}, err
 	}
-	snap := session.Snapshot{Meta: m}
-	if snap.State, err = session.DecodeState([]byte(st)); err != nil {
-		return session.Snapshot{}, err
-	}
 	rows, err := tx.Query(ctx, `SELECT seq, at, body FROM entries WHERE tenant = $1 AND session_id = $2 ORDER BY seq`, tenant, string(id))
 	if err != nil {
 		return session.Snapshot{}, fmt.Errorf("load log: %w", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var seq, at int64
-		var body string
-		if err := rows.Scan(&seq, &at, &body); err != nil {
-			return session.Snapshot{}, fmt.Errorf("load log: %w", err)
-		}
-		e, err := session.DecodeEntry(seq, time.Unix(0, at).UTC(), []byte(body))
-		if err != nil {
-			return session.Snapshot{}, err
-		}
-		snap.Log = append(snap.Log, e)
-	}
-	return snap, rows.Err()
+	return session.LoadSnapshot(m, st, rows)
 }
 
 func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
-	state, err := session.EncodeState(st)
+	a, err := session.EncodeAppend(entries, st)
 	if err != nil {
 		return nil, err
-	}
-	kinds, bodies := make([]string, len(entries)), make([][]byte, len(entries))
-	for i, e := range entries {
-		if kinds[i], bodies[i], err = session.EncodeEntry(e); err != nil {
-			return nil, err
-		}
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -253,15 +225,14 @@ func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entrie
 		return nil, fmt.Errorf("append: %w", err)
 	}
 	now := s.now()
-	out := slices.Clone(entries)
+	out := session.Numbered(entries, last, now)
 	batch := &pgx.Batch{}
 	for i := range out {
-		out[i].Seq, out[i].At = last+int64(i)+1, now
 		batch.Queue(`INSERT INTO entries (tenant, session_id, seq, at, kind, body) VALUES ($1, $2, $3, $4, $5, $6)`,
-			tenant, string(id), out[i].Seq, now.UnixNano(), kinds[i], string(bodies[i]))
+			tenant, string(id), out[i].Seq, now.UnixNano(), a.Kinds[i], string(a.Bodies[i]))
 	}
 	batch.Queue(`UPDATE sessions SET state = $1, updated_at = $2 WHERE tenant = $3 AND id = $4`,
-		string(state), now.UnixNano(), tenant, string(id))
+		string(a.State), now.UnixNano(), tenant, string(id))
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, fmt.Errorf("append: %w", err)
 	}

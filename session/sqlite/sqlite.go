@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
-	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -125,18 +124,12 @@ func (s *Store) now() time.Time {
 }
 
 func (s *Store) Create(ctx context.Context, meta session.Meta) (session.Meta, error) {
-	if err := imagestore.ValidTenant(meta.Tenant); err != nil {
+	meta, m, st, err := session.Creating(meta, s.now())
+	if err != nil {
 		return session.Meta{}, err
 	}
-	if meta.ID == "" {
-		meta.ID = session.NewID()
-	}
-	meta.Created = s.now()
-	meta.Updated = meta.Created
-	m := session.EncodeMeta(meta)
-	st, _ := session.EncodeState(session.State{})
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (tenant, id, created_at, updated_at, meta, state) VALUES (?, ?, ?, ?, ?, ?)`,
-		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), m, string(st))
+	_, err = s.db.ExecContext(ctx, `INSERT INTO sessions (tenant, id, created_at, updated_at, meta, state) VALUES (?, ?, ?, ?, ?, ?)`,
+		meta.Tenant, string(meta.ID), meta.Created.UnixNano(), meta.Updated.UnixNano(), m, st)
 	if err != nil {
 		return session.Meta{}, fmt.Errorf("create session: %w", err)
 	}
@@ -170,40 +163,18 @@ func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session
 	if err != nil {
 		return session.Snapshot{}, err
 	}
-	snap := session.Snapshot{Meta: meta}
-	if snap.State, err = session.DecodeState([]byte(st)); err != nil {
-		return session.Snapshot{}, err
-	}
 	rows, err := tx.QueryContext(ctx, `SELECT seq, at, body FROM entries WHERE tenant = ? AND session_id = ? ORDER BY seq`, tenant, string(id))
 	if err != nil {
 		return session.Snapshot{}, fmt.Errorf("load log: %w", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var seq, at int64
-		var body string
-		if err := rows.Scan(&seq, &at, &body); err != nil {
-			return session.Snapshot{}, fmt.Errorf("load log: %w", err)
-		}
-		e, err := session.DecodeEntry(seq, time.Unix(0, at).UTC(), []byte(body))
-		if err != nil {
-			return session.Snapshot{}, err
-		}
-		snap.Log = append(snap.Log, e)
-	}
-	return snap, rows.Err()
+	return session.LoadSnapshot(meta, st, rows)
 }
 
 func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
-	state, err := session.EncodeState(st)
+	a, err := session.EncodeAppend(entries, st)
 	if err != nil {
 		return nil, err
-	}
-	kinds, bodies := make([]string, len(entries)), make([][]byte, len(entries))
-	for i, e := range entries {
-		if kinds[i], bodies[i], err = session.EncodeEntry(e); err != nil {
-			return nil, err
-		}
 	}
 	tx, err := s.db.BeginTx(ctx, nil) // _txlock=immediate: the write lock is taken now
 	if err != nil {
@@ -218,16 +189,15 @@ func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entrie
 		return nil, fmt.Errorf("append: %w", err)
 	}
 	now := s.now()
-	out := slices.Clone(entries)
+	out := session.Numbered(entries, last, now)
 	for i := range out {
-		out[i].Seq, out[i].At = last+int64(i)+1, now
 		if _, err := tx.ExecContext(ctx, `INSERT INTO entries (tenant, session_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?, ?)`,
-			tenant, string(id), out[i].Seq, now.UnixNano(), kinds[i], string(bodies[i])); err != nil {
+			tenant, string(id), out[i].Seq, now.UnixNano(), a.Kinds[i], string(a.Bodies[i])); err != nil {
 			return nil, fmt.Errorf("append: %w", err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET state = ?, updated_at = ? WHERE tenant = ? AND id = ?`,
-		string(state), now.UnixNano(), tenant, string(id)); err != nil {
+		string(a.State), now.UnixNano(), tenant, string(id)); err != nil {
 		return nil, fmt.Errorf("append: %w", err)
 	}
 	if err := tx.Commit(); err != nil {

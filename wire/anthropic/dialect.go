@@ -15,9 +15,21 @@ var Dialect = &wire.Dialect{
 	Name: Wire, Scan: Scan, DecodeMessage: DecodeMessage, WriteSource: WriteSource, WriteText: WriteText,
 	Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
 	CountAnswer: func(n int) any { return map[string]int{"input_tokens": n} },
-	Upstream:    Wire, ErrorBody: ErrorBody, ModelList: modelList, DecodeRequest: decodeRequest, Complete: complete,
+	Upstream:    Wire, ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete,
 	Path: "/v1/messages", Headers: map[string]string{"anthropic-version": "2023-06-01"},
 	Credentials: func(req *http.Request, key string) { req.Header.Set("x-api-key", key) }, DecodeError: DecodeError,
+}
+
+func encodeSession(r wire.SessionRequest) ([]byte, error) {
+	return NewRequest(r.Model, r.MaxTokens).Encode(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages})
+}
+
+func decodeAnswer(b []byte) (wire.Answer, error) {
+	r, err := DecodeResponse(b)
+	if err != nil {
+		return wire.Answer{}, err
+	}
+	return wire.Answer{Message: r.Message, Usage: r.Usage, Cut: r.Cut, WindowFull: r.WindowFull}, nil
 }
 
 func decodeRequest(body []byte) ([]chat.Message, bool, error) {

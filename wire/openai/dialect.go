@@ -16,7 +16,19 @@ var Dialect = &wire.Dialect{
 	WriteSource: func(w *wire.BodyWriter, mediaType, b64 string) { wire.WriteDataURL(w, mediaType, b64) },
 	WriteText:   func(w *wire.BodyWriter, text string, _ []byte) { WriteText(w, text) },
 	Upstream:    Wire, AskUsage: includeUsage, Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
-	ErrorBody: ErrorBody, ModelList: modelList, DecodeRequest: decodeRequest, Complete: complete, Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
+	ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete, Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
+}
+
+func encodeSession(r wire.SessionRequest) ([]byte, error) {
+	return NewRequest(r.Model).Encode(r.Messages, r.Source)
+}
+
+func decodeAnswer(b []byte) (wire.Answer, error) {
+	r, err := DecodeResponse(b)
+	if err != nil {
+		return wire.Answer{}, err
+	}
+	return wire.Answer{Message: r.Message, Usage: r.Usage, Cut: r.Cut}, nil
 }
 
 func decodeRequest(body []byte) ([]chat.Message, bool, error) {
