@@ -175,7 +175,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	p.countSent(rules, shrunk)
 	e.logRemovals(c.Tenant, sp.Model, fw)
-	if c.Side && countsTokens(req.Path) && errors.As(err, &we) && (we.Status == http.StatusNotFound || we.Status == http.StatusMethodNotAllowed) && d.CountAnswer != nil {
+	if c.Side && d.CountAnswer != nil && strings.HasSuffix(req.Path, d.CountPath) && errors.As(err, &we) && (we.Status == http.StatusNotFound || we.Status == http.StatusMethodNotAllowed) {
 		// The upstream has no token-count endpoint: imgctx's own estimate
 		// of the request it would send, said as such.
 		n := estimateOf(sp)(0)
@@ -344,11 +344,6 @@ func (e *Engine) sink(ev Event) {
 func jsonReply(v any, u *chat.Usage) *Reply {
 	b, _ := wire.Marshal(v)
 	return &Reply{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Body: append(b, '\n'), Usage: u}
-}
-
-// countsTokens reports whether a path is a token-count endpoint.
-func countsTokens(path string) bool {
-	return strings.HasSuffix(path, "/count_tokens") || strings.HasSuffix(path, "/input_tokens") || strings.HasSuffix(path, ":countTokens")
 }
 
 // textOf counts what messages[from:] of a proxied request bill as text: each

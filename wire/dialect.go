@@ -2,7 +2,9 @@ package wire
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/imgctx/imgctx/chat"
 )
@@ -41,8 +43,10 @@ type Dialect struct {
 	Answer func(body []byte) (*chat.Usage, bool)
 	// NewStream follows a streamed answer's events.
 	NewStream func() StreamReader
-	// CountAnswer is the wire's token-count answer (nil: none).
+	// CountAnswer is the wire's token-count answer (nil: none), given
+	// when the upstream has no endpoint at the path that ends in CountPath.
 	CountAnswer func(tokens int) any
+	CountPath   string
 	// ModelList merges the model listings of several upstreams into one in
 	// the wire's shape; nil: the wire pages its listing its own way, and
 	// the first upstream's goes as it answers.
@@ -132,3 +136,6 @@ type StreamReader interface {
 
 // Bearer sets a key as "Authorization: Bearer".
 func Bearer(req *http.Request, key string) { req.Header.Set("Authorization", "Bearer "+key) }
+
+// CompletionID names an answer imgctx writes itself.
+func CompletionID() string { return fmt.Sprintf("imgctx-%d", time.Now().UnixNano()) }

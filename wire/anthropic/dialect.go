@@ -2,9 +2,7 @@ package anthropic
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
@@ -14,8 +12,8 @@ import (
 var Dialect = &wire.Dialect{
 	Name: Wire, Scan: Scan, DecodeMessage: DecodeMessage, WriteSource: WriteSource, WriteText: WriteText,
 	Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
-	CountAnswer: func(n int) any { return map[string]int{"input_tokens": n} },
-	Upstream:    Wire, ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete,
+	CountAnswer: func(n int) any { return map[string]int{"input_tokens": n} }, CountPath: "/count_tokens",
+	Upstream: Wire, ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete,
 	Path: "/v1/messages", Headers: map[string]string{"anthropic-version": "2023-06-01"},
 	Credentials: func(req *http.Request, key string) { req.Header.Set("x-api-key", key) }, DecodeError: DecodeError,
 }
@@ -43,7 +41,7 @@ func decodeRequest(body []byte) ([]chat.Message, bool, error) {
 // complete writes a whole answer as a message, or as the events of one
 // carrying the whole text.
 func complete(model string, stream bool, a wire.Completion) (string, []byte) {
-	id := fmt.Sprintf("imgctx-%d", time.Now().UnixNano())
+	id := wire.CompletionID()
 	stop := "end_turn"
 	if a.Cut {
 		stop = "max_tokens"

@@ -18,8 +18,8 @@ var Dialect = &wire.Dialect{
 		return u, cut
 	},
 	NewStream:   func() wire.StreamReader { return &streamReader{} },
-	CountAnswer: func(n int) any { return map[string]int{"totalTokens": n} },
-	Upstream:    Wire, FromPath: fromPath, ErrorBody: ErrorBody,
+	CountAnswer: func(n int) any { return map[string]int{"totalTokens": n} }, CountPath: ":countTokens",
+	Upstream: Wire, FromPath: fromPath, ErrorBody: ErrorBody,
 	Credentials: func(req *http.Request, key string) {
 		req.Header.Set("x-goog-api-key", key)
 		if q := req.URL.Query(); q.Has("key") { // the client's own, replaced

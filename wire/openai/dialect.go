@@ -3,7 +3,6 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
@@ -42,7 +41,7 @@ func decodeRequest(body []byte) ([]chat.Message, bool, error) {
 // complete writes a whole answer as a chat completion, or as the chunks
 // of one carrying the whole text.
 func complete(model string, stream bool, a wire.Completion) (string, []byte) {
-	id := fmt.Sprintf("imgctx-%d", time.Now().UnixNano())
+	id := wire.CompletionID()
 	finish := "stop"
 	if a.Cut {
 		finish = "length"

@@ -17,8 +17,8 @@ var Dialect = &wire.Dialect{
 		return u, cut
 	},
 	NewStream:   func() wire.StreamReader { return &streamReader{} },
-	CountAnswer: func(n int) any { return map[string]any{"object": "response.input_tokens", "input_tokens": n} },
-	Upstream:    openai.Wire, ErrorBody: openai.ErrorBody,
+	CountAnswer: func(n int) any { return map[string]any{"object": "response.input_tokens", "input_tokens": n} }, CountPath: "/input_tokens",
+	Upstream: openai.Wire, ErrorBody: openai.ErrorBody,
 	Path: "/v1/responses", Credentials: wire.Bearer, DecodeError: openai.DecodeError,
 }
 
