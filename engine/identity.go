@@ -4,38 +4,85 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 
+	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
 )
 
-// fingerprintBytes bounds what of each opening message names a
-// conversation: enough to tell two apart, cheap on a pasted screenshot.
+// fingerprintBytes bounds what of an opening message that cannot be read
+// as text, or of an image's data, names a conversation: enough to tell two
+// apart, cheap on a pasted screenshot.
 const fingerprintBytes = 16 << 10
 
 // ConversationKey names a proxied conversation without configuration. Its
 // identity is the first of: X-Imgctx-Session; the agent's own id
 // (X-Claude-Code-Session-Id, codex's Session-Id, prompt_cache_key, the
 // session part of Anthropic metadata.user_id); nothing. A fingerprint of
-// the conversation's opening messages (up to the first user message) is
-// always part of the key, so one static header configured for every call
-// of an agent never merges two conversations. The key is a hash: a client
-// value of any size costs 64 bytes of state.
-func ConversationKey(tenant, wireName string, h http.Header, sp *wire.Spliced) string {
-	d := sha256.New()
-	d.Write([]byte(tenant + "\x00" + wireName + "\x00"))
-	d.Write([]byte(conversationID(h, sp)))
-	d.Write([]byte{0})
+// the conversation's opening (fingerprint) is always part of the key, so
+// one static header configured for every call of an agent never merges two
+// conversations. The key is a hash: a client value of any size costs 64
+// bytes of state.
+func ConversationKey(tenant string, d *wire.Dialect, h http.Header, sp *wire.Spliced) string {
+	sum := sha256.New()
+	sum.Write([]byte(tenant + "\x00" + d.Name + "\x00"))
+	sum.Write([]byte(conversationID(h, sp)))
+	sum.Write([]byte{0})
+	fingerprint(sum, d, sp)
+	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// fingerprint writes what names a conversation's opening: each message up
+// to the first user message, as its role, the text it says and the start
+// of each image's data. The text is read through the wire's own decoding,
+// so what agents change between the requests of one conversation without
+// changing what it says is left out: a cache_control added or moved (an
+// agent marks the last message, which the first user message is only in
+// the first request), spacing and field order, and <system-reminder>
+// parts added or dropped (a resumed session's opening loses them). A
+// message the wire cannot read counts by its first bytes as they are.
+func fingerprint(w io.Writer, d *wire.Dialect, sp *wire.Spliced) {
+	slot := 0
 	for i, m := range sp.Marks {
+		role := ""
+		if i < len(sp.Messages) {
+			role = string(sp.Messages[i].Role)
+		}
+		io.WriteString(w, role+"\x00")
+		// The message without its images' data: cheap to decode.
 		raw := sp.Body[m.Start:m.End]
-		d.Write(raw[:min(len(raw), fingerprintBytes)])
-		d.Write([]byte{0})
-		if i < len(sp.Messages) && sp.Messages[i].Role == "user" {
-			break
+		var text []byte
+		last := m.Start
+		for ; slot < len(sp.Slots) && sp.Slots[slot].Data.Start < m.End; slot++ {
+			data := sp.Slots[slot].Data
+			if data.End <= data.Start || data.Start < last {
+				continue
+			}
+			text = append(append(text, sp.Body[last:data.Start]...), "AAAA"...) // a stand-in the wire decodes
+			last = data.End
+			b := sp.Body[data.Start:data.End]
+			w.Write(b[:min(len(b), fingerprintBytes)])
+			w.Write([]byte{0})
+		}
+		text = append(text, sp.Body[last:m.End]...)
+		msgs, err := d.DecodeMessage(text)
+		if err != nil {
+			w.Write(raw[:min(len(raw), fingerprintBytes)])
+		}
+		for _, dm := range msgs {
+			for _, p := range dm.Parts {
+				if t, ok := p.(chat.Text); ok && !strings.HasPrefix(strings.TrimSpace(t.Text), "<system-reminder>") {
+					io.WriteString(w, t.Text+"\x00")
+				}
+			}
+		}
+		w.Write([]byte{0})
+		if role == "user" {
+			return
 		}
 	}
-	return hex.EncodeToString(d.Sum(nil))
 }
 
 func conversationID(h http.Header, sp *wire.Spliced) string {

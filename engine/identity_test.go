@@ -7,8 +7,6 @@ import (
 
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
-	"github.com/imgctx/imgctx/wire/anthropic"
-	"github.com/imgctx/imgctx/wire/openai"
 )
 
 // The conversation key: the first identity found, always with the opening
@@ -16,11 +14,8 @@ import (
 func TestConversationKey(t *testing.T) {
 	key := func(format upstream.Format, body string, h ...string) string {
 		t.Helper()
-		scan := openai.Scan
-		if format == upstream.Anthropic {
-			scan = anthropic.Scan
-		}
-		sp, err := scan([]byte(body), wire.ScanOptions{})
+		d := upstream.Wires[format]
+		sp, err := d.Scan([]byte(body), wire.ScanOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,7 +23,7 @@ func TestConversationKey(t *testing.T) {
 		for i := 0; i+1 < len(h); i += 2 {
 			hdr.Set(h[i], h[i+1])
 		}
-		return ConversationKey("acme", string(format), hdr, sp)
+		return ConversationKey("acme", d, hdr, sp)
 	}
 	const a = `{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":"Fix the bug."}]}`
 	const b = `{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":"Write the docs."}]}`
@@ -71,4 +66,60 @@ func TestConversationKey(t *testing.T) {
 		return
 	}
 	t.Error("the session part of metadata.user_id is not what names the conversation")
+}
+
+// Issue "Drop-in that survives agents changing", item 1: what agents change
+// between the requests of one conversation without changing what it says
+// leaves its key alone; what two conversations say differently still
+// parts them behind one static header.
+func TestConversationKeySurvivesAgentEdits(t *testing.T) {
+	key := func(format upstream.Format, body string) string {
+		t.Helper()
+		d := upstream.Wires[format]
+		sp, err := d.Scan([]byte(body), wire.ScanOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ConversationKey("acme", d, http.Header{"X-Imgctx-Session": {"static"}}, sp)
+	}
+	shot := strings.TrimPrefix(screenshot(64, 48, 3), "data:image/png;base64,")
+	other := strings.TrimPrefix(screenshot(64, 48, 4), "data:image/png;base64,")
+	same := []struct{ name, format, a, b string }{
+		// claude-code: cache_control on the first user message's last
+		// block in the first request only (it is then the last message).
+		{"cache_control in request 1 only", "anthropic",
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Fix the bug.","cache_control":{"type":"ephemeral"}}]}]}`,
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Fix the bug."}]},{"role":"assistant","content":"On it."},{"role":"user","content":[{"type":"text","text":"And the tests.","cache_control":{"type":"ephemeral"}}]}]}`},
+		// qwen-code --continue: a reminder part of message 1 dropped.
+		{"reminder dropped on resume", "openai",
+			`{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":[{"type":"text","text":"<system-reminder>Today is Monday.</system-reminder>"},{"type":"text","text":"Fix the bug."}]}]}`,
+			`{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":[{"type":"text","text":"Fix the bug."}]},{"role":"assistant","content":"Done."},{"role":"user","content":"Thanks."}]}`},
+		{"string content or one text part, other spacing", "openai",
+			`{"model":"m","messages":[{"role":"user","content":"Fix the bug."}]}`,
+			`{"model": "m", "messages": [ {"content": [ {"text": "Fix the bug.", "type": "text"} ], "role": "user"} ]}`},
+		{"a pasted image, its block marked in request 1 only", "anthropic",
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + shot + `"},"cache_control":{"type":"ephemeral"}},{"type":"text","text":"What is this?"}]}]}`,
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + shot + `"}},{"type":"text","text":"What is this?"}]},{"role":"assistant","content":"A chart."}]}`},
+	}
+	for _, c := range same {
+		if key(upstream.Format(c.format), c.a) != key(upstream.Format(c.format), c.b) {
+			t.Errorf("%s: one conversation got two keys", c.name)
+		}
+	}
+	apart := []struct{ name, format, a, b string }{
+		{"other prompt", "openai",
+			`{"model":"m","messages":[{"role":"user","content":"Fix the bug."}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"Write the docs."}]}`},
+		{"other system prompt", "openai",
+			`{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":"Go."}]}`,
+			`{"model":"m","messages":[{"role":"system","content":"You review."},{"role":"user","content":"Go."}]}`},
+		{"other pasted image, same words", "anthropic",
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + shot + `"}},{"type":"text","text":"What is this?"}]}]}`,
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + other + `"}},{"type":"text","text":"What is this?"}]}]}`},
+	}
+	for _, c := range apart {
+		if key(upstream.Format(c.format), c.a) == key(upstream.Format(c.format), c.b) {
+			t.Errorf("%s: two conversations behind one static header merged", c.name)
+		}
+	}
 }

@@ -122,7 +122,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	e.spans.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
 	profile := e.ProfileWith(sp.Model, route.Hints)
-	fw, err := e.decide(ctx, proxyRequest{Tenant: c.Tenant, Key: ConversationKey(c.Tenant, d.Name, c.Header, sp),
+	fw, err := e.decide(ctx, proxyRequest{Tenant: c.Tenant, Key: ConversationKey(c.Tenant, d, c.Header, sp),
 		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
 	if err != nil {

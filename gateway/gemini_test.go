@@ -284,7 +284,7 @@ func TestGeminiCLISession(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := sessions.LoadProxied(context.Background(), "acme", engine.ConversationKey("acme", "gemini", http.Header{}, sp))
+			d, err := sessions.LoadProxied(context.Background(), "acme", engine.ConversationKey("acme", gemini.Dialect, http.Header{}, sp))
 			if err != nil || len(d.Images) != 2 || d.Images[0].Keep != chat.Kept || d.Images[0].Cost != 1334 {
 				t.Fatalf("decisions %+v %v; want the first kept at the billed 1334", d.Images, err)
 			}

@@ -48,7 +48,7 @@ func (g *agent) decisions() session.Proxied {
 	for k, v := range g.header {
 		h.Set(k, v)
 	}
-	p, err := g.rig.sessions.LoadProxied(context.Background(), "default", engine.ConversationKey("default", "anthropic", h, sp))
+	p, err := g.rig.sessions.LoadProxied(context.Background(), "default", engine.ConversationKey("default", anthropic.Dialect, h, sp))
 	if err != nil {
 		g.t.Fatal(err)
 	}

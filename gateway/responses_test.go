@@ -295,7 +295,7 @@ func (r *responsesRig) decisions(t *testing.T, c *codex) session.Proxied {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.sessions.LoadProxied(context.Background(), "default", engine.ConversationKey("default", "responses", http.Header{}, sp))
+	p, err := r.sessions.LoadProxied(context.Background(), "default", engine.ConversationKey("default", responses.Dialect, http.Header{}, sp))
 	if err != nil {
 		t.Fatal(err)
 	}
