@@ -417,3 +417,25 @@ func TestProxyStoreRefusalLeavesTheToolImageEphemeral(t *testing.T) {
 		t.Fatal("no refused marker at the next turn")
 	}
 }
+
+// Issue "Drop-in that survives agents changing", item 1, as claude-code
+// 2.1.197 sends it: the first user message carries cache_control in the
+// first request only (it is then the last message). One conversation
+// still: the screenshot first shown in request 2 is measured there and
+// kept at the next turn, not removed as unmeasured.
+func TestProxyCacheControlMovedOffTheOpeningKeepsOneConversation(t *testing.T) {
+	g := newAgent(t, newAgentRig(t, 200_000, &session.Mem{}), "Open the login page.")
+	g.msgs = append(g.msgs, fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":%q,"cache_control":{"type":"ephemeral"}}]}`, g.first))
+	g.send(reply{tools: 1})
+	g.msgs[0] = fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":%q}]}`, g.first)
+	g.results(1, false, false)
+	g.send(reply{})
+	g.human("And now?")
+	g.send(reply{})
+	if n, cost := kept(g.decisions()); n != 1 || cost != 1334 {
+		t.Fatalf("%d kept at %d tokens; want the screenshot kept at its measured 1334", n, cost)
+	}
+	if bytes.Count(g.sent[2], []byte(`"type":"image"`)) != 1 || bytes.Contains(g.sent[2], []byte("(unmeasured)")) {
+		t.Fatal("the next turn lost the screenshot")
+	}
+}
