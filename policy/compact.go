@@ -203,12 +203,20 @@ func Compact(ctx context.Context, msgs []chat.Message, cfg CompactConfig, s Summ
 	counts := tokens.CharCounts(nil, msgs, cfg.ImageTokenEstimate)
 	split := SplitPoint(msgs, counts, cfg.preserve())
 	start := leadingSystem(msgs)
-	if split < 0 || !WorthCompacting(counts, start, split, cfg.minFraction()) {
+	// The guard weighs what a summary saves that nothing cheaper would:
+	// kept images leave before any summary (an eviction batch), so their
+	// weight never makes one worth its call.
+	worth := counts
+	if KeptCost(msgs) > 0 {
+		slim, _ := RemoveKept(msgs, reason.Compaction)
+		worth = tokens.CharCounts(nil, slim, cfg.ImageTokenEstimate)
+	}
+	if split < 0 || !WorthCompacting(worth, start, split, cfg.minFraction()) {
 		// One instruction and a long tool loop has no user boundary worth
 		// cutting at: cut between tool rounds instead.
 		split = RoundSplitPoint(msgs, counts, cfg.preserve())
 	}
-	if split < 0 || !WorthCompacting(counts, start, split, cfg.minFraction()) {
+	if split < 0 || !WorthCompacting(worth, start, split, cfg.minFraction()) {
 		return Compacted{}, ErrNotWorthCompacting
 	}
 	var text string

@@ -561,3 +561,28 @@ func TestCompactCaptionsFromTheSummary(t *testing.T) {
 		t.Fatalf("captions %q", got)
 	}
 }
+
+// Issue "Drop-in that survives agents changing", item 5: kept images
+// leave before any summary, so their weight never makes one worth its
+// call; the same prefix holding the user's images (which a summary is the
+// way to cover) still is.
+func TestKeptImagesDoNotMakeASummaryWorthIt(t *testing.T) {
+	history := func(keep chat.Keep) []chat.Message {
+		img := func(n byte) chat.Image {
+			return chat.Image{Ref: blob.Of([]byte{n}), MediaType: "image/png", Origin: chat.FromTool, Keep: keep, Cost: 1600}
+		}
+		return []chat.Message{
+			{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "look"}}},
+			{Role: chat.Assistant, Parts: []chat.Part{chat.ToolCall{ID: "c1", Name: "screenshot"}}},
+			{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c1", Parts: []chat.Part{img(1), img(2)}}}},
+			{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: "two screenshots"}}},
+			{Role: chat.User, Parts: []chat.Part{chat.Text{Text: strings.Repeat("x", 9000)}}},
+		}
+	}
+	if _, err := Compact(context.Background(), history(chat.Kept), CompactConfig{}, &recorder{}); !errors.Is(err, ErrNotWorthCompacting) {
+		t.Fatalf("a prefix worth a summary only by its kept images: %v; want ErrNotWorthCompacting", err)
+	}
+	if _, err := Compact(context.Background(), history(""), CompactConfig{}, &recorder{}); err != nil {
+		t.Fatalf("the same prefix with images that are not kept: %v", err)
+	}
+}
