@@ -49,12 +49,6 @@ func (e *Engine) flat(ctx context.Context, c ProxyCall, model string, route *Rou
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.Vision && len(rep.Images) > 0 {
-		// A backend that renders no images gets none, the current
-		// message's included; each is counted.
-		rep.Counts.Dropped[reason.NoVision] += len(rep.Images)
-		rep.Images = nil
-	}
 	p := &Proxied{wire: d, Counts: counts}
 	if c.Side {
 		n := tokens.CounterFor(profile.Tokenizer).Count(flatPrompt(system, rep, current, ""))
@@ -212,6 +206,9 @@ func flatPrompt(system string, rep policy.Replay, current chat.Message, marker s
 	}
 	b.WriteString(rep.History)
 	b.WriteString("User: ")
+	for _, note := range rep.NotAttached {
+		b.WriteString(note + " ")
+	}
 	if len(rep.Images) > 0 {
 		b.WriteString("[Attached images:")
 		for _, a := range rep.Images {

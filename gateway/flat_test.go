@@ -253,6 +253,11 @@ func TestFlatWithoutVisionAttachesNothing(t *testing.T) {
 	if len(images) != 0 || bytes.Contains(body, []byte("multimodal_data")) || strings.Contains(prompt, testMarker) || r.count("not_sent", "no_vision") != 2 {
 		t.Fatalf("%d images, %d no_vision", len(images), r.count("not_sent", "no_vision"))
 	}
+	// Both are named in the prompt where they stood: the history's in its
+	// turn, the current one beside the message's text.
+	if n := strings.Count(prompt, "(no_vision)]"); n != 2 || !strings.Contains(prompt, "User: [Image not attached: image/png (no_vision)] Now this.") {
+		t.Fatalf("%d images named in the prompt:\n%s", n, prompt)
+	}
 }
 
 func TestFlatCapsHoldOnTheirOwn(t *testing.T) {

@@ -42,7 +42,8 @@ type Attached struct {
 	Turn    int        // index of its turn in the history; -1 for the current turn
 }
 
-// ReplayCounts says what happened to the history's images and documents.
+// ReplayCounts says what happened to the history's images and documents
+// (and, for a wire without vision, the current message's images).
 // Attached + the sum of Dropped = Candidates, always.
 type ReplayCounts struct {
 	Turns      int
@@ -65,6 +66,10 @@ type Replay struct {
 	History string
 	Images  []Attached
 	Counts  ReplayCounts
+	// NotAttached names the current message's images the wire does not
+	// render (no vision), one note each, for the prompt beside the
+	// message's text; they are counted no_vision in Counts.
+	NotAttached []string
 }
 
 type candidate struct {
@@ -88,6 +93,14 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 	counts := ReplayCounts{Turns: len(turns), Dropped: map[reason.Code]int{}}
 	var out Replay
 	for _, img := range current.Images() {
+		if !cfg.Vision {
+			// A backend that renders no images gets none, the current
+			// message's included: each is named where it stood, and counted.
+			out.NotAttached = append(out.NotAttached, notAttached(img, reason.NoVision))
+			counts.Candidates++
+			counts.Dropped[reason.NoVision]++
+			continue
+		}
 		out.Images = append(out.Images, Attached{Ordinal: len(out.Images) + 1, Image: img, Turn: -1})
 	}
 	k := len(out.Images)
@@ -108,7 +121,7 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 			})
 		}
 	}
-	counts.Candidates = len(cands)
+	counts.Candidates += len(cands)
 	for i := range cands {
 		c := &cands[i]
 		switch {
@@ -163,12 +176,12 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 	out.History = renderHistory(history, turns, first, cands)
 	out.Counts = counts
 	if d := counts.DroppedTotal(); d > 0 && log != nil {
-		log.Info("history images dropped",
+		log.Info("flat replay: images not attached",
 			"count", d, "cap", counts.Dropped[reason.Cap], "bytes", counts.Dropped[reason.Bytes],
 			"truncated", counts.Dropped[reason.Truncated], "no_vision", counts.Dropped[reason.NoVision],
 			"document", counts.Dropped[reason.Document], "fetch_failed", counts.Dropped[reason.FetchFailed],
 			"turns", counts.Turns, "attached", counts.Attached,
-			"why", "the wire carries images only as one flat list, so these could not be replayed with their turn")
+			"why", "the backend takes one flat image list (or none, without vision): these are named in the prompt instead")
 	}
 	return out, nil
 }

@@ -168,10 +168,12 @@ func TestReplayNoVision(t *testing.T) {
 	cfg.Vision = false
 	current := chat.Message{Role: chat.User, Parts: []chat.Part{hImg("now", 10)}}
 	r := build(t, turns([]chat.Image{hImg("a", 10)}, []chat.Image{hImg("b", 10)}), current, cfg)
-	if got := refs(r.Images); !reflect.DeepEqual(got, []string{"now"}) {
-		t.Fatalf("attached %v; want only the current image (its behaviour is unchanged)", got)
+	// Nothing attached, the current image included; it is named where it
+	// stood, and every image is counted no_vision.
+	if len(r.Images) != 0 || !reflect.DeepEqual(r.NotAttached, []string{"[Image not attached: image/png — now (no_vision)]"}) {
+		t.Fatalf("attached %v, notes %q; want none attached and the current image named", refs(r.Images), r.NotAttached)
 	}
-	if r.Counts.Dropped[reason.NoVision] != 2 {
+	if r.Counts.Dropped[reason.NoVision] != 3 || r.Counts.Candidates != 3 {
 		t.Fatalf("counts %+v", r.Counts)
 	}
 }
@@ -290,6 +292,14 @@ func TestReplayProperties(t *testing.T) {
 			rt.Fatalf("attached %d + dropped %d != candidates %d", c.Attached, c.DroppedTotal(), c.Candidates)
 		}
 		k := len(current.Images())
+		if !cfg.Vision {
+			// Nothing is attached, the current images included: each is
+			// named in a note and counted no_vision.
+			if len(r.NotAttached) != k || len(r.Images) != 0 || c.Dropped[reason.NoVision] < k {
+				rt.Fatalf("no vision: %d notes, %d images, %d no_vision for %d current images", len(r.NotAttached), len(r.Images), c.Dropped[reason.NoVision], k)
+			}
+			k = 0
+		}
 		if len(r.Images) != k+c.Attached || c.Attached > cfg.MaxHistoryImages {
 			rt.Fatalf("%d images for %d current + %d attached (cap %d)", len(r.Images), k, c.Attached, cfg.MaxHistoryImages)
 		}
