@@ -181,6 +181,7 @@ type Engine struct {
 	profiles    map[string]tokens.Profile
 	proxied     *proxiedCache
 	spans       *spanCache
+	invalid     error // Config.Validate's, at first use
 }
 
 // Event is one decision the engine made, for logs, metrics and the caller.
@@ -214,6 +215,7 @@ var (
 )
 
 func (e *Engine) init() {
+	e.invalid = e.Config.Validate()
 	e.b64 = newBase64Cache(e.Base64CacheBytes)
 	e.meta = &metaCache{max: 100_000, m: map[blob.Ref]media.Info{}}
 	e.profiles = map[string]tokens.Profile{}
@@ -351,6 +353,9 @@ func (c *call) removed(rs []policy.Removal) {
 // the last reply called. It returns the assistant's reply.
 func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incoming []chat.Message) (*Result, error) {
 	e.once.Do(e.init)
+	if e.invalid != nil {
+		return nil, e.invalid
+	}
 	unlock, err := e.lock(ctx, tenant, id)
 	if err != nil {
 		return nil, err

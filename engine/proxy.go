@@ -98,6 +98,9 @@ type ProxyCounts struct {
 // came; a prompt-too-long is replayed once without the images that can go.
 func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	e.once.Do(e.init)
+	if e.invalid != nil {
+		return nil, e.invalid
+	}
 	start := time.Now()
 	d := c.Wire
 	sp, keys, rk, err := e.scan(c)
