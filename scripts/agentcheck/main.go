@@ -7,8 +7,13 @@
 //	go run ./scripts/agentcheck
 //
 // claude-code asks to read testdata/screenshot.png (the scripted upstream
-// answers with a Read tool call), so its second request carries the image
-// in a tool_result; qwen-code (OpenAI format) says hello; codex (OpenAI
+// answers with a Read tool call, and bills the image as Claude would), so
+// its second request carries the image in a tool_result; then its session
+// is resumed (-c) for a second human turn that reads it again, which must
+// stay the same conversation in imgctx's store (the table's last column:
+// the conversations each run added; a side request with an opening of its
+// own, like qwen-code's memory subagent, is one of its own); qwen-code
+// (OpenAI format) says hello; codex (OpenAI
 // Responses) describes the screenshot attached to its prompt; gemini-cli
 // (Gemini) the one it reads by @screenshot.png. Between the agent
 // and imgctx sits a recording proxy; the upstream records what it gets.
@@ -17,6 +22,7 @@ package main
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,26 +38,29 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	_ "modernc.org/sqlite"
 )
 
 var agents = []struct{ pkg, bin string }{
-	{"@anthropic-ai/claude-code@2.1.328", "claude"},
+	{"@anthropic-ai/claude-code@2.1.332", "claude"},
 	{"@qwen-code/qwen-code@0.24.4", "qwen"},
-	{"@openai/codex@0.169.0", "codex"},
+	{"@openai/codex@0.171.0", "codex"},
 	{"@google/gemini-cli@0.61.0", "gemini"},
 }
 
 // recorded holds request bodies in arrival order, by who saw them.
 type recorded struct {
-	mu     sync.Mutex
-	bodies [][]byte
-	paths  []string
+	mu      sync.Mutex
+	bodies  [][]byte
+	paths   []string
+	headers []http.Header
 }
 
-func (r *recorded) add(path string, b []byte) {
+func (r *recorded) add(req *http.Request, b []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.bodies, r.paths = append(r.bodies, b), append(r.paths, path)
+	r.bodies, r.paths, r.headers = append(r.bodies, b), append(r.paths, req.URL.Path), append(r.headers, req.Header.Clone())
 }
 
 func listen(h http.Handler) string {
@@ -67,7 +76,9 @@ func main() {
 	cache := filepath.Join(os.TempDir(), "imgctx-agentcheck")
 	os.MkdirAll(cache, 0o755)
 	for _, a := range agents {
-		if _, err := os.Stat(filepath.Join(cache, "node_modules", ".bin", a.bin)); err == nil {
+		name, version, _ := strings.Cut(a.pkg[1:], "@")
+		var installed struct{ Version string }
+		if b, err := os.ReadFile(filepath.Join(cache, "node_modules", "@"+name, "package.json")); err == nil && json.Unmarshal(b, &installed) == nil && installed.Version == version {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "installing %s…\n", a.pkg)
@@ -84,7 +95,10 @@ func main() {
 	var atUpstream, atClient recorded
 	up := listen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		atUpstream.add(r.URL.Path, b)
+		atUpstream.add(r, b)
+		if d := os.Getenv("AGENTCHECK_DUMP"); d != "" {
+			os.WriteFile(filepath.Join(d, fmt.Sprintf("%03d.json", len(atUpstream.bodies))), b, 0o644)
+		}
 		scripted(w, r, b)
 	}))
 	work, _ := os.MkdirTemp("", "agentcheck")
@@ -120,7 +134,7 @@ func main() {
 	rp := httputil.NewSingleHostReverseProxy(gw)
 	front := listen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		atClient.add(r.URL.Path, b)
+		atClient.add(r, b)
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		rp.ServeHTTP(w, r)
 	}))
@@ -137,18 +151,33 @@ func main() {
 		name string
 		args []string
 	}{
-		{"claude-code 2.1.328 (Anthropic Messages)", []string{"claude", "-p", "Describe screenshot.png", "--output-format", "text"}},
+		{"claude-code 2.1.332 (Anthropic Messages), reads screenshot.png", []string{"claude", "-p", "Describe screenshot.png", "--output-format", "text"}},
+		{"claude-code 2.1.332, the session resumed (-c), reads it again", []string{"claude", "-c", "-p", "Look at screenshot.png once more", "--output-format", "text"}},
 		{"qwen-code 0.24.4 (OpenAI Chat Completions)", []string{"qwen", "-p", "Say hello"}},
-		{"codex 0.169.0 (OpenAI Responses), screenshot attached", []string{"codex", "exec", "--skip-git-repo-check", "-i", shotPath,
+		{"codex 0.171.0 (OpenAI Responses), screenshot attached", []string{"codex", "exec", "--skip-git-repo-check", "-i", shotPath,
 			"-c", `model="gpt-5.1-codex"`, "-c", `model_provider="imgctx"`,
 			"-c", `model_providers.imgctx={name="imgctx",base_url="` + front + `/v1",wire_api="responses",env_key="OPENAI_API_KEY"}`,
 			"Describe the screenshot"}},
 		{"gemini-cli 0.61.0 (Gemini generateContent), screenshot by @", []string{"gemini", "-p", "Describe @screenshot.png"}},
 	}
-	fmt.Println("| agent | answer | requests | byte-identical at the upstream |")
-	fmt.Println("|---|---|---|---|")
+	// The conversations the store has, after each run: one key per agent
+	// conversation (a resumed session adds none; side requests with an
+	// opening of their own are conversations of their own).
+	db, err := sql.Open("sqlite", filepath.Join(work, "data", "imgctx.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	conversations := func() int {
+		var n int
+		db.QueryRow(`SELECT count(*) FROM proxied`).Scan(&n)
+		return n
+	}
+	fmt.Println("| agent | answer | requests | byte-identical at the upstream | new conversations in the store |")
+	fmt.Println("|---|---|---|---|---|")
 	failed := false
 	for _, run := range runs {
+		convs := conversations()
 		before := len(atClient.bodies)
 		cmd := exec.Command(filepath.Join(cache, "node_modules", ".bin", run.args[0]), run.args[1:]...)
 		cmd.Dir, cmd.Env = work, env
@@ -169,8 +198,16 @@ func main() {
 		}
 		ok := total > 0 && same == total && strings.Contains(string(answer), "scripted upstream")
 		failed = failed || !ok
-		fmt.Printf("| %s | %q | %d | %d of %d |\n", run.name, strings.TrimSpace(lastLine(string(answer))), total, same, total)
+		time.Sleep(1500 * time.Millisecond) // the decisions are written within a second
+		fmt.Printf("| %s | %q | %d | %d of %d | %d |\n", run.name, strings.TrimSpace(lastLine(string(answer))), total, same, total, conversations()-convs)
 	}
+	seen := map[string]bool{}
+	for _, h := range atClient.headers {
+		if id := h.Get("X-Claude-Code-Session-Id"); id != "" {
+			seen[id] = true
+		}
+	}
+	fmt.Printf("\nclaude-code session ids sent: %d\n", len(seen))
 	resp, err := http.Get(gw.String() + "/metrics")
 	if err == nil {
 		b, _ := io.ReadAll(resp.Body)
@@ -248,14 +285,14 @@ func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	start := `event: message_start` + "\n" + `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-6","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":100,"output_tokens":1}}}`
+	start := `event: message_start` + "\n" + `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-6","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":` + fmt.Sprint(claudeInput(body)) + `,"output_tokens":1}}}`
 	events := []string{start,
 		`event: content_block_start` + "\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 		`event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello from the scripted upstream."}}`,
 		`event: content_block_stop` + "\n" + `data: {"type":"content_block_stop","index":0}`,
 		`event: message_delta` + "\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}`,
 		`event: message_stop` + "\n" + `data: {"type":"message_stop"}`}
-	if bytes.Contains(body, []byte("screenshot.png")) && !bytes.Contains(body, []byte(`"tool_result"`)) {
+	if asksForTheScreenshot(body) {
 		events = []string{start,
 			`event: content_block_start` + "\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_01","name":"Read","input":{}}}`,
 			`event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"file_path\": \"` + shotPath + `\"}"}}`,
@@ -266,4 +303,43 @@ func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 	for _, ev := range events {
 		io.WriteString(w, ev+"\n\n")
 	}
+}
+
+// asksForTheScreenshot: the last message is the human's and names the
+// screenshot (a tool result answers the Read).
+func asksForTheScreenshot(body []byte) bool {
+	var req struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return false
+	}
+	// claude-code 2.1.332 puts its environment in a system message after
+	// the human's: the last message that is not the system's.
+	for len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == "system" {
+		req.Messages = req.Messages[:len(req.Messages)-1]
+	}
+	if len(req.Messages) == 0 {
+		return false
+	}
+	last := req.Messages[len(req.Messages)-1]
+	return last.Role == "user" && bytes.Contains(last.Content, []byte("screenshot.png")) && !bytes.Contains(last.Content, []byte(`"tool_result"`))
+}
+
+var imageData = regexp.MustCompile(`"data":"[A-Za-z0-9+/=]*"`)
+
+// claudeInput bills a Messages request as the provider would, near enough
+// for imgctx to measure: its text at four characters a token, and each
+// image at the 1,334 tokens a 1280×800 screenshot costs on Claude's rule.
+// (A flat count would tell imgctx the model sees no images.)
+func claudeInput(body []byte) int {
+	images := imageData.FindAll(body, -1)
+	text := len(body)
+	for _, d := range images {
+		text -= len(d)
+	}
+	return text/4 + 1334*len(images)
 }
