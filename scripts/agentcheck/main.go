@@ -35,8 +35,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -141,7 +143,7 @@ func main() {
 
 	env := append(os.Environ(), "HOME="+filepath.Join(work, "home"), "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "ANTHROPIC_BASE_URL="+front, "ANTHROPIC_API_KEY=sk-ant-agentcheck",
-		"OPENAI_BASE_URL="+front+"/v1", "OPENAI_API_KEY=sk-agentcheck", "OPENAI_MODEL=qwen3-coder-plus",
+		"OPENAI_BASE_URL="+front+"/v1", "OPENAI_API_KEY=sk-agentcheck", "OPENAI_MODEL=qwen3-vl-plus",
 		"GEMINI_API_KEY=agentcheck", "GOOGLE_GEMINI_BASE_URL="+front, "GEMINI_CLI_TRUST_WORKSPACE=true")
 	// gemini-cli asks which way to authenticate unless its settings say.
 	os.MkdirAll(filepath.Join(work, "home", ".gemini"), 0o755)
@@ -153,7 +155,8 @@ func main() {
 	}{
 		{"claude-code 2.1.332 (Anthropic Messages), reads screenshot.png", []string{"claude", "-p", "Describe screenshot.png", "--output-format", "text"}},
 		{"claude-code 2.1.332, the session resumed (-c), reads it again", []string{"claude", "-c", "-p", "Look at screenshot.png once more", "--output-format", "text"}},
-		{"qwen-code 0.24.4 (OpenAI Chat Completions)", []string{"qwen", "-p", "Say hello"}},
+		{"qwen-code 0.24.4 (OpenAI Chat Completions), reads screenshot.png", []string{"qwen", "-p", "Describe screenshot.png", "--yolo"}},
+		{"qwen-code 0.24.4, the session resumed (-c), reads it again", []string{"qwen", "-c", "-p", "Look at screenshot.png once more", "--yolo"}},
 		{"codex 0.171.0 (OpenAI Responses), screenshot attached", []string{"codex", "exec", "--skip-git-repo-check", "-i", shotPath,
 			"-c", `model="gpt-5.1-codex"`, "-c", `model_provider="imgctx"`,
 			"-c", `model_providers.imgctx={name="imgctx",base_url="` + front + `/v1",wire_api="responses",env_key="OPENAI_API_KEY"}`,
@@ -223,8 +226,11 @@ func main() {
 	}
 }
 
-// shotPath is the screenshot the scripted upstream asks claude-code to read.
+// shotPath is the screenshot the scripted upstream asks the agents to read.
 var shotPath string
+
+// calls numbers the scripted tool calls: each id once in a session.
+var calls atomic.Int64
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
@@ -237,10 +243,25 @@ func lastLine(s string) string {
 func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		w.Header().Set("Content-Type", "text/event-stream")
+		if asksForTheScreenshot(body) {
+			// qwen-code's read_file, which relays the image in a user
+			// message after the tool message.
+			args, _ := json.Marshal(map[string]string{"file_path": shotPath})
+			calls.Add(1)
+			for _, ev := range []string{
+				`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_` + fmt.Sprint(calls.Load()) + `","type":"function","function":{"name":"read_file","arguments":` + strconv.Quote(string(args)) + `}}]},"finish_reason":null}]}`,
+				`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+				`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[],"usage":{"prompt_tokens":` + fmt.Sprint(openaiInput(body)) + `,"completion_tokens":20,"total_tokens":` + fmt.Sprint(openaiInput(body)+20) + `}}`,
+			} {
+				fmt.Fprintf(w, "data: %s\n\n", ev)
+			}
+			io.WriteString(w, "data: [DONE]\n\n")
+			return
+		}
 		for _, ev := range []string{
 			`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello from the scripted upstream."},"finish_reason":null}]}`,
 			`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
-			`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":7,"total_tokens":107}}`,
+			`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[],"usage":{"prompt_tokens":` + fmt.Sprint(openaiInput(body)) + `,"completion_tokens":7,"total_tokens":` + fmt.Sprint(openaiInput(body)+7) + `}}`,
 		} {
 			fmt.Fprintf(w, "data: %s\n\n", ev)
 		}
@@ -326,10 +347,24 @@ func asksForTheScreenshot(body []byte) bool {
 		return false
 	}
 	last := req.Messages[len(req.Messages)-1]
-	return last.Role == "user" && bytes.Contains(last.Content, []byte("screenshot.png")) && !bytes.Contains(last.Content, []byte(`"tool_result"`))
+	return last.Role == "user" && bytes.Contains(last.Content, []byte("screenshot.png")) && !bytes.Contains(last.Content, []byte(`"tool_result"`)) &&
+		!bytes.Contains(last.Content, []byte("image_url"))
 }
 
 var imageData = regexp.MustCompile(`"data":"[A-Za-z0-9+/=]*"`)
+
+var dataURL = regexp.MustCompile(`"url":"data:image/[a-z]+;base64,[A-Za-z0-9+/=]*"`)
+
+// openaiInput bills a Chat Completions request like claudeInput: each
+// image at 765 tokens (a 1280×800 screenshot on gpt-4o's tile rule).
+func openaiInput(body []byte) int {
+	images := dataURL.FindAll(body, -1)
+	text := len(body)
+	for _, d := range images {
+		text -= len(d)
+	}
+	return text/4 + 765*len(images)
+}
 
 // claudeInput bills a Messages request as the provider would, near enough
 // for imgctx to measure: its text at four characters a token, and each
