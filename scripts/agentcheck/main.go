@@ -111,33 +111,29 @@ func main() {
 	}
 	shotPath = filepath.Join(work, "screenshot.png")
 	os.WriteFile(shotPath, shot, 0o644)
+	// One imgctx serves claude-code, qwen-code and codex from a config file
+	// listing two upstreams; gemini-cli's runs with flags only, as the
+	// README's set-up line says.
 	cfg := filepath.Join(work, "imgctx.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: claude, format: anthropic, base_url: %q, models: [\"claude-*\"]}\n  - {name: local, format: openai, base_url: %q}\n  - {name: gemini, format: gemini, base_url: %q}\n", up, up, up)), 0o644)
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: claude, format: anthropic, base_url: %q, models: [\"claude-*\"]}\n  - {name: local, format: openai, base_url: %q}\n", up, up)), 0o644)
 
 	bin := filepath.Join(work, "imgctx")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imgctx").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
-	serve := exec.Command(bin, "serve", "--config", cfg, "--addr", "127.0.0.1:0")
-	serve.Env = append(os.Environ(), "IMGCTX_DATA_DIR="+filepath.Join(work, "data"), "IMGCTX_LOG_LEVEL=warn")
-	out, _ := serve.StdoutPipe()
-	serve.Stderr = os.Stderr
-	if err := serve.Start(); err != nil {
-		log.Fatal(err)
-	}
+	serve, gw := start(bin, filepath.Join(work, "data"), "--config", cfg)
 	defer serve.Process.Kill()
-	line := make([]byte, 256)
-	n, _ := out.Read(line)
-	m := regexp.MustCompile(`listening on (http://\S+)`).FindSubmatch(line[:n])
-	if m == nil {
-		log.Fatalf("imgctx did not start: %s", line[:n])
-	}
-	gw, _ := url.Parse(string(m[1]))
-	rp := httputil.NewSingleHostReverseProxy(gw)
+	geminiServe, geminiGW := start(bin, filepath.Join(work, "data-gemini"), "--upstream", up, "--upstream-format", "gemini")
+	defer geminiServe.Process.Kill()
+	rp, geminiRP := httputil.NewSingleHostReverseProxy(gw), httputil.NewSingleHostReverseProxy(geminiGW)
 	front := listen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		atClient.add(r, b)
 		r.Body = io.NopCloser(bytes.NewReader(b))
+		if strings.HasPrefix(r.URL.Path, "/v1beta/") {
+			geminiRP.ServeHTTP(w, r)
+			return
+		}
 		rp.ServeHTTP(w, r)
 	}))
 
@@ -166,15 +162,23 @@ func main() {
 	// The conversations the store has, after each run: one key per agent
 	// conversation (a resumed session adds none; side requests with an
 	// opening of their own are conversations of their own).
-	db, err := sql.Open("sqlite", filepath.Join(work, "data", "imgctx.db"))
-	if err != nil {
-		log.Fatal(err)
+	var dbs []*sql.DB
+	for _, dir := range []string{"data", "data-gemini"} {
+		db, err := sql.Open("sqlite", filepath.Join(work, dir, "imgctx.db"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer db.Close()
+		dbs = append(dbs, db)
 	}
-	defer db.Close()
 	conversations := func() int {
-		var n int
-		db.QueryRow(`SELECT count(*) FROM proxied`).Scan(&n)
-		return n
+		total := 0
+		for _, db := range dbs {
+			var n int
+			db.QueryRow(`SELECT count(*) FROM proxied`).Scan(&n)
+			total += n
+		}
+		return total
 	}
 	fmt.Println("| agent | answer | requests | byte-identical at the upstream | new conversations in the store |")
 	fmt.Println("|---|---|---|---|---|")
@@ -211,19 +215,46 @@ func main() {
 		}
 	}
 	fmt.Printf("\nclaude-code session ids sent: %d\n", len(seen))
-	resp, err := http.Get(gw.String() + "/metrics")
-	if err == nil {
+	for _, g := range []*url.URL{gw, geminiGW} {
+		resp, err := http.Get(g.String() + "/metrics")
+		if err != nil {
+			continue
+		}
 		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Println()
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(l, "imgctx_images_total") {
-				fmt.Println("\n" + l)
+				fmt.Println(l)
 			}
 		}
 	}
 	if failed {
 		serve.Process.Kill() // os.Exit runs no deferred call
+		geminiServe.Process.Kill()
 		os.Exit(1)
 	}
+}
+
+// start runs imgctx serve on a loopback port of its own with its data in
+// dir, and returns the process and its address.
+func start(bin, dir string, args ...string) (*exec.Cmd, *url.URL) {
+	serve := exec.Command(bin, append(append([]string{"serve"}, args...), "--addr", "127.0.0.1:0")...)
+	serve.Env = append(os.Environ(), "IMGCTX_DATA_DIR="+dir, "IMGCTX_LOG_LEVEL=warn")
+	out, _ := serve.StdoutPipe()
+	serve.Stderr = os.Stderr
+	if err := serve.Start(); err != nil {
+		log.Fatal(err)
+	}
+	line := make([]byte, 256)
+	n, _ := out.Read(line)
+	m := regexp.MustCompile(`listening on (http://\S+)`).FindSubmatch(line[:n])
+	if m == nil {
+		serve.Process.Kill()
+		log.Fatalf("imgctx %v did not start: %s", args, line[:n])
+	}
+	gw, _ := url.Parse(string(m[1]))
+	return serve, gw
 }
 
 // shotPath is the screenshot the scripted upstream asks the agents to read.
