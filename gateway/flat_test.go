@@ -11,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
@@ -125,6 +127,8 @@ func newFlatRig(t *testing.T, format upstream.Format, replay *policy.ReplayConfi
 	tbl, _ := tokens.Default().With(agentProfile(200_000))
 	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tbl}
 	e.Replay = replay
+	// URL images are fetched from loopback servers of the test only.
+	e.Fetcher = &media.Fetcher{Timeout: 2 * time.Second, AllowLoopback: true, AnyPort: true, Log: discardLogger()}
 	ups := []*Upstream{{Name: "local", Client: &upstream.Client{Format: format, BaseURL: r.up.srv.URL, MaxRetries: -1}, Hints: engine.Hints{Vision: vision}}}
 	srv := httptest.NewServer(New(Config{MaxBodyBytes: 64 << 20, Upstreams: ups}, e, r.reg, discardLogger()).Handler())
 	t.Cleanup(srv.Close)
@@ -363,5 +367,36 @@ func TestFlatStreamsToAnOpenAIClientAndRefusesResponses(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 || !bytes.Contains(out, []byte("serves the chat and messages routes only")) {
 		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+}
+
+// Issue "Hardening, third pass", item 4: the current message's image by
+// http(s) URL is fetched (through the SSRF guard) and attached; one that
+// cannot be fetched is named in the prompt and counted fetch_failed, the
+// request answered — never a 500.
+func TestFlatFetchesTheCurrentImageByURL(t *testing.T) {
+	r := newFlatRig(t, upstream.LlamaCpp, nil, nil)
+	png := distinctPNG(r.png, 7)
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/shot.png" {
+			http.NotFound(w, req)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		w.Write(png)
+	}))
+	t.Cleanup(files.Close)
+	byURL := func(text, url string) string {
+		return fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":%q},{"type":"image_url","image_url":{"url":%q}}]}`, text, url)
+	}
+	r.chat(t, byURL("What is this?", files.URL+"/shot.png"))
+	prompt, images, _ := r.up.last()
+	if len(images) != 1 || images[0] != base64.StdEncoding.EncodeToString(png) || !strings.Contains(prompt, "#1") {
+		t.Fatalf("%d images; the fetched one not attached:\n%s", len(images), prompt)
+	}
+	r.chat(t, byURL("And this?", files.URL+"/gone.png"))
+	prompt, images, _ = r.up.last()
+	if len(images) != 0 || !strings.Contains(prompt, "(fetch_failed)]") || r.count("not_sent", "fetch_failed") != 1 {
+		t.Fatalf("%d images, %d fetch_failed:\n%s", len(images), r.count("not_sent", "fetch_failed"), prompt)
 	}
 }

@@ -66,9 +66,9 @@ type Replay struct {
 	History string
 	Images  []Attached
 	Counts  ReplayCounts
-	// NotAttached names the current message's images the wire does not
-	// render (no vision), one note each, for the prompt beside the
-	// message's text; they are counted no_vision in Counts.
+	// NotAttached names the current message's images not attached (no
+	// vision, or a URL that could not be fetched), one note each, for the
+	// prompt beside the message's text; each is counted in Counts.
 	NotAttached []string
 }
 
@@ -93,12 +93,26 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 	counts := ReplayCounts{Turns: len(turns), Dropped: map[reason.Code]int{}}
 	var out Replay
 	for _, img := range current.Images() {
+		why := reason.Code("")
 		if !cfg.Vision {
 			// A backend that renders no images gets none, the current
-			// message's included: each is named where it stood, and counted.
-			out.NotAttached = append(out.NotAttached, notAttached(img, reason.NoVision))
+			// message's included.
+			why = reason.NoVision
+		} else if resolved, err := res.Resolve(ctx, img); err != nil {
+			// A URL that cannot be fetched safely (the current message's
+			// images by URL are fetched now, through the resolver).
+			if ctx.Err() != nil {
+				return Replay{}, ctx.Err()
+			}
+			why = reason.FetchFailed
+		} else {
+			img = resolved
+		}
+		if why != "" {
+			// Named where it stood, and counted.
+			out.NotAttached = append(out.NotAttached, notAttached(img, why))
 			counts.Candidates++
-			counts.Dropped[reason.NoVision]++
+			counts.Dropped[why]++
 			continue
 		}
 		out.Images = append(out.Images, Attached{Ordinal: len(out.Images) + 1, Image: img, Turn: -1})
