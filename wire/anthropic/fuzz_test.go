@@ -80,6 +80,18 @@ func FuzzDecodeError(f *testing.F) {
 //	go test ./wire/anthropic -run XXX -fuzz FuzzScan -fuzztime 60s
 func FuzzScan(f *testing.F) {
 	seed(f, "request.json", "../../../testdata/requests/anthropic-agent.json")
+	// Small bodies of every block shape that holds images, so a short
+	// fuzzing budget (CI's) mutates them many times a second.
+	for _, block := range []string{
+		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}`,
+		`{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}}]}`,
+		`{"type":"search_result","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}}]}`,
+		`{"type":"mcp_tool_result","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}}]}`,
+		`{"content":[{"type":"image","source":{"type":"base64","data":"iVBO"}}]}`,
+		`{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBE"}}`,
+	} {
+		f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[` + block + `]}]}`))
+	}
 	wiretest.FuzzScan(f, Scan)
 }
 

@@ -116,7 +116,15 @@ func scanBlock(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		s.Compaction()
 	}
 	if t != "tool_result" {
-		s.Slots = s.Slots[:slots] // a content list of another block type is the provider's
+		// A content list of another block type is the provider's: its
+		// images are not slots, and their base64 (skipped, for decoding to
+		// check) gets its check now.
+		for _, sl := range s.Slots[slots:] {
+			if err := jsonspan.Check(b, sl.Source.Start, sl.Source.End); err != nil {
+				return nil, end, err
+			}
+		}
+		s.Slots = s.Slots[:slots]
 	}
 	if sourced && slot.Via == "base64" && t != "image" && t != "document" {
 		// Not a slot: its base64 gets the check decoding would have given.

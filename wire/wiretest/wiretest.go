@@ -90,8 +90,31 @@ func FuzzScan(f *testing.F, scan func([]byte, wire.ScanOptions) (*wire.Spliced, 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if sp, err := scan(b, wire.ScanOptions{}); err == nil {
 			CheckSpliced(t, sp)
+			CheckForwardable(t, b, sp)
 		}
 	})
+}
+
+// CheckForwardable asserts that a body a scan accepted is valid JSON but
+// for its slots' base64, which ingestion decodes (and so refuses when it is
+// not base64): the scan is as strict as json.Valid on every byte that goes
+// upstream as it came.
+func CheckForwardable(t *testing.T, b []byte, sp *wire.Spliced) {
+	t.Helper()
+	if json.Valid(b) {
+		return
+	}
+	blank := append([]byte(nil), b...)
+	for _, sl := range sp.Slots {
+		if sl.Via == "base64" {
+			for i := sl.Data.Start; i < sl.Data.End; i++ {
+				blank[i] = 'A'
+			}
+		}
+	}
+	if !json.Valid(blank) {
+		t.Fatalf("the scan accepted invalid JSON outside its slots' base64: %.200q", b)
+	}
 }
 
 // CheckResume asserts that a scan resumed from an earlier scan's Resume
