@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -153,5 +154,37 @@ func TestServerFaultsNameNoInfrastructure(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"error_id":"`+id+`"`) || !strings.Contains(logs.String(), "/srv/imgctx-data") {
 		t.Fatalf("the log does not hold the cause under id %q:\n%s", id, logs.String())
+	}
+}
+
+// Issue "Hardening, third pass", item 9: an upstream that cannot be
+// reached is a 502 that names no host or port (a transport error carries
+// them): the client gets what happened and an id, the log the cause.
+func TestUnreachableUpstreamNamesNoHost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	tbl, _ := tokens.Default().With(tinyProfile)
+	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tbl,
+		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: "http://" + addr, MaxRetries: -1}}
+	var logs bytes.Buffer
+	srv := httptest.NewServer(New(Config{}, e, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&logs, nil))).Handler())
+	t.Cleanup(srv.Close)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"tiny-1","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`\(error ([0-9a-f]{12});`).FindSubmatch(b)
+	if resp.StatusCode != http.StatusBadGateway || m == nil || bytes.Contains(b, []byte(addr)) || bytes.Contains(b, []byte("127.0.0.1")) ||
+		!bytes.Contains(b, []byte("could not be reached")) {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if !strings.Contains(logs.String(), `"error_id":"`+string(m[1])+`"`) || !strings.Contains(logs.String(), addr) {
+		t.Fatalf("the log does not hold the cause under id %s:\n%s", m[1], logs.String())
 	}
 }

@@ -18,7 +18,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -552,19 +554,39 @@ func (s *Server) fail(w http.ResponseWriter, sh *wire.Dialect, err error) {
 	}
 	status, typ := classify(err)
 	msg := err.Error()
+	var ue *url.Error
+	var ne net.Error
+	transport := errors.As(err, &ue) || errors.As(err, &ne)
+	if transport && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout) {
+		// A transport error names the upstream's host and port (or a
+		// resolver's): the log gets it, the client what happened and an id.
+		ref := s.errorID(status, err)
+		what := "the model server could not be reached"
+		if status == http.StatusGatewayTimeout || errors.Is(err, context.DeadlineExceeded) || ne != nil && ne.Timeout() {
+			what = "the model server did not answer in time"
+		}
+		writeError(w, sh, status, typ, fmt.Sprintf("upstream: %s (error %s; the server's log has the cause)", what, ref))
+		return
+	}
 	if status == http.StatusInternalServerError || status == http.StatusInsufficientStorage {
 		// The cause names files, hosts, database users, buckets and object
 		// keys: the log gets it, the client an id to quote.
-		var id [6]byte
-		rand.Read(id[:])
-		ref := hex.EncodeToString(id[:])
-		s.log.Error("request failed", "status", status, "error_id", ref, "err", err)
+		ref := s.errorID(status, err)
 		msg = fmt.Sprintf("%s (error %s; the server's log has the cause)", http.StatusText(status), ref)
 		if code := reason.Of(err); code != "" {
 			msg = fmt.Sprintf("%s: %s (error %s; the server's log has the cause)", code, http.StatusText(status), ref)
 		}
 	}
 	writeError(w, sh, status, typ, msg)
+}
+
+// errorID logs a failure's cause under a fresh id, for the client to quote.
+func (s *Server) errorID(status int, err error) string {
+	var id [6]byte
+	rand.Read(id[:])
+	ref := hex.EncodeToString(id[:])
+	s.log.Error("request failed", "status", status, "error_id", ref, "err", err)
+	return ref
 }
 
 func writeError(w http.ResponseWriter, sh *wire.Dialect, status int, typ, msg string) {
