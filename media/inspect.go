@@ -51,15 +51,24 @@ func Sniff(data []byte) (mediaType string, kind Kind, ok bool) {
 
 // Limits bound what Inspect accepts. Zero fields take the defaults.
 type Limits struct {
-	MaxBytes  int64 // bytes per image or document; default 10 MB
-	MaxPixels int64 // width × height; default 40 MP
+	MaxBytes    int64 // bytes per image or document; default 10 MB
+	MaxPixels   int64 // width × height; default 40 MP
+	MaxPDFPages int   // pages of a PDF; default 1,000
 }
 
 // Default limits.
 const (
-	DefaultMaxBytes  = 10 << 20
-	DefaultMaxPixels = 40_000_000
+	DefaultMaxBytes    = 10 << 20
+	DefaultMaxPixels   = 40_000_000
+	DefaultMaxPDFPages = 1000
 )
+
+func (l Limits) maxPDFPages() int {
+	if l.MaxPDFPages > 0 {
+		return l.MaxPDFPages
+	}
+	return DefaultMaxPDFPages
+}
 
 func (l Limits) maxBytes() int64 {
 	if l.MaxBytes > 0 {
@@ -124,7 +133,11 @@ func Inspect(data []byte, declared string, lim Limits) (Info, error) {
 		in.Width, in.Height = w, h
 	}
 	if mt == "application/pdf" {
-		in.Pages = PDFPages(data)
+		pages, err := checkPDF(data, lim)
+		if err != nil {
+			return Info{}, err
+		}
+		in.Pages = pages
 	}
 	return in, nil
 }
@@ -154,6 +167,53 @@ func PDFPages(data []byte) int {
 		n = max(1, len(data)/(50<<10))
 	}
 	return n
+}
+
+// checkPDF reads enough of a PDF to refuse a malformed or absurd one
+// before it is stored or forwarded: it must end as a PDF ends (%%EOF in
+// its last kilobyte, where readers look for it: bytes after a "%PDF-"
+// header alone are not one), and its page tree may declare no more pages
+// than the limit (/Count). It returns the page count: the page tree's when it declares
+// one, else PDFPages's.
+func checkPDF(data []byte, lim Limits) (int, error) {
+	tail := data[max(0, len(data)-1024):]
+	if !bytes.Contains(tail, []byte("%%EOF")) {
+		return 0, reason.New(reason.Invalid, "malformed PDF: no %%EOF at its end (truncated, or not a PDF)")
+	}
+	pages := PDFPages(data)
+	if declared := pdfCount(data); declared > 0 {
+		pages = declared
+	}
+	if pages > lim.maxPDFPages() {
+		return 0, reason.New(reason.TooLarge, fmt.Sprintf("a PDF of %d pages is over the limit of %d pages (media.max_pdf_pages)", pages, lim.maxPDFPages()))
+	}
+	return pages, nil
+}
+
+// pdfCount is the largest /Count a page tree node declares (the root's is
+// the document's), 0 when none is readable.
+func pdfCount(data []byte) int {
+	most := 0
+	for i := 0; ; {
+		k := bytes.Index(data[i:], []byte("/Count"))
+		if k < 0 {
+			return most
+		}
+		j := i + k + len("/Count")
+		for j < len(data) && (data[j] == ' ' || data[j] == '\n' || data[j] == '\r' || data[j] == '\t') {
+			j++
+		}
+		n, digits := 0, 0
+		for ; j < len(data) && data[j] >= '0' && data[j] <= '9' && digits < 10; j++ {
+			n = n*10 + int(data[j]-'0')
+			digits++
+		}
+		if digits == 10 || n > 1<<30 {
+			n = 1 << 30 // absurd: counts as over any limit
+		}
+		most = max(most, n)
+		i = j
+	}
 }
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }

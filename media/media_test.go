@@ -178,7 +178,7 @@ func TestInspectFormats(t *testing.T) {
 		{"gif", g.Bytes(), "image/gif", KindImage, 30, 20, ""},
 		{"webp lossy", webp, "image/webp", KindImage, 64, 40, ""},
 		{"webp lossless", lossless, "image/webp", KindImage, 32, 20, ""},
-		{"pdf", []byte("%PDF-1.7\n1 0 obj\n"), "application/pdf", KindDocument, 0, 0, ""},
+		{"pdf", []byte("%PDF-1.7\n1 0 obj\n%%EOF\n"), "application/pdf", KindDocument, 0, 0, ""},
 		{"rotated jpeg reports displayed size", withEXIF(jpegOf(t, 40, 30), 6, 0), "image/jpeg", KindImage, 30, 40, ""},
 	}
 	for _, c := range cases {
@@ -343,5 +343,30 @@ func TestCorruptPNGIsRefused(t *testing.T) {
 	_, err = Inspect(bad, "image/png", Limits{})
 	if reason.Of(err) != reason.Invalid || !strings.Contains(err.Error(), `bad CRC in the "IDAT" chunk`) {
 		t.Fatalf("corrupt IDAT: %v", err)
+	}
+}
+
+// Issue "Hardening, third pass", item 12: a PDF is read enough to refuse
+// a malformed or absurd one — bytes after a "%PDF-" header that do not end
+// as a PDF ends, a page tree declaring more pages than the limit — and its
+// pages are the page tree's count when it declares one.
+func TestInspectRefusesMalformedAndAbsurdPDFs(t *testing.T) {
+	random := append([]byte("%PDF-1.7\n"), bytes.Repeat([]byte{0x9c, 0x42, 0x17}, 100_000)...)
+	if _, err := Inspect(random, "", Limits{}); reason.Of(err) != reason.Invalid {
+		t.Fatalf("random bytes after a PDF header: %v; want invalid", err)
+	}
+	tree := func(count string) []byte {
+		return []byte("%PDF-1.7\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[3 0 R]/Count " + count +
+			">>endobj\n3 0 obj<</Type/Page/Parent 2 0 R>>endobj\ntrailer<</Root 1 0 R>>\nstartxref\n0\n%%EOF\n")
+	}
+	if _, err := Inspect(tree("2147483647"), "", Limits{}); reason.Of(err) != reason.TooLarge || !strings.Contains(err.Error(), "media.max_pdf_pages") {
+		t.Fatalf("/Count 2147483647: %v; want too_large naming the limit", err)
+	}
+	if _, err := Inspect(tree("12"), "", Limits{MaxPDFPages: 10}); reason.Of(err) != reason.TooLarge {
+		t.Fatalf("12 pages over a limit of 10: %v", err)
+	}
+	in, err := Inspect(tree("12"), "", Limits{})
+	if err != nil || in.Pages != 12 {
+		t.Fatalf("a 12-page tree: %d pages, %v", in.Pages, err)
 	}
 }
