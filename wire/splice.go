@@ -500,10 +500,19 @@ type Keys struct {
 // NewKeys guards the given keys (at most 64).
 func NewKeys(managed ...string) Keys { return Keys{managed: managed} }
 
-// Check returns an error if key repeats or case-folds onto a managed key.
+// Check returns an error if key repeats or case-folds onto a managed key
+// (Unicode simple folding, as encoding/json matches fields). key is the
+// member's name with its escapes undone.
 func (k *Keys) Check(key []byte) error {
+	wide := false // a byte past ASCII: Unicode folding may change the length
+	for _, c := range key {
+		wide = wide || c >= 0x80
+	}
 	for i, m := range k.managed {
-		if len(key) != len(m) || !bytes.EqualFold(key, []byte(m)) {
+		// encoding/json, which Go upstreams (Ollama) decode with, matches
+		// members to fields with Unicode simple folding: "meſſages" (U+017F)
+		// and KELVIN SIGN for "k" too.
+		if len(key) != len(m) && !wide || !bytes.EqualFold(key, []byte(m)) {
 			continue
 		}
 		if string(key) != m {
