@@ -215,6 +215,9 @@ func inlineSlot(b []byte, obj wire.Span) (wire.Slot, bool, error) {
 		return wire.Slot{}, false, err
 	}
 	mt, _ := jsonspan.String(b, mime.Start, mime.End)
+	// The MIME type as a lenient upstream reads it ("IMAGE/PNG", " image/png"):
+	// an image in any spelling is managed.
+	mt = strings.ToLower(strings.TrimSpace(mt))
 	kind := ""
 	switch {
 	case strings.HasPrefix(mt, "image/"):

@@ -134,3 +134,14 @@ func TestResponseStreamAndErrorsGolden(t *testing.T) {
 	wiretest.Golden(t, "testdata/decode.golden", wiretest.Dump(t, map[string]any{
 		"response": map[string]any{"usage": u, "cut": cut}, "stream": wiretest.Stream(t, Dialect, "testdata/stream.sse"), "errors": errs}))
 }
+
+// Issue "Hardening, third pass", item 2: inline data whose MIME type is
+// spelled as a lenient server still reads it is managed.
+func TestScanManagesMIMESpellings(t *testing.T) {
+	for _, mt := range []string{"image/png", "IMAGE/PNG", " image/png", "Image/Png "} {
+		sp, err := Scan([]byte(`{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"`+mt+`","data":"iVBORw0KGgo="}}]}]}`), wire.ScanOptions{})
+		if err != nil || len(sp.Slots) != 1 || sp.Slots[0].MediaType != "image/png" {
+			t.Errorf("%q: %v, %d slots", mt, err, len(sp.Slots))
+		}
+	}
+}

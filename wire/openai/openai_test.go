@@ -301,3 +301,23 @@ func TestUsageOnlyChunkWhateverTheSpacing(t *testing.T) {
 		}
 	}
 }
+
+// Issue "Hardening, third pass", item 2: the image forms vLLM and other
+// OpenAI-compatible servers read beside the standard one are managed
+// (slots: stored, checked, counted, the SSRF guard on their URLs), never
+// forwarded unchecked.
+func TestScanManagesTheImageFormsCompatibleServersRead(t *testing.T) {
+	for name, part := range map[string]string{
+		"standard":             `{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}`,
+		"image_url as string":  `{"type":"image_url","image_url":"https://example.com/a.png"}`,
+		"input_image":          `{"type":"input_image","image_url":"https://example.com/a.png"}`,
+		"input_image, object":  `{"type":"input_image","image_url":{"url":"https://example.com/a.png"}}`,
+		"no type, image_url":   `{"image_url":{"url":"https://example.com/a.png"}}`,
+		"no type, string, b64": `{"image_url":"data:image/png;base64,iVBORw0KGgo="}`,
+	} {
+		sp, err := Scan([]byte(`{"model":"m","messages":[{"role":"user","content":[`+part+`]}]}`), wire.ScanOptions{})
+		if err != nil || len(sp.Slots) != 1 || sp.Slots[0].Kind != "image" {
+			t.Errorf("%s: %v, %d slots", name, err, len(sp.Slots))
+		}
+	}
+}

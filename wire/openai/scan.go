@@ -95,6 +95,15 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		var err error
 		switch string(key) {
 		case "image_url":
+			if b[vs] == '"' {
+				// The URL as a string, which vLLM and other OpenAI-compatible
+				// servers read too: managed like the object form.
+				ve, err = jsonspan.EndBase64(b, vs)
+				if err == nil {
+					img, isImg, err = wire.URLSlot(b, wire.Span{Start: vs, End: ve})
+				}
+				break
+			}
 			img, isImg, ve, err = urlSlot(b, vs, "url")
 		case "file":
 			file, isFile, ve, err = urlSlot(b, vs, "file_data")
@@ -112,7 +121,10 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	sp := wire.Span{Start: at, End: end}
 	slot, ok := wire.Slot{}, false
 	switch t, _ := jsonspan.String(b, typ.Start, typ.End); t {
-	case "image_url":
+	case "image_url", "input_image", "":
+		// input_image and a part with no type but an image_url are images
+		// to the servers that read them (vLLM): managed, never forwarded
+		// unchecked.
 		slot, ok = img, isImg
 		slot.Kind = "image"
 	case "file":
