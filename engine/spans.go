@@ -106,10 +106,10 @@ type seenSpan struct {
 	touched   time.Time
 }
 
-// touchEvery is how often a re-sent image refreshes its blob's date (and
+// TouchEvery is how often a re-sent image refreshes its blob's date (and
 // so checks the blob is still there): an agent re-sends each screenshot on
 // every request, and the store's GC counts in days.
-const touchEvery = time.Minute
+const TouchEvery = time.Minute
 
 // spanKey names a base64 span cheaply. The key holds the tenant and the
 // length; a hit is only used after Touch finds the blob in that tenant's
@@ -132,7 +132,7 @@ func (e *Engine) seenSpan(ctx context.Context, key spanKey) (seenSpan, bool) {
 	if !ok {
 		return seenSpan{}, false
 	}
-	if time.Since(seen.touched) < touchEvery {
+	if time.Since(seen.touched) < TouchEvery {
 		return seen, true
 	}
 	if e.Images.Touch(ctx, key.tenant, seen.ref) != nil {

@@ -47,7 +47,7 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	images.Delete(t.Context(), "default", first)
 	e.spans.mu.Lock()
 	for k, v := range e.spans.spans {
-		v.touched = time.Now().Add(-touchEvery)
+		v.touched = time.Now().Add(-TouchEvery)
 		e.spans.spans[k] = v
 	}
 	e.spans.mu.Unlock()

@@ -211,6 +211,18 @@ func (m *Mem) ExpireProxied(_ context.Context, idleBefore time.Time) (int, error
 	return n, nil
 }
 
+func (m *Mem) ActiveProxied(_ context.Context, since time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, p := range m.proxied {
+		if !p.updated.Before(since) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (m *Mem) Close() error { return nil }
 
 // Ping always succeeds: memory is there.

@@ -95,6 +95,9 @@ type Store interface {
 	// ExpireProxied deletes the proxied conversations idle since before
 	// the time, and says how many.
 	ExpireProxied(ctx context.Context, idleBefore time.Time) (int, error)
+	// ActiveProxied counts the proxied conversations with a request since
+	// the time, of every tenant (store gc asks whether any is live).
+	ActiveProxied(ctx context.Context, since time.Time) (int, error)
 	// Ping reports whether the store can serve, in constant time (a
 	// readiness probe calls it).
 	Ping(ctx context.Context) error

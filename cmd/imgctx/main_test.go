@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
@@ -399,5 +400,34 @@ func TestEstimateBase64Text(t *testing.T) {
 	r := imgctx(t, "estimate", writeTemp(t, "text.txt", []byte(base64.StdEncoding.EncodeToString([]byte("just some text, not an image at all")))))
 	if r.code != 1 || !strings.Contains(r.stderr, "refused (invalid)") {
 		t.Fatalf("base64 of text: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// Issue "Hardening, third pass", item 6: while a proxied conversation is
+// live, `store gc` deletes nothing it could still be re-sending: an image
+// younger than proxy.idle_expiry (plus the touch interval) stays whatever
+// --older-than says, and gc says why. Once none is live, --older-than
+// holds again.
+func TestGCKeepsImagesOfLiveProxiedConversations(t *testing.T) {
+	dir := t.TempDir()
+	if r := imgctx(t, "store", "put", sample, "--data-dir", dir); r.code != 0 {
+		t.Fatalf("put: %d %s", r.code, r.stderr)
+	}
+	db, err := sqlite.Open(filepath.Join(dir, "imgctx.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.SaveProxied(t.Context(), "default", strings.Repeat("a", 64), session.Proxied{TurnAt: -1, LastActivity: time.Now()})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := imgctx(t, "store", "gc", "--older-than", "1ns", "--data-dir", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "removed 0 of 1 image(s)") || !strings.Contains(r.stderr, "1 proxied conversation(s) are live") {
+		t.Fatalf("gc with a live proxied conversation: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = imgctx(t, "store", "gc", "--older-than", "1ns", "--data-dir", dir, "--config", writeTemp(t, "c.yaml", []byte("proxy:\n  idle_expiry: 1ns\n")))
+	if r.code != 0 || !strings.Contains(r.stdout, "removed 1 of 1 image(s)") {
+		t.Fatalf("gc once no conversation is live: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 }

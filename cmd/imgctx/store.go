@@ -7,9 +7,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/imgctx/imgctx/chat"
-
 	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
 	"github.com/spf13/cobra"
@@ -235,6 +235,21 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// A live proxied conversation holds no list of its images, but
+			// touches each one it re-sends: none of them is older than the
+			// conversation's idle expiry (plus the touch interval). While
+			// one is live, gc deletes nothing younger than that.
+			if reach := a.cfg.Proxy.IdleExpiry + engine.TouchEvery; olderThan < reach {
+				live, err := a.liveProxied(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if live > 0 {
+					fmt.Fprintf(a.stderr, "gc: %d proxied conversation(s) are live (proxy.idle_expiry %s): deleting only images untouched for %s, not %s\n",
+						live, a.cfg.Proxy.IdleExpiry, reach, olderThan)
+					olderThan = reach
+				}
+			}
 			cutoff := time.Now().Add(-olderThan)
 			p := newProgress(a.stderr)
 			var total imagestore.GCStats
@@ -271,6 +286,16 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 // referenced returns the refs a tenant's sessions still use in their live
 // context, read from the session store when there is one. Images only
 // proxied requests name (no session) are protected by their last use alone.
+// liveProxied counts the proxied conversations within their idle expiry.
+func (a *app) liveProxied(ctx context.Context) (int, error) {
+	db, err := a.openExistingSessions(ctx)
+	if err != nil || db == nil {
+		return 0, err
+	}
+	defer db.Close()
+	return db.ActiveProxied(ctx, time.Now().Add(-a.cfg.Proxy.IdleExpiry))
+}
+
 func (a *app) referenced(ctx context.Context, tenant string) (map[blob.Ref]bool, error) {
 	db, err := a.openExistingSessions(ctx)
 	if err != nil || db == nil {

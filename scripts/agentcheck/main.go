@@ -382,30 +382,25 @@ func asksForTheScreenshot(body []byte) bool {
 		!bytes.Contains(last.Content, []byte("image_url"))
 }
 
-var imageData = regexp.MustCompile(`"data":"[A-Za-z0-9+/=]*"`)
+var (
+	imageData = regexp.MustCompile(`"data":"[A-Za-z0-9+/=]*"`)
+	dataURL   = regexp.MustCompile(`"url":"data:image/[a-z]+;base64,[A-Za-z0-9+/=]*"`)
+)
 
-var dataURL = regexp.MustCompile(`"url":"data:image/[a-z]+;base64,[A-Za-z0-9+/=]*"`)
-
-// openaiInput bills a Chat Completions request like claudeInput: each
-// image at 765 tokens (a 1280×800 screenshot on gpt-4o's tile rule).
-func openaiInput(body []byte) int {
-	images := dataURL.FindAll(body, -1)
+// billed bills a request as the provider would, near enough for imgctx to
+// measure: its text at four characters a token, and each image (found by
+// the wire's pattern) at what a 1280×800 screenshot costs there — 1,334
+// tokens on Claude's rule, 765 on gpt-4o's tiles. (A flat count would tell
+// imgctx the model sees no images.)
+func billed(body []byte, image *regexp.Regexp, perImage int) int {
+	images := image.FindAll(body, -1)
 	text := len(body)
 	for _, d := range images {
 		text -= len(d)
 	}
-	return text/4 + 765*len(images)
+	return text/4 + perImage*len(images)
 }
 
-// claudeInput bills a Messages request as the provider would, near enough
-// for imgctx to measure: its text at four characters a token, and each
-// image at the 1,334 tokens a 1280×800 screenshot costs on Claude's rule.
-// (A flat count would tell imgctx the model sees no images.)
-func claudeInput(body []byte) int {
-	images := imageData.FindAll(body, -1)
-	text := len(body)
-	for _, d := range images {
-		text -= len(d)
-	}
-	return text/4 + 1334*len(images)
-}
+func claudeInput(body []byte) int { return billed(body, imageData, 1334) }
+
+func openaiInput(body []byte) int { return billed(body, dataURL, 765) }

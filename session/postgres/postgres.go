@@ -356,6 +356,14 @@ func (s *Store) ExpireProxied(ctx context.Context, idleBefore time.Time) (int, e
 	return int(tag.RowsAffected()), nil
 }
 
+func (s *Store) ActiveProxied(ctx context.Context, since time.Time) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM proxied WHERE updated_at >= $1`, since.UnixNano()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count proxied: %w", err)
+	}
+	return n, nil
+}
+
 // Ping runs one constant-time query.
 func (s *Store) Ping(ctx context.Context) error {
 	var one int

@@ -312,6 +312,12 @@ func Run(t *testing.T, h Harness) {
 		if got, _ := s.LoadProxied(ctx, "alpha", "k1"); got.Messages != 9 {
 			t.Fatalf("a save did not replace: %+v", got)
 		}
+		if n, err := s.ActiveProxied(ctx, time.Now().Add(-time.Hour)); err != nil || n != 1 {
+			t.Fatalf("%d active conversations, want 1 (%v)", n, err)
+		}
+		if n, err := s.ActiveProxied(ctx, time.Now().Add(time.Hour)); err != nil || n != 0 {
+			t.Fatalf("%d conversations active in the future (%v)", n, err)
+		}
 		if n, err := s.ExpireProxied(ctx, time.Now().Add(-time.Hour)); err != nil || n != 0 {
 			t.Fatalf("expired %d fresh conversations (%v)", n, err)
 		}

@@ -300,6 +300,14 @@ func (s *Store) ExpireProxied(ctx context.Context, idleBefore time.Time) (int, e
 	return int(n), nil
 }
 
+func (s *Store) ActiveProxied(ctx context.Context, since time.Time) (int, error) {
+	var n int
+	if err := s.proxied.QueryRowContext(ctx, `SELECT count(*) FROM proxied WHERE updated_at >= ?`, since.UnixNano()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count proxied: %w", err)
+	}
+	return n, nil
+}
+
 // Close closes the database.
 func (s *Store) Close() error { return errors.Join(s.proxied.Close(), s.db.Close()) }
 
