@@ -46,21 +46,37 @@ func TestReadyzDoesNotListSessions(t *testing.T) {
 	}
 }
 
-// failingImages is an image store that cannot be reached.
+// failingImages is an image store that cannot be reached: every call
+// fails as a dial does.
 type failingImages struct{ imagestore.Store }
 
+var errDial = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+
 func (failingImages) Stat(context.Context, string, blob.Ref) (imagestore.Info, error) {
-	return imagestore.Info{}, errors.New("connection refused")
+	return imagestore.Info{}, errDial
 }
 
-// /readyz answers 503 when the image store (an S3 bucket, say) does not
-// answer, so a load balancer takes the replica out.
-func TestReadyzChecksTheImageStore(t *testing.T) {
+func (failingImages) Put(context.Context, string, blob.Ref, []byte) error { return errDial }
+
+// Issue "Hardening, third pass", item 10: with the image store down (an
+// S3 outage), /readyz still answers 200 and says the replica is degraded,
+// so a load balancer keeps it; text-only requests are served; a request
+// with a new image fails fast with 503 and Retry-After, naming no host.
+func TestImageStoreOutageDegradesReadiness(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	g.engine.Images = failingImages{g.engine.Images}
 	resp, body := g.do(t, "GET", "/readyz", "", nil)
-	if resp.StatusCode != 503 || !strings.Contains(string(body), "image store unavailable") {
-		t.Fatalf("readyz: %d %s; want 503 naming the image store", resp.StatusCode, body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "degraded: image store unavailable") || strings.Contains(string(body), "connection refused") {
+		t.Fatalf("readyz: %d %s; want 200, degraded, no cause", resp.StatusCode, body)
+	}
+	resp, body = g.do(t, "POST", "/v1/chat/completions", "", []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("a text-only request: %d %s", resp.StatusCode, body)
+	}
+	_, b64 := samplePNG(t)
+	resp, body = g.do(t, "POST", "/v1/chat/completions", "", []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,`+b64+`"}}]}]}`))
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "image store is unavailable") || strings.Contains(string(body), "refused") {
+		t.Fatalf("a request with an image: %d %s", resp.StatusCode, body)
 	}
 }
 

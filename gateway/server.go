@@ -231,15 +231,23 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, tenant string) {
 // readyProbe is the ref /readyz asks the image store about.
 var readyProbe = blob.Of([]byte("imgctx readiness probe"))
 
+// ready answers /readyz: 503 when the session store does not answer (no
+// request can be served); 200 when the image store does not either, its
+// body saying the replica is degraded — text-only requests still flow,
+// and those that need an image fail fast with 503, so an outage of a
+// shared bucket does not take every replica out of a load balancer. The
+// causes go to the log, not the body.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if err := s.engine.Sessions.Ping(r.Context()); err != nil {
-		http.Error(w, "session store unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		s.log.Error("readiness: the session store does not answer", "err", err)
+		http.Error(w, "session store unavailable (the server's log has the cause)", http.StatusServiceUnavailable)
 		return
 	}
 	// One HEAD (S3) or stat (FS) of a ref nobody stores: not found means
 	// the image store answers.
 	if _, err := s.engine.Images.Stat(r.Context(), imagestore.DefaultTenant, readyProbe); err != nil && !errors.Is(err, imagestore.ErrNotFound) {
-		http.Error(w, "image store unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		s.log.Warn("readiness: the image store does not answer: degraded", "err", err)
+		io.WriteString(w, "ready, degraded: image store unavailable (requests with images answer 503; the server's log has the cause)\n")
 		return
 	}
 	io.WriteString(w, "ready\n")
@@ -557,6 +565,14 @@ func (s *Server) fail(w http.ResponseWriter, sh *wire.Dialect, err error) {
 	var ue *url.Error
 	var ne net.Error
 	transport := errors.As(err, &ue) || errors.As(err, &ne)
+	if transport && reason.Of(err) == reason.Refused {
+		// The image store cannot be reached (an S3 outage), not full: a
+		// request that needs it fails fast, and may be retried.
+		ref := s.errorID(http.StatusServiceUnavailable, err)
+		w.Header().Set("Retry-After", "5")
+		writeError(w, sh, http.StatusServiceUnavailable, "api_error", fmt.Sprintf("the image store is unavailable; retry shortly (error %s; the server's log has the cause)", ref))
+		return
+	}
 	if transport && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout) {
 		// A transport error names the upstream's host and port (or a
 		// resolver's): the log gets it, the client what happened and an id.
