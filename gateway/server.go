@@ -24,6 +24,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/imgctx/imgctx/blob"
@@ -97,9 +98,15 @@ type Server struct {
 	perTenant     map[string]tenantLoad
 	reg           prometheus.Gatherer
 
-	mu     sync.Mutex
-	bodies bodyPool
+	mu       sync.Mutex
+	bodies   bodyPool
+	draining atomic.Bool
 }
+
+// Drain makes /readyz answer 503 (draining) from now on, while every route
+// still serves: a load balancer stops sending new requests before the
+// process shuts down.
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // New builds a server on an engine (its image store, upstream and profiles
 // serve the proxy too). Metrics register on reg; log may be nil.
@@ -238,6 +245,10 @@ var readyProbe = blob.Of([]byte("imgctx readiness probe"))
 // shared bucket does not take every replica out of a load balancer. The
 // causes go to the log, not the body.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		http.Error(w, "draining: shutting down", http.StatusServiceUnavailable)
+		return
+	}
 	if err := s.engine.Sessions.Ping(r.Context()); err != nil {
 		s.log.Error("readiness: the session store does not answer", "err", err)
 		http.Error(w, "session store unavailable (the server's log has the cause)", http.StatusServiceUnavailable)

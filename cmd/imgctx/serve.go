@@ -49,9 +49,7 @@ func newServeCmd(a *app) *cobra.Command {
 			return cmd.Root().PersistentPreRunE(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return a.serve(ctx)
+			return a.serve(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "", "address to listen on (default 127.0.0.1:8080; env IMGCTX_SERVER_ADDR)")
@@ -255,13 +253,38 @@ func (a *app) serve(ctx context.Context) error {
 	a.log.Info("imgctx serving", "addr", ln.Addr().String(), "data_dir", a.cfg.DataDir,
 		"upstream", upstreamURL, "format", a.cfg.Upstream.Format, "auth", a.cfg.Auth.Keys != "",
 		"sessions", a.cfg.Storage.Sessions, "images", a.cfg.Storage.Images) // backends by name: their DSN and secret stay out
+	// The signals are ours before anyone can know the address to send them.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(signals)
 	fmt.Fprintf(a.stdout, "imgctx listening on http://%s\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	for stopping := false; !stopping; {
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			stopping = true
+		case sig := <-signals:
+			switch sig {
+			case syscall.SIGHUP:
+				a.log.Info("SIGHUP ignored: the config is read at start; restart imgctx serve to apply a change")
+			case syscall.SIGTERM:
+				// Readiness fails first, while requests are still served, so
+				// that a load balancer stops sending new ones.
+				srv.Drain()
+				a.log.Info("draining", "delay", a.cfg.Server.DrainDelay.String())
+				select {
+				case <-time.After(a.cfg.Server.DrainDelay):
+				case err := <-errc:
+					return err
+				}
+				stopping = true
+			default: // SIGINT: at once
+				stopping = true
+			}
+		}
 	}
 	a.log.Info("shutting down", "grace", a.cfg.Server.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.Server.ShutdownTimeout)

@@ -67,6 +67,7 @@ type Server struct {
 	MaxConcurrent   int           `yaml:"max_concurrent" doc:"requests in flight at most; past it the gateway answers 429"`
 	RequestTimeout  time.Duration `yaml:"request_timeout" doc:"time limit of one request, upstream included"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" doc:"how long a graceful shutdown waits for requests in flight"`
+	DrainDelay      time.Duration `yaml:"drain_delay" doc:"on SIGTERM, how long /readyz answers 503 (draining) while requests are still served, before shutting down"`
 	MaxPerTenant    int           `yaml:"max_concurrent_per_tenant" doc:"requests one tenant may have in flight; 0: three quarters of max_concurrent with auth keys, else all"`
 	MaxInflight     int64         `yaml:"max_inflight_bytes" doc:"request bodies held at once, in bytes; past it 429"`
 	BodyTimeout     time.Duration `yaml:"body_timeout" doc:"time a request body may take to arrive, plus its length at min_body_rate"`
@@ -227,7 +228,7 @@ func Defaults() Config {
 	return Config{
 		DataDir: "./imgctx-data",
 		Storage: Storage{Sessions: "sqlite", Images: "fs"},
-		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 128 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second,
+		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 128 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second, DrainDelay: 5 * time.Second,
 			MaxMessages: 10_000, MaxParts: 50_000, MaxInflight: 256 << 20, BodyTimeout: 10 * time.Second, MinBodyRate: 1 << 20},
 		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.1, CacheTTL: 5 * time.Minute, Hold: true},
 		Proxy: Proxy{KeepTurnImages: true, IdleExpiry: 24 * time.Hour, MaxImages: 10_000},
@@ -483,6 +484,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("keep.low_water: must be between 0 and 1 (got %v)", c.Keep.LowWater))
 	}
 	positive("keep.cache_ttl", int64(c.Keep.CacheTTL))
+	if c.Server.DrainDelay < 0 {
+		errs = append(errs, errors.New("server.drain_delay: must not be negative (0: shut down at once)"))
+	}
 	positive("proxy.idle_expiry", int64(c.Proxy.IdleExpiry))
 	positive("proxy.max_images", int64(c.Proxy.MaxImages))
 	if _, err := c.APIKeys(); err != nil {
