@@ -188,3 +188,36 @@ func TestUnreachableUpstreamNamesNoHost(t *testing.T) {
 		t.Fatalf("the log does not hold the cause under id %s:\n%s", m[1], logs.String())
 	}
 }
+
+// Issue "Hardening, third pass", item 8: a tenant past its share of the
+// image store gets a 507 naming the quota; another tenant's upload goes
+// on.
+func TestTenantQuotaIsNamedAndTheOthersGoOn(t *testing.T) {
+	tbl, _ := tokens.Default().With(tinyProfile)
+	raw, _ := samplePNG(t)
+	q := &imagestore.Quota{Store: &imagestore.Mem{}, MaxBytes: int64(len(raw)) * 3 / 2} // one image each, not two
+	e := &engine.Engine{Images: imagestore.Verified{Store: q}, Sessions: &session.Mem{}, Profiles: tbl}
+	srv := httptest.NewServer(New(Config{Keys: map[string]string{"ka": "acme", "kb": "beta"}}, e, prometheus.NewRegistry(), discardLogger()).Handler())
+	t.Cleanup(srv.Close)
+	post := func(key string, data []byte) (int, string) {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/images", bytes.NewReader(data))
+		req.Header.Set("Content-Type", "image/png")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, b := post("ka", raw); code != 201 {
+		t.Fatalf("acme's first image: %d %s", code, b)
+	}
+	if code, b := post("ka", distinctPNG(raw, 2)); code != http.StatusInsufficientStorage || !strings.Contains(b, "storage.tenant_max_bytes") {
+		t.Fatalf("acme past its quota: %d %s", code, b)
+	}
+	if code, b := post("kb", distinctPNG(raw, 3)); code != 201 {
+		t.Fatalf("beta's image while acme is full: %d %s", code, b)
+	}
+}

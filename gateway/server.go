@@ -595,6 +595,12 @@ func (s *Server) fail(w http.ResponseWriter, sh *wire.Dialect, err error) {
 		writeError(w, sh, status, typ, fmt.Sprintf("upstream: %s (error %s; the server's log has the cause)", what, ref))
 		return
 	}
+	if status == http.StatusInsufficientStorage && errors.Is(err, imagestore.ErrQuota) {
+		// The tenant's own share used up: the message names the quota and
+		// nothing of the infrastructure.
+		writeError(w, sh, status, typ, msg)
+		return
+	}
 	if status == http.StatusInternalServerError || status == http.StatusInsufficientStorage {
 		// The cause names files, hosts, database users, buckets and object
 		// keys: the log gets it, the client an id to quote.

@@ -58,6 +58,12 @@ func (a *app) openStore(ctx context.Context) (imagestore.Store, imageBackend, er
 	if err != nil {
 		return nil, imageBackend{}, err
 	}
+	if st := a.cfg.Storage; st.TenantMaxBytes > 0 || st.TenantMaxImages > 0 {
+		// Under the verification, so a Put is still hashed once.
+		v := s.(imagestore.Verified)
+		v.Store = &imagestore.Quota{Store: v.Store, MaxBytes: st.TenantMaxBytes, MaxImages: st.TenantMaxImages}
+		s = v
+	}
 	return s, b, nil
 }
 

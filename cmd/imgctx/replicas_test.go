@@ -122,19 +122,26 @@ func TestReplicasShareEverything(t *testing.T) {
 		pasted := base64.StdEncoding.EncodeToString(screenshot(999))
 		postJSON(t, b.url+"/v1/sessions/"+s.ID+"/turn", "application/json",
 			[]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,`+pasted+`"}}]}]}`), nil)
-		cli := func(args ...string) string {
+		cliEnv := func(extra []string, args ...string) string {
 			cmd := exec.Command(bin, args...)
-			cmd.Env = append(os.Environ(), append(env, "IMGCTX_DATA_DIR="+t.TempDir())...)
+			cmd.Env = append(os.Environ(), append(append(env, "IMGCTX_DATA_DIR="+t.TempDir()), extra...)...)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("imgctx %v: %v\n%s", args, err, out)
 			}
 			return string(out)
 		}
+		cli := func(args ...string) string { return cliEnv(nil, args...) }
 		if out := cli("migrate"); !strings.Contains(out, "the postgres session store is up to date") {
 			t.Fatalf("migrate: %s", out)
 		}
-		out := cli("store", "gc", "--older-than", "1ns")
+		// While the proxied conversations above are live, gc deletes
+		// nothing they could re-send, whatever --older-than.
+		if out := cli("store", "gc", "--older-than", "1ns"); !strings.Contains(out, "proxied conversation(s) are live") || !strings.Contains(out, "removed 0 of") {
+			t.Fatalf("gc with live proxied conversations: %s", out)
+		}
+		// With none live (an expiry that has passed), --older-than holds.
+		out := cliEnv([]string{"IMGCTX_PROXY_IDLE_EXPIRY=1ns"}, "store", "gc", "--older-than", "1ns")
 		if !strings.Contains(out, "kept 1 still used by a session") {
 			t.Fatalf("gc: %s", out)
 		}

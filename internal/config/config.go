@@ -111,6 +111,9 @@ type Storage struct {
 	Images   string   `yaml:"images" doc:"image store: fs (images/ in data_dir) or s3 (storage.s3.*)"`
 	Postgres Postgres `yaml:"postgres"`
 	S3       S3       `yaml:"s3"`
+	// Per-tenant shares of the image store (0: none).
+	TenantMaxBytes  int64 `yaml:"tenant_max_bytes" doc:"bytes of images one tenant may keep in the image store (0: no limit)"`
+	TenantMaxImages int   `yaml:"tenant_max_images" doc:"images one tenant may keep in the image store (0: no limit)"`
 }
 
 // Postgres reaches the session database.
@@ -484,6 +487,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("keep.low_water: must be between 0 and 1 (got %v)", c.Keep.LowWater))
 	}
 	positive("keep.cache_ttl", int64(c.Keep.CacheTTL))
+	if c.Storage.TenantMaxBytes < 0 || c.Storage.TenantMaxImages < 0 {
+		errs = append(errs, errors.New("storage.tenant_max_bytes, storage.tenant_max_images: must not be negative (0: no limit)"))
+	}
 	if c.Server.DrainDelay < 0 {
 		errs = append(errs, errors.New("server.drain_delay: must not be negative (0: shut down at once)"))
 	}
