@@ -369,6 +369,13 @@ func URLSlot(b []byte, u Span) (slot Slot, ok bool, err error) {
 		}
 		slot.Via, slot.MediaType = "base64", mt
 		slot.Data = Span{Start: u.Start + 1 + k + len(";base64,"), End: u.End - 1}
+		// Decoding checks the base64, not what precedes it: the "data:…;"
+		// head goes upstream as it came, so it gets the check here (a
+		// control byte in the media type is invalid JSON).
+		head := append(append([]byte(nil), b[u.Start:slot.Data.Start]...), '"')
+		if err := jsonspan.Check(head, 0, len(head)); err != nil {
+			return Slot{}, false, fmt.Errorf("invalid data URL at byte %d: %w", u.Start, err)
+		}
 		return slot, true, nil
 	}
 	if err := jsonspan.Check(b, u.Start, u.End); err != nil {
