@@ -26,12 +26,19 @@ const fingerprintBytes = 16 << 10
 // conversations. The key is a hash: a client value of any size costs 64
 // bytes of state.
 func ConversationKey(tenant string, d *wire.Dialect, h http.Header, sp *wire.Spliced) string {
+	key, _ := conversationKey(tenant, d, conversationID(h, sp), sp)
+	return key
+}
+
+// conversationKey is ConversationKey for an identity found already; it also
+// returns how many opening messages the fingerprint read.
+func conversationKey(tenant string, d *wire.Dialect, id string, sp *wire.Spliced) (string, int) {
 	sum := sha256.New()
 	sum.Write([]byte(tenant + "\x00" + d.Name + "\x00"))
-	sum.Write([]byte(conversationID(h, sp)))
+	sum.Write([]byte(id))
 	sum.Write([]byte{0})
-	fingerprint(sum, d, sp)
-	return hex.EncodeToString(sum.Sum(nil))
+	n := fingerprint(sum, d, sp)
+	return hex.EncodeToString(sum.Sum(nil)), n
 }
 
 // fingerprint writes what names a conversation's opening: each message up
@@ -43,7 +50,10 @@ func ConversationKey(tenant string, d *wire.Dialect, h http.Header, sp *wire.Spl
 // the first request), spacing and field order, and <system-reminder>
 // parts added or dropped (a resumed session's opening loses them). A
 // message the wire cannot read counts by its first bytes as they are.
-func fingerprint(w io.Writer, d *wire.Dialect, sp *wire.Spliced) {
+//
+// It returns how many messages it read: a later request that takes them
+// over byte for byte (a resumed scan) has the same fingerprint.
+func fingerprint(w io.Writer, d *wire.Dialect, sp *wire.Spliced) int {
 	slot := 0
 	for i, m := range sp.Marks {
 		role := ""
@@ -80,9 +90,10 @@ func fingerprint(w io.Writer, d *wire.Dialect, sp *wire.Spliced) {
 		}
 		w.Write([]byte{0})
 		if role == "user" {
-			return
+			return i + 1
 		}
 	}
+	return len(sp.Marks)
 }
 
 func conversationID(h http.Header, sp *wire.Spliced) string {

@@ -103,7 +103,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	start := time.Now()
 	d := c.Wire
-	sp, keys, rk, err := e.scan(c)
+	sp, keys, rk, prev, err := e.scan(c)
 	if err != nil {
 		return nil, err
 	}
@@ -123,9 +123,14 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		e.sink(Event{Kind: "refused", Reason: reason.Of(err)})
 		return nil, err
 	}
-	e.spans.keepResume(rk, resumed{res: sp.Resume(), keys: keys})
+	id := conversationID(c.Header, sp)
+	key, opening := prev.convKey, prev.opening
+	if key == "" || prev.convID != id || sp.Resumed < opening {
+		key, opening = conversationKey(c.Tenant, d, id, sp)
+	}
+	e.spans.keepResume(rk, resumed{res: sp.Resume(), keys: keys, convKey: key, convID: id, opening: opening})
 	profile := e.ProfileWith(sp.Model, route.Hints)
-	fw, err := e.decide(ctx, proxyRequest{Tenant: c.Tenant, Key: ConversationKey(c.Tenant, d, c.Header, sp),
+	fw, err := e.decide(ctx, proxyRequest{Tenant: c.Tenant, Key: key,
 		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
 	if err != nil {
@@ -203,8 +208,9 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 
 // scan reads the body in place, from where the conversation's previous
 // request parts from it, hashing inline spans as it goes. It returns the
-// view, each slot's span key, and the conversation's resume key.
-func (e *Engine) scan(c ProxyCall) (*wire.Spliced, []*spanKey, resumeKey, error) {
+// view, each slot's span key, the conversation's resume key, and what was
+// kept of its previous request.
+func (e *Engine) scan(c ProxyCall) (*wire.Spliced, []*spanKey, resumeKey, resumed, error) {
 	rk := e.spans.resumeKeyOf(c.Tenant, c.Wire.Name, c.Header, c.Body)
 	prev := e.spans.resumeFor(rk)
 	found, hashed := e.spans.hashAhead(c.Tenant, c.Body)
@@ -213,9 +219,9 @@ func (e *Engine) scan(c ProxyCall) (*wire.Spliced, []*spanKey, resumeKey, error)
 		hashed(nil)
 		var tooMany *wire.TooMany
 		if errors.As(err, &tooMany) {
-			return nil, nil, rk, reason.New(reason.TooLarge, tooMany.Error()+" (server.max_messages, server.max_parts)")
+			return nil, nil, rk, prev, reason.New(reason.TooLarge, tooMany.Error()+" (server.max_messages, server.max_parts)")
 		}
-		return nil, nil, rk, reason.Wrap(reason.Invalid, "malformed request", err)
+		return nil, nil, rk, prev, reason.Wrap(reason.Invalid, "malformed request", err)
 	}
 	// The slots taken over from the previous request come first, with the
 	// keys that request found for them.
@@ -227,7 +233,7 @@ func (e *Engine) scan(c ProxyCall) (*wire.Spliced, []*spanKey, resumeKey, error)
 	if c.Wire.FromPath != nil {
 		c.Wire.FromPath(c.Upstream.Path, sp)
 	}
-	return sp, keys, rk, nil
+	return sp, keys, rk, prev, nil
 }
 
 // Streams reports whether the answer is a stream, to Relay event by event.

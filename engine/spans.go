@@ -197,6 +197,11 @@ func (c *spanCache) hashAhead(tenant string, body []byte) (func(wire.Slot), func
 type resumed struct {
 	res  *wire.Resume
 	keys []*spanKey
+	// The conversation key, the identity it was made with and the opening
+	// messages its fingerprint read: a request that takes those over byte
+	// for byte has the same key, without decoding them again.
+	convKey, convID string
+	opening         int
 }
 
 // resumeKey names a conversation cheaply: the tenant, the wire, the
