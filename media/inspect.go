@@ -152,10 +152,7 @@ func PDFPages(data []byte) int {
 		if k < 0 {
 			break
 		}
-		j := i + k + len("/Type")
-		for j < len(data) && (data[j] == ' ' || data[j] == '\n' || data[j] == '\r' || data[j] == '\t') {
-			j++
-		}
+		j := skipSpace(data, i+k+len("/Type"))
 		if bytes.HasPrefix(data[j:], []byte("/Page")) {
 			if e := j + len("/Page"); e == len(data) || !isLetter(data[e]) {
 				n++
@@ -199,10 +196,7 @@ func pdfCount(data []byte) int {
 		if k < 0 {
 			return most
 		}
-		j := i + k + len("/Count")
-		for j < len(data) && (data[j] == ' ' || data[j] == '\n' || data[j] == '\r' || data[j] == '\t') {
-			j++
-		}
+		j := skipSpace(data, i+k+len("/Count"))
 		n, digits := 0, 0
 		for ; j < len(data) && data[j] >= '0' && data[j] <= '9' && digits < 10; j++ {
 			n = n*10 + int(data[j]-'0')
@@ -214,6 +208,15 @@ func pdfCount(data []byte) int {
 		most = max(most, n)
 		i = j
 	}
+}
+
+// skipSpace is the offset of the first byte at or after j that is not PDF
+// white space.
+func skipSpace(data []byte, j int) int {
+	for j < len(data) && (data[j] == ' ' || data[j] == '\n' || data[j] == '\r' || data[j] == '\t') {
+		j++
+	}
+	return j
 }
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
