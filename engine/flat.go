@@ -61,9 +61,8 @@ func (e *Engine) flat(ctx context.Context, c ProxyCall, model string, route *Rou
 		p.Reply.Header.Set("X-Imgctx-Token-Count", "estimated")
 		return p, nil
 	}
-	maps := p.Counts.NotSent
 	for code, n := range rep.Counts.Dropped {
-		maps[code] += n
+		p.Counts.NotSent[code] += n
 	}
 	p.Counts.Sent = len(rep.Images)
 	images := make([]string, len(rep.Images))

@@ -62,23 +62,33 @@ func (q *Quota) Put(ctx context.Context, tenant string, ref blob.Ref, data []byt
 	if _, err := q.Store.Stat(ctx, tenant, ref); err == nil {
 		return q.Store.Put(ctx, tenant, ref, data)
 	}
+	// The share is reserved under the lock and the write made outside it:
+	// tenants' writes are not serialised, and a failed write gives it back.
+	n := int64(len(data))
 	q.mu.Lock()
-	defer q.mu.Unlock() // one tenant's writes are counted one at a time
 	u, err := q.usage(ctx, tenant)
+	if err == nil {
+		switch {
+		case q.MaxBytes > 0 && u.bytes+n > q.MaxBytes:
+			err = fmt.Errorf("%w: %d bytes stored and %d more would pass the limit of %d bytes (storage.tenant_max_bytes)", ErrQuota, u.bytes, n, q.MaxBytes)
+		case q.MaxImages > 0 && u.images+1 > q.MaxImages:
+			err = fmt.Errorf("%w: %d images stored, the limit (storage.tenant_max_images)", ErrQuota, q.MaxImages)
+		default:
+			u.bytes += n
+			u.images++
+		}
+	}
+	q.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	switch {
-	case q.MaxBytes > 0 && u.bytes+int64(len(data)) > q.MaxBytes:
-		return fmt.Errorf("%w: %d bytes stored and %d more would pass the limit of %d bytes (storage.tenant_max_bytes)", ErrQuota, u.bytes, len(data), q.MaxBytes)
-	case q.MaxImages > 0 && u.images+1 > q.MaxImages:
-		return fmt.Errorf("%w: %d images stored, the limit (storage.tenant_max_images)", ErrQuota, q.MaxImages)
-	}
 	if err := q.Store.Put(ctx, tenant, ref, data); err != nil {
+		q.mu.Lock()
+		u.bytes -= n
+		u.images--
+		q.mu.Unlock()
 		return err
 	}
-	u.bytes += int64(len(data))
-	u.images++
 	return nil
 }
 
