@@ -400,22 +400,6 @@ func (c *call) keepTurn() policy.Turn {
 	}
 }
 
-// coldTrim applies the keep budget that holding let pass (KeepConfig.Hold)
-// at a turn start with the provider's cache cold: the prefix is rewritten
-// anyway, so kept images come down to the low-water mark of the budget in
-// one batch at no extra cost.
-func (c *call) coldTrim() {
-	if !c.e.Keep.Holds(c.profile) || c.cacheWarm() {
-		return
-	}
-	live, removed := c.e.budgetBatch(c.st.Live, c.profile, true)
-	if len(removed) > 0 {
-		c.st.Live = live
-		c.st.Keep.Base.Valid = false
-		c.removed(removed)
-	}
-}
-
 // startOrContinue opens a turn for a user message, or resumes the open
 // turn for tool results, relaying the images the tools returned.
 func (c *call) startOrContinue(incoming []chat.Message) error {
@@ -431,7 +415,6 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 				c.emit(Event{Kind: "compacted", Detail: fmt.Sprintf("microcompaction after %s idle: %d tool results, %d media, %d nested media cleared", idle.Round(time.Second), stats.Tool, stats.Media, stats.NestedMedia)})
 			}
 		}
-		c.coldTrim()
 		c.turn = policy.StartTurn(c.keepTurn())
 		var removed []policy.Removal
 		c.st.Live, removed = c.turn.Start(c.st.Live)

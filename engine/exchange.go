@@ -18,10 +18,13 @@ import (
 // on prompt-too-long (replay without kept images, then compact and replay,
 // then a clear error), and the cut-completion replay.
 func (c *call) exchange(ctx context.Context) (*Result, error) {
+	live, removed, ledger := c.e.priced(c.st.Live, c.profile, c.cacheWarm(), c.st.TurnStart, c.st.Keep.Ledger, nil)
+	c.st.Keep.Ledger = ledger
+	c.evicted(live, removed)
 	if err := c.relieve(ctx); err != nil {
 		return nil, err
 	}
-	live, removed := policy.ImageLimit(c.st.Live, c.profile.Limits.MaxImages, c.e.lowWater(), reason.ProviderLimit)
+	live, removed = policy.ImageLimit(c.st.Live, c.profile.Limits.MaxImages, c.e.lowWater(), reason.ProviderLimit)
 	c.evicted(live, removed)
 	var resp *response
 	var err error
@@ -71,7 +74,9 @@ func (c *call) exchange(ctx context.Context) (*Result, error) {
 	end := !hasToolCalls(reply)
 	if end {
 		var removed []policy.Removal
+		ledger := c.st.Keep.Ledger
 		c.st.Live, removed, c.st.Keep = c.turn.Finish(c.st.Live)
+		c.st.Keep.Ledger = ledger
 		c.removed(removed)
 		c.st.TurnOpen, c.st.Turn = false, nil
 	} else {

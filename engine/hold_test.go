@@ -4,8 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/policy"
+	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 )
+
+// sonnetPrices are Claude Sonnet's list prices: holding images is priced.
+var sonnetPrices = tokens.Prices{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75, CacheWrite1h: 6}
 
 // The sessions API holds as the proxy does (KeepConfig.Hold, a cache that
 // bills writes): screenshots over the budget stay kept while the cache is
@@ -16,10 +21,11 @@ func TestHoldKeepsOverTheBudgetUntilTheCacheIsCold(t *testing.T) {
 		const window = 15000 // keep budget 1,500: room for one 1,334-token screenshot
 		r := newRig(t, upstream.Anthropic, window)
 		r.up.profile.Cache.Breakpoints = 4 // Anthropic's cache, which bills writes
+		r.up.profile.Prices = &sonnetPrices
 		r.engine = r.open(t)
 		now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 		r.engine.Now = func() time.Time { return now }
-		r.engine.Keep.Hold = hold
+		r.engine.Keep.Hold, r.engine.Keep.Sight = hold, policy.DefaultSight
 		id := r.session(t, true)
 		for i := range 3 {
 			r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: "ok"})
@@ -36,8 +42,8 @@ func TestHoldKeepsOverTheBudgetUntilTheCacheIsCold(t *testing.T) {
 		now = now.Add(10 * time.Minute) // past the cache TTL
 		r.up.replies = append(r.up.replies, reply{text: "back"})
 		r.call(t, id, user("still there?"))
-		if n := len(keptImages(r.live(t, id).Live)); n != 0 || !hasEvent(r.events, "removed", "budget") {
-			t.Fatalf("cold turn start: %d still kept; want the budget's low-water mark (750 tokens: none) in one batch", n)
+		if n := len(keptImages(r.live(t, id).Live)); n != 0 || !hasEvent(r.events, "removed", "priced") {
+			t.Fatalf("cold turn start: %d still kept; want them removed by price (a cold cache: the break is free) in one batch", n)
 		}
 	}
 }
@@ -84,10 +90,11 @@ func TestKeptImagesGoBeforeAnySummary(t *testing.T) {
 		const window = 15000 // keep budget 1,500; held images go past it
 		r := newRig(t, upstream.Anthropic, window)
 		r.up.profile.Cache.Breakpoints = 4
+		r.up.profile.Prices = &sonnetPrices
 		r.engine = r.open(t)
 		now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 		r.engine.Now = func() time.Time { return now }
-		r.engine.Keep.Hold = true
+		r.engine.Keep.Hold, r.engine.Keep.Sight = true, policy.DefaultSight
 		r.engine.KeepLowWater = 0.5
 		id := r.session(t, true)
 		for i := range 4 {

@@ -65,6 +65,7 @@ type proxyTurn struct {
 	en     *proxiedEntry
 	st     session.Proxied
 	kt     *policy.KeepTurn
+	ledger policy.Ledger // pricing removals, persisted with the keep state
 	turnAt int
 	closed bool
 }
@@ -113,7 +114,7 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 	st := f.en.st
 	now := e.now()
 	cold := st.LastActivity.IsZero() || now.Sub(st.LastActivity) > e.cacheTTL() || (st.Model != "" && st.Model != r.Model)
-	f.st = st
+	f.st, f.ledger = st, st.Keep.Ledger
 	f.turnAt = humanTurn(r.Messages)
 	live := f.applyDecisions()
 
@@ -137,6 +138,7 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 	}
 	live = f.relayTurn(live)
 	live = f.kt.Rewritten(live)
+	live = f.priced(live, cold)
 	live = f.relieve(live)
 	live = f.imageLimit(live)
 	live = f.byteLimit(live)
@@ -270,17 +272,23 @@ func (f *proxyTurn) imageCost(img chat.Image) int {
 
 func (f *proxyTurn) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWindow) }
 
-// evictForBudget runs at a turn's start. Kept images over the budget (a
-// smaller window, adopted images) leave, oldest first, down to the
-// low-water mark in one batch, so that several more fit before the next
-// batch; with the provider's cache cold anyway (idle past its TTL, another
-// model), the batch runs as soon as the kept images pass the low-water
-// mark, since it breaks nothing then.
+// evictForBudget runs at a turn's start where images are not held
+// (a profile without prices): kept images over the budget leave, oldest
+// first, down to the low-water mark in one batch, so that several more fit
+// before the next batch; with the provider's cache cold anyway (idle past
+// its TTL, another model), the batch runs as soon as the kept images pass
+// the low-water mark, since it breaks nothing then.
 func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, st *policy.KeepState) []chat.Message {
-	if f.e.Keep.Holds(f.r.Profile) && !cold {
-		return live // a warm prefix: the budget waits for a batch that costs no extra break
+	if f.e.Keep.Holds(f.r.Profile) {
+		return live // price decides, at each request (priced)
 	}
-	out, removed := f.e.budgetBatch(live, f.r.Profile, cold)
+	budget := f.budget()
+	low := int(f.e.lowWater() * float64(budget))
+	threshold := budget
+	if cold {
+		threshold = low
+	}
+	out, removed, _ := policy.EvictImages(live, policy.Pressure{Estimate: policy.KeptCost(live), Threshold: threshold, LowWater: max(low, 1)}, reason.Budget)
 	if len(removed) > 0 {
 		f.removed(removed)
 		st.Base.Valid = false
@@ -288,18 +296,37 @@ func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, st *policy.Ke
 	return out
 }
 
-// budgetBatch takes kept images down to the low-water mark of the budget,
-// oldest first, in one batch: once they pass the budget, or, with the cache
-// cold (the batch breaks nothing then), once they pass the mark itself.
-func (e *Engine) budgetBatch(live []chat.Message, p tokens.Profile, cold bool) ([]chat.Message, []policy.Removal) {
-	budget := e.Keep.Budget(p.ContextWindow)
-	low := int(e.lowWater() * float64(budget))
-	threshold := budget
-	if cold {
-		threshold = low
+// priced lets price decide, at each request, whether the kept images of
+// earlier turns leave, all in one batch (policy.Priced at keep.sight).
+func (f *proxyTurn) priced(live []chat.Message, cold bool) []chat.Message {
+	suffix := func(i int) int {
+		if i == 0 {
+			return f.estimate(live) // from the measured base
+		}
+		n := 0
+		if f.r.Estimate != nil {
+			n = f.r.Estimate(i)
+		}
+		eachImage(live[i:], func(_ wire.Pos, img chat.Image) { n += f.imageCost(img) })
+		return n
 	}
-	out, removed, _ := policy.EvictImages(live, policy.Pressure{Estimate: policy.KeptCost(live), Threshold: threshold, LowWater: max(low, 1)}, reason.Budget)
-	return out, removed
+	live, removed, ledger := f.e.priced(live, f.r.Profile, !cold, f.turnAt, f.ledger, suffix)
+	f.ledger = ledger
+	if len(removed) > 0 {
+		f.removed(removed)
+		f.kt.InvalidateBase()
+	}
+	return live
+}
+
+// priced is the removal by price both paths share: only where images are
+// held (KeepConfig.Holds); until is where the human's current turn starts.
+func (e *Engine) priced(live []chat.Message, p tokens.Profile, warm bool, until int, l policy.Ledger, suffix func(int) int) ([]chat.Message, []policy.Removal, policy.Ledger) {
+	if !e.Keep.Holds(p) {
+		return live, nil, l
+	}
+	costs, _ := policy.CostsOf(p)
+	return policy.Priced{Sight: e.Keep.Sight, Costs: costs, Warm: warm, Until: until, Limit: p.Limits.MaxImages, Suffix: suffix}.Decide(live, l)
 }
 
 // relayTurn hands the tool images of the current turn to keeping: one seen
@@ -535,7 +562,7 @@ func (f *proxyTurn) Close(ctx context.Context) error {
 	f.closed = true
 	snap := f.kt.Snapshot()
 	st := session.Proxied{Model: f.r.Model, Messages: len(f.r.Messages), TurnAt: f.turnAt, Turn: &snap,
-		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base, Vouched: snap.Vouched}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
+		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base, Vouched: snap.Vouched, Ledger: f.ledger}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
 	// Every edit replaced a part in place: what stands where the client
 	// sent an image is what was decided for it.
 	eachImage(f.r.Messages, func(at wire.Pos, sent chat.Image) {

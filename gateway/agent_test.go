@@ -29,7 +29,8 @@ import (
 func agentProfile(window int) tokens.Profile {
 	return tokens.Profile{Name: "agent", Match: []string{"agent-*"}, Family: "anthropic", ContextWindow: window, Vision: true,
 		Tokenizer: "chars4", Image: tokens.ImageRule{Rule: "anthropic_patch", MaxEdge: 1568, MaxTokens: 1568},
-		Cache: tokens.CacheRules{MinTokens: 1024, Breakpoints: 4, TTL: 5 * time.Minute}}
+		Cache:  tokens.CacheRules{MinTokens: 1024, Breakpoints: 4, TTL: 5 * time.Minute},
+		Prices: &tokens.Prices{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75, CacheWrite1h: 6}}
 }
 
 // pricedUpstream is an Anthropic Messages endpoint built from the API
@@ -255,6 +256,7 @@ type agentRig struct {
 	cached   int // engine.ProxyCached
 	lowWater float64
 	hold     bool         // policy.KeepConfig.Hold
+	sight    float64      // policy.KeepConfig.Sight
 	log      *slog.Logger // nil: discarded
 	clock    func() time.Time
 	server   *Server
@@ -263,7 +265,7 @@ type agentRig struct {
 }
 
 func newAgentRig(t testing.TB, window int, sessions session.Store) *agentRig {
-	a := &agentRig{profile: agentProfile(window), sessions: sessions, images: imagestore.Verified{Store: &imagestore.Mem{}}}
+	a := &agentRig{profile: agentProfile(window), sessions: sessions, images: imagestore.Verified{Store: &imagestore.Mem{}}, sight: policy.DefaultSight}
 	a.up = newPriced(t, a.profile)
 	a.restart(t)
 	return a
@@ -276,7 +278,7 @@ func (a *agentRig) restart(t testing.TB) {
 		a.srv.Close()
 	}
 	tbl, _ := tokens.Default().With(a.profile)
-	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater, Keep: policy.KeepConfig{Hold: a.hold}}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
+	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater, Keep: policy.KeepConfig{Hold: a.hold, Sight: a.sight}}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.Anthropic, BaseURL: a.up.srv.URL, APIKey: "k", MaxRetries: -1}}
 	a.reg = prometheus.NewRegistry()
 	log := a.log

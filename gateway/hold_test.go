@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,10 +35,11 @@ func holdRig(t *testing.T, window int) (*agentRig, *settableClock) {
 	return rig, clock
 }
 
-// KeepConfig.Hold: tool images over the budget stay while the provider
-// caches the conversation, so the next turn's body begins with the whole
-// previous one (no prefix break); a turn that starts with the cache cold
-// applies the budget in one batch.
+// KeepConfig.Hold at the default sight: tool images over the budget stay
+// while the provider caches the conversation, so the next turn's body
+// begins with the whole previous one (no prefix break); a turn that starts
+// with the cache cold removes them by price (the break is free) in one
+// batch.
 func TestProxyHoldKeepsImagesWhileTheCacheIsWarm(t *testing.T) {
 	rig, clock := holdRig(t, 20_000) // budget 2,000: one screenshot
 	g := newAgent(t, rig, "Open the login page.")
@@ -65,8 +68,52 @@ func TestProxyHoldKeepsImagesWhileTheCacheIsWarm(t *testing.T) {
 	g.human("Back after a break.")
 	g.send(reply{})
 	last := g.sent[len(g.sent)-1]
-	if n := bytes.Count(last, []byte(`"type":"image"`)); n > 1 || rig.counter("removed", "budget") < 3 {
-		t.Fatalf("cold cache: %d screenshots still sent, %d removed; want the budget applied in one batch", n, rig.counter("removed", "budget"))
+	if n := bytes.Count(last, []byte(`"type":"image"`)); n != 0 || rig.counter("removed", "priced") != 4 {
+		t.Fatalf("cold cache: %d screenshots still sent, %d removed; want all 4 removed by price in one batch", n, rig.counter("removed", "priced"))
+	}
+}
+
+// At a low sight the price decides while the cache is warm: holding the
+// earlier turns' screenshots is paid request by request, and once it has
+// paid one prefix break they all leave in one batch (reason priced) — the
+// current turn's screenshots stay, and no other request removes any. The
+// human's long messages make a break dear (Anthropic rewrites from the
+// start): the batch waits for several turns of holding, where a short
+// conversation removes at each turn.
+func TestProxyLowSightRemovesByPriceInOneBatch(t *testing.T) {
+	rig, clock := holdRig(t, 200_000)
+	rig.sight = 0
+	rig.restart(t)
+	g := newAgent(t, rig, "Open the login page.")
+	g.start()
+	var counts []int
+	for turn := range 6 {
+		if turn > 0 {
+			g.human(fmt.Sprintf("Now step %d. %s", turn, strings.Repeat("Context the agent needs. ", 1000)))
+		}
+		g.send(reply{tools: 1})
+		for range 4 {
+			clock.advance(5 * time.Second)
+			g.results(1, false, false)
+			g.send(reply{tools: 1})
+			counts = append(counts, bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)))
+		}
+		g.results(1, false, false)
+		g.send(reply{})
+		clock.advance(30 * time.Second)
+	}
+	drops := 0
+	for i := 1; i < len(counts); i++ {
+		if counts[i] < counts[i-1] {
+			drops++
+			if counts[i] == 0 {
+				t.Fatalf("images per request %v: a batch took the current turn's screenshots", counts)
+			}
+		}
+	}
+	priced := rig.counter("removed", "priced")
+	if drops == 0 || priced == 0 || drops > 3 || rig.counter("removed", "budget") != 0 {
+		t.Fatalf("images per request %v: %d drops, %d removed by price; want a few batches by price, none for the budget", counts, drops, priced)
 	}
 }
 
@@ -100,8 +147,9 @@ func TestProxyBatchesAtTheProviderImageLimit(t *testing.T) {
 	}
 }
 
-// Without write fees (OpenAI's automatic caching) nothing is held: the
-// budget applies at each turn, as the seed says.
+// Without write fees (OpenAI's automatic caching) a break costs next to
+// nothing, and at the default sight nothing is held: the budget applies at
+// each turn, as the seed says.
 func TestProxyHoldNeedsACacheThatBillsWrites(t *testing.T) {
 	rig, _ := holdRig(t, 20_000)
 	rig.profile.Cache = tokens.CacheRules{MinTokens: 1024, Increment: 128, TTL: 5 * time.Minute, Automatic: true}

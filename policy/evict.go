@@ -86,6 +86,15 @@ func ImageLimit(msgs []chat.Message, limit int, lowWater float64, why reason.Cod
 	if limit <= 0 {
 		return msgs, nil
 	}
+	n := countImages(msgs)
+	if n <= limit {
+		return msgs, nil
+	}
+	return EvictOldest(msgs, n-int(lowWater*float64(limit)), why)
+}
+
+// countImages counts the images msgs carries, in tool results too.
+func countImages(msgs []chat.Message) int {
 	n := 0
 	for _, m := range msgs {
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
@@ -95,8 +104,5 @@ func ImageLimit(msgs []chat.Message, limit int, lowWater float64, why reason.Cod
 			return true
 		})
 	}
-	if n <= limit {
-		return msgs, nil
-	}
-	return EvictOldest(msgs, n-int(lowWater*float64(limit)), why)
+	return n
 }

@@ -19,20 +19,34 @@ type KeepConfig struct {
 	// MinShare is the measured share, in tokens, under which an image is
 	// taken as unseen by the engine; default 16.
 	MinShare int
-	// Hold keeps every measured tool image, over the budget too: while the
-	// provider caches the conversation, taking an image out breaks the
-	// cached prefix from that image on, which costs more than reading it
-	// again. The caller applies the budget where that break is free or
-	// forced: at a turn start with the cache cold, under window pressure,
-	// and at the provider's image limit — each time in one batch. It
-	// applies to caches that bill writes (explicit breakpoints, Anthropic):
-	// with automatic prefix caching (OpenAI) a break only loses the read
-	// discount, and the budget applies at each turn as it comes.
+	// Hold keeps every measured tool image, over the budget too, and lets
+	// price decide when kept images leave (Priced, at Sight): taking an
+	// image out breaks the cached prefix from that image on, which may
+	// cost more than reading it again. Window pressure, the provider's
+	// limits and a prompt too long still remove in batches. Without
+	// prices (a profile that has none, or no cache discount) the budget
+	// applies at each turn as it comes.
 	Hold bool
+	// Sight is what showing a kept image for one more request is worth,
+	// as a multiple of what reading it from the cache costs: 0 is the
+	// cheapest (an earlier turn's image leaves as soon as holding it has
+	// cost one break), 1 the default (never pay a break to stop reading
+	// an image; drop them at a cold start), larger values keep images
+	// past cold starts when the conversation's pace says they will be
+	// read long enough. Only with Hold.
+	Sight float64
 }
 
-// Holds says whether images over the budget are held for that profile.
-func (c KeepConfig) Holds(p tokens.Profile) bool { return c.Hold && p.Cache.Breakpoints > 0 }
+// Holds says whether images over the budget are held, and leave by price,
+// for that profile. Not without prices; and not at a Sight of exactly 1
+// where a break costs next to nothing (automatic prefix caches: OpenAI,
+// Gemini): holding and removing then cost the same per image shown, every
+// policy lies on one line, and the budget picks the point on it, applied
+// at each turn as it comes.
+func (c KeepConfig) Holds(p tokens.Profile) bool {
+	costs, priced := CostsOf(p)
+	return c.Hold && priced && (costs.Whole || c.Sight != 1)
+}
 
 func (c KeepConfig) fraction() float64 {
 	if c.BudgetFraction > 0 {
@@ -68,6 +82,8 @@ type KeepState struct {
 	// Vouched is learned too: an image of the conversation was measured,
 	// so the engine sees them (an unmeasured one may then be kept).
 	Vouched bool `json:"vouched,omitempty"`
+	// Ledger is what pricing removals remembers (Priced).
+	Ledger Ledger `json:"ledger,omitzero"`
 }
 
 // Base is a request whose prompt size is known: later usage deltas are
@@ -428,7 +444,7 @@ func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepS
 	if len(removed) > 0 {
 		k.base.Valid = false // the next prompt differs inside the old prefix
 	}
-	return out, removed, KeepState{EngineBlind: k.blind, Base: k.base, Vouched: k.vouched}
+	return out, removed, KeepState{EngineBlind: k.blind, Base: k.base, Vouched: k.vouched, Ledger: k.t.State.Ledger}
 }
 
 // Events returns the decisions made so far, in order.

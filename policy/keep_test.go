@@ -581,8 +581,9 @@ func TestCaptionFromTheConversation(t *testing.T) {
 func TestUnmeasuredIsKeptOnceTheEngineWasSeenToSee(t *testing.T) {
 	held := profile(200000)
 	held.Cache.Breakpoints = 4
+	held.Prices = &tokens.Prices{Input: 3, CacheRead: 0.3, CacheWrite: 3.75}
 	start := func(state KeepState) (*KeepTurn, []chat.Message) {
-		k := StartTurn(Turn{Config: KeepConfig{Hold: true}, Profile: held, Thread: chat.Main, Switch: true, State: state, Counter: tokens.Chars4{}, Storer: &storer{}})
+		k := StartTurn(Turn{Config: KeepConfig{Hold: true, Sight: DefaultSight}, Profile: held, Thread: chat.Main, Switch: true, State: state, Counter: tokens.Chars4{}, Storer: &storer{}})
 		msgs, _ := k.Start([]chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "look"}}}})
 		return k, msgs
 	}
@@ -604,7 +605,7 @@ func TestUnmeasuredIsKeptOnceTheEngineWasSeenToSee(t *testing.T) {
 		t.Fatalf("vouched: removed %+v, images %+v; want it kept at the profile's 1000 tokens", removed, imgs)
 	}
 	snap := k.Snapshot()
-	if again := ResumeTurn(Turn{Config: KeepConfig{Hold: true}, Profile: held, Thread: chat.Main, Switch: true}, snap).Snapshot(); !again.Vouched {
+	if again := ResumeTurn(Turn{Config: KeepConfig{Hold: true, Sight: DefaultSight}, Profile: held, Thread: chat.Main, Switch: true}, snap).Snapshot(); !again.Vouched {
 		t.Fatal("a snapshot forgets that the engine sees images")
 	}
 }

@@ -24,6 +24,7 @@ const (
 	Compaction     Code = "compaction"      // covered by a summary
 	ProviderLimit  Code = "provider_limit"  // would break a provider rule
 	Window         Code = "window"          // removed under window pressure, before the prompt outgrows the window
+	Priced         Code = "priced"          // holding it cost more than the prefix break removing it (keep.sight)
 	Refused        Code = "refused"         // store refused it
 	Invalid        Code = "invalid"         // undecodable, unknown format
 	TooLarge       Code = "too_large"       // over a byte or pixel limit
@@ -34,7 +35,7 @@ const (
 // All lists every code, in the order of docs/design.md.
 var All = []Code{
 	Budget, Cap, Bytes, Truncated, NoVision, KeyOff, Unmeasured, BelowThreshold,
-	Overflow, Idle, Compaction, ProviderLimit, Window, Refused, Invalid, TooLarge,
+	Overflow, Idle, Compaction, ProviderLimit, Window, Priced, Refused, Invalid, TooLarge,
 	FetchFailed, Document,
 }
 

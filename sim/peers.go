@@ -31,6 +31,10 @@ type Peer struct {
 	// Through: requests go through imgctx's gateway and engine; KeepOff
 	// turns keep-turn-images off there (ephemeral).
 	Through, KeepOff bool
+	// Dial, for an imgctx row: keep.sight set to Sight instead of the
+	// config's.
+	Dial  bool
+	Sight float64
 	// Schedule, when set, is a frontier point's schedule played as a
 	// policy: the oldest Schedule[i] images removed at step i.
 	Schedule []int
@@ -70,4 +74,18 @@ func Peers(n, chunk, keepNewest int) []Peer {
 		{Name: "ephemeral", Reproduces: "imgctx with proxy.keep_turn_images off: each tool image shown once", Through: true, KeepOff: true, Compact: "shared"},
 		{Name: "imgctx", Reproduces: "imgctx serve's defaults (this config's engine settings) in front of a claude-code-like agent", Through: true, Compact: "shared"},
 	}
+}
+
+// DefaultSights are the positions of the dial (keep.sight) simulate runs
+// beside imgctx's default: from the cheapest to past cold starts.
+var DefaultSights = []float64{0, 0.9, 0.98, 1.5}
+
+// SightPeers returns imgctx's rows at those positions of the dial.
+func SightPeers(sights []float64) []Peer {
+	var out []Peer
+	for _, s := range sights {
+		out = append(out, Peer{Name: fmt.Sprintf("imgctx-sight-%g", s), Reproduces: fmt.Sprintf("imgctx with keep.sight %g (the rest of this config's engine settings)", s),
+			Through: true, Compact: "shared", Dial: true, Sight: s})
+	}
+	return out
 }

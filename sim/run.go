@@ -63,6 +63,9 @@ type Config struct {
 	// KeepOff turns keep-turn-images off for the imgctx row too, as
 	// proxy.keep_turn_images: false does for serve.
 	KeepOff bool
+	// Sights are keep.sight positions run as imgctx rows of their own
+	// (imgctx-sight-S), after the default's.
+	Sights []float64
 	// Progress, when set, is called after each request.
 	Progress func(policy string, step, steps int)
 	// NoFrontier skips the hindsight frontier.
@@ -171,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.KeepNewest <= 0 {
 		cfg.KeepNewest = 5
 	}
-	peers := Peers(cfg.N, cfg.Chunk, cfg.KeepNewest)
+	peers := append(Peers(cfg.N, cfg.Chunk, cfg.KeepNewest), SightPeers(cfg.Sights)...)
 	if len(cfg.Policies) > 0 {
 		var chosen []Peer
 		for _, asked := range cfg.Policies {
@@ -305,7 +308,11 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		e := &engine.Engine{Config: r.cfg.Engine, Images: r.images, Sessions: &session.Mem{}, Profiles: table, Upstream: r.client,
+		ec := r.cfg.Engine
+		if r.peer.Dial {
+			ec.Keep.Hold, ec.Keep.Sight = true, r.peer.Sight
+		}
+		e := &engine.Engine{Config: ec, Images: r.images, Sessions: &session.Mem{}, Profiles: table, Upstream: r.client,
 			Now: r.clock.Now, Log: slog.New(slog.DiscardHandler),
 			Sink: func(ev engine.Event) {
 				if ev.Kind == "removed" {

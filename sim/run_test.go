@@ -57,15 +57,42 @@ func TestAnEngineSettingChangesTheImgctxRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := row(run(t, w, sonnet(t), engine.Config{Keep: policy.KeepConfig{Hold: true}}, "imgctx"), "imgctx")
+	held := row(run(t, w, sonnet(t), engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}}, "imgctx"), "imgctx")
 	perTurn := row(run(t, w, sonnet(t), engine.Config{Keep: policy.KeepConfig{Hold: false}}, "imgctx"), "imgctx")
-	if held.PrefixBreaks >= perTurn.PrefixBreaks || held.ImagesMean <= perTurn.ImagesMean {
-		t.Fatalf("keep.hold on: %d breaks, %.1f images; off: %d breaks, %.1f images — want fewer breaks and more images held",
-			held.PrefixBreaks, held.ImagesMean, perTurn.PrefixBreaks, perTurn.ImagesMean)
+	if held.PrefixBreaks >= perTurn.PrefixBreaks || held.Removed["priced"] == 0 || perTurn.Removed["priced"] != 0 {
+		t.Fatalf("keep.hold on: %d breaks, removed %v; off: %d breaks, removed %v — want fewer breaks, removals by price only when held",
+			held.PrefixBreaks, held.Removed, perTurn.PrefixBreaks, perTurn.Removed)
 	}
 	tight := row(run(t, w, sonnet(t), engine.Config{Keep: policy.KeepConfig{BudgetFraction: 0.01}}, "imgctx"), "imgctx")
 	if tight.ImagesMean >= perTurn.ImagesMean || tight.Removed["budget"] <= perTurn.Removed["budget"] {
 		t.Fatalf("a 1%% budget shows %.1f images (%d removed); the 10%% default %.1f (%d)", tight.ImagesMean, tight.Removed["budget"], perTurn.ImagesMean, perTurn.Removed["budget"])
+	}
+}
+
+// The dial: along keep.sight imgctx shows more images for more money, and
+// every position below the default removes only by price, in batches.
+func TestTheSightDialMovesAlongTheCurve(t *testing.T) {
+	p := DefaultParams("computer-use")
+	p.Turns, p.IdleEvery = 16, 8 // long enough for a warm batch to pay
+	w, err := Build("computer-use", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Workload: w, Model: "claude-sonnet-4-6", Profile: sonnet(t), Policies: []string{"imgctx"}, NoFrontier: true,
+		Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}}, Sights: []float64{0, 0.9}}
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cheap, mid, def := row(rep, "imgctx-sight-0"), row(rep, "imgctx-sight-0.9"), row(rep, "imgctx")
+	if !(cheap.ImagesMean < mid.ImagesMean && mid.ImagesMean < def.ImagesMean) || !(cheap.Dollars < mid.Dollars && mid.Dollars < def.Dollars) {
+		t.Fatalf("sight 0: %.1f images $%.3f; 0.9: %.1f $%.3f; default 1: %.1f $%.3f — want both rising along the dial",
+			cheap.ImagesMean, cheap.Dollars, mid.ImagesMean, mid.Dollars, def.ImagesMean, def.Dollars)
+	}
+	for _, r := range []PolicyReport{cheap, mid} {
+		if r.Failed > 0 || r.Removed["priced"] == 0 || r.ImageBreaks > r.Removed["priced"] {
+			t.Fatalf("%s: %d failed, removed %v, %d breaks by images: want removals by price, in batches", r.Policy, r.Failed, r.Removed, r.ImageBreaks)
+		}
 	}
 }
 

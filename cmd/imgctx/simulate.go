@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -14,12 +15,12 @@ import (
 
 func newSimulateCmd(a *app) *cobra.Command {
 	var (
-		workload, model, policies, from, svg, prices, size string
-		asJSON                                             bool
-		n, chunk, keepNewest                               int
-		noFrontier                                         bool
-		compactAt                                          float64
-		p                                                  = sim.DefaultParams("computer-use")
+		workload, model, policies, from, svg, prices, size, sights string
+		asJSON                                                     bool
+		n, chunk, keepNewest                                       int
+		noFrontier                                                 bool
+		compactAt                                                  float64
+		p                                                          = sim.DefaultParams("computer-use")
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -110,9 +111,13 @@ func newSimulateCmd(a *app) *cobra.Command {
 			if policies != "" {
 				list = strings.Split(policies, ",")
 			}
+			dial, err := parseSights(sights)
+			if err != nil {
+				return usageError{err}
+			}
 			prog := newProgress(a.stderr)
 			rep, err := sim.Run(cmd.Context(), sim.Config{Workload: w, Model: model, Profile: profile, Policies: list,
-				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages,
+				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages, Sights: dial,
 				Progress: func(policy string, step, steps int) { prog.update("simulate: %s, step %d of %d", policy, step, steps) }})
 			prog.done()
 			if err != nil {
@@ -164,6 +169,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 	f.IntVar(&n, "n", 3, "chunked newest-n: tool images kept")
 	f.IntVar(&chunk, "chunk", 10, "chunked newest-n: images removed only in multiples of this")
 	f.BoolVar(&noFrontier, "no-frontier", false, "skip the hindsight frontier")
+	f.StringVar(&sights, "sights", joinSights(sim.DefaultSights), "keep.sight positions run as imgctx rows of their own (imgctx-sight-S), comma-separated; empty: none")
 	f.IntVar(&keepNewest, "keep-newest", 5, "ceiling-batch: images kept when it evicts at the provider's image limit")
 	f.Float64Var(&compactAt, "compact-at", 0.9, "share of the window past which the agent compacts its history (every policy but naive)")
 	return cmd
@@ -197,4 +203,28 @@ func parsePrices(s string, base *tokens.Prices) (*tokens.Prices, error) {
 		}
 	}
 	return &p, nil
+}
+
+// parseSights reads --sights: dial positions, each 0 or more.
+func parseSights(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("--sights: %q is not a keep.sight (a number, 0 or more)", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func joinSights(v []float64) string {
+	var parts []string
+	for _, f := range v {
+		parts = append(parts, strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return strings.Join(parts, ",")
 }

@@ -1,0 +1,242 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/tokens"
+	"pgregory.net/rapid"
+)
+
+// claude prices removals as Sonnet does: reads $0.30/M, writes $3.75/M,
+// explicit breakpoints (a break rewrites from the start).
+var claude = Costs{Read: 0.30 / 1e6, Rewrite: 3.75 / 1e6, Whole: true}
+
+// gpt prices them as gpt-4o's automatic cache: a break only loses the read
+// discount, from the edit on.
+var gpt = Costs{Read: 1.25 / 1e6, Rewrite: 2.50 / 1e6}
+
+// history is turns of screenshots (each kept at cost tokens) and text of
+// textLen characters a message; the last turn is the current one and
+// starts at the returned index.
+func history(turns, shots, cost, textLen int) ([]chat.Message, int) {
+	var msgs []chat.Message
+	until := 0
+	for t := range turns {
+		until = len(msgs)
+		msgs = append(msgs, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: strings.Repeat("u", textLen)}}})
+		for s := range shots {
+			img := shot(fmt.Sprintf("t%d-s%d", t, s), 200_000)
+			img.Origin, img.Keep, img.Cost = chat.FromTool, chat.Kept, cost
+			msgs = append(msgs,
+				chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: strings.Repeat("a", textLen)}}},
+				chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c", Parts: []chat.Part{img}}}})
+		}
+	}
+	return msgs, until
+}
+
+func kept(msgs []chat.Message, from, to int) int {
+	n := 0
+	for _, m := range msgs[from:to] {
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			if img, ok := p.(chat.Image); ok && img.Keep == chat.Kept {
+				n++
+			}
+			return true
+		})
+	}
+	return n
+}
+
+// While the cache is warm, holding is paid into the ledger request by
+// request, and the images of earlier turns leave in one batch once it has
+// paid one break — not one a request, never the current turn's.
+func TestPricedRemovesInOneBatchOnceHoldingPaidABreak(t *testing.T) {
+	msgs, until := history(3, 4, 1334, 400)
+	p := Priced{Sight: 0, Costs: claude, Warm: true, Until: until}
+	l := Ledger{Run: 1}
+	breaks := p.breakCost(msgs, 0, 8*1334)
+	perRequest := 8 * 1334 * claude.Read
+	want := int(math.Ceil(breaks / perRequest))
+	var out []chat.Message
+	var removed []Removal
+	for i := 1; ; i++ {
+		out, removed, l = p.Decide(msgs, l)
+		if len(removed) > 0 {
+			if i != want {
+				t.Fatalf("batch at request %d; holding pays one break (%.4f$ at %.5f$ a request) at request %d", i, breaks, perRequest, want)
+			}
+			break
+		}
+		if i > 1000 {
+			t.Fatal("never removed")
+		}
+	}
+	if len(removed) != 8 || kept(out, 0, until) != 0 || kept(out, until, len(out)) != 4 {
+		t.Fatalf("removed %d; kept before the turn %d, in it %d: want the 8 of earlier turns in one batch, the turn's 4 kept",
+			len(removed), kept(out, 0, until), kept(out, until, len(out)))
+	}
+	for _, r := range removed {
+		if r.Reason != reason.Priced || r.Cost != 1334 {
+			t.Fatalf("removal %+v: want reason priced at its cost", r)
+		}
+	}
+	if l.Owed != 0 {
+		t.Fatalf("ledger after the batch %v: want it paid off", l.Owed)
+	}
+	if kept(msgs, 0, len(msgs)) != 12 {
+		t.Fatal("the history passed in was modified")
+	}
+}
+
+// The dial: the more an image shown is worth (Sight), the later the batch;
+// from 1 on (an image worth its read) no break is paid while warm.
+func TestSightDelaysTheBatch(t *testing.T) {
+	msgs, until := history(3, 4, 1334, 400)
+	at := func(sight float64) int {
+		p := Priced{Sight: sight, Costs: claude, Warm: true, Until: until}
+		l := Ledger{}
+		for i := 1; i <= 2000; i++ {
+			var removed []Removal
+			if _, removed, l = p.Decide(msgs, l); len(removed) > 0 {
+				return i
+			}
+		}
+		return -1
+	}
+	prev := 0
+	for _, s := range []float64{0, 0.5, 0.9, 0.98} {
+		n := at(s)
+		if n <= prev {
+			t.Fatalf("sight %v removes at request %d, not after sight below it (%d)", s, n, prev)
+		}
+		prev = n
+	}
+	for _, s := range []float64{1, 2} {
+		if n := at(s); n != -1 {
+			t.Fatalf("sight %v removed at request %d while warm; want never", s, n)
+		}
+	}
+}
+
+// A break on an explicit cache rewrites the conversation from its start; on
+// an automatic one only from the edit: the same history pays off sooner
+// there, and a long text before the images delays only the explicit one.
+func TestBreakCostFollowsTheCache(t *testing.T) {
+	msgs, until := history(3, 4, 1334, 400)
+	long := append([]chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: strings.Repeat("x", 400_000)}}}}, msgs...)
+	for _, c := range []struct {
+		costs Costs
+		grows bool
+	}{{claude, true}, {gpt, false}} {
+		p := Priced{Costs: c.costs, Until: until}
+		short := p.breakCost(msgs, 0, 8*1334)
+		p.Until = until + 1
+		longer := p.breakCost(long, 1, 8*1334)
+		if grows := longer > short*2; grows != c.grows {
+			t.Fatalf("%+v: break %.4f$ without the long opening, %.4f$ with it; want it to grow %v", c.costs, short, longer, c.grows)
+		}
+	}
+}
+
+// At a cold start the break is free: images leave unless seeing them for
+// the expected warm run pays for writing them again; that run is the mean
+// of the runs measured, and no longer than the provider's image limit
+// leaves at the pace images came.
+func TestColdStartHoldsOnlyWhatPays(t *testing.T) {
+	msgs, until := history(3, 4, 1334, 400)
+	cold := func(sight float64, l Ledger, limit int) bool {
+		p := Priced{Sight: sight, Costs: claude, Until: until, Limit: limit}
+		_, removed, _ := p.Decide(msgs, l)
+		return len(removed) == 8
+	}
+	long := Ledger{Run: 90}
+	if !cold(0, long, 0) || !cold(1, long, 0) {
+		t.Fatal("sight 0 and 1 must remove at a cold start")
+	}
+	// Writing again costs 11.5 reads: a run of 90 at sight 2 pays it, one of 10 not.
+	if cold(2, long, 0) {
+		t.Fatal("sight 2 with a 90-request run: want the images held")
+	}
+	if !cold(2, Ledger{Run: 5, Runs: 3, RunTotal: 25}, 0) {
+		t.Fatal("sight 2 with runs of 10: want them removed")
+	}
+	// 12 images in 90 requests; a limit of 14 is reached in 15 requests.
+	if !cold(1.5, long, 14) || cold(1.5, long, 100) {
+		t.Fatal("the image limit near: want them removed; far: held")
+	}
+}
+
+// CostsOf reads the profile's prices: explicit breakpoints rewrite at the
+// write price, from the start; automatic caches at the input price; no
+// prices or no discount, no pricing.
+func TestCostsOfProfiles(t *testing.T) {
+	anth := tokens.Profile{Cache: tokens.CacheRules{Breakpoints: 4}, Prices: &tokens.Prices{Input: 3, CacheRead: 0.3, CacheWrite: 3.75}}
+	oai := tokens.Profile{Cache: tokens.CacheRules{Automatic: true}, Prices: &tokens.Prices{Input: 2.5, CacheRead: 1.25}}
+	if c, ok := CostsOf(anth); !ok || !c.Whole || math.Abs(c.Rewrite-3.75e-6) > 1e-12 {
+		t.Fatalf("anthropic: %+v %v", c, ok)
+	}
+	if c, ok := CostsOf(oai); !ok || c.Whole || math.Abs(c.Rewrite-2.5e-6) > 1e-12 {
+		t.Fatalf("openai: %+v %v", c, ok)
+	}
+	if _, ok := CostsOf(tokens.Profile{}); ok {
+		t.Fatal("no prices: want no pricing")
+	}
+	if _, ok := CostsOf(tokens.Profile{Prices: &tokens.Prices{Input: 1}}); ok {
+		t.Fatal("no cache discount: want no pricing")
+	}
+	// At sight 1 on an automatic cache every point costs the same per
+	// image: the budget picks it, as before.
+	cfg := KeepConfig{Hold: true, Sight: 1}
+	if !cfg.Holds(anth) || cfg.Holds(oai) {
+		t.Fatal("sight 1: want held on the explicit cache, the budget on the automatic one")
+	}
+	cfg.Sight = 0.9
+	if !cfg.Holds(oai) {
+		t.Fatal("sight 0.9: want priced on the automatic cache too")
+	}
+}
+
+// Invariants over random conversations and dial positions: the history
+// passed in is never modified; a request removes nothing or every kept
+// image of earlier turns, each counted with reason priced and its cost;
+// the current turn's images always stay; the ledger is never negative.
+func TestPricedInvariants(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		msgs, until := history(rapid.IntRange(1, 5).Draw(t, "turns"), rapid.IntRange(0, 6).Draw(t, "shots"),
+			rapid.IntRange(1, 3000).Draw(t, "cost"), rapid.IntRange(0, 2000).Draw(t, "text"))
+		costs := rapid.SampledFrom([]Costs{claude, gpt}).Draw(t, "costs")
+		l := Ledger{}
+		before := kept(msgs, 0, len(msgs))
+		for i := range rapid.IntRange(1, 40).Draw(t, "requests") {
+			p := Priced{Sight: rapid.Float64Range(0, 3).Draw(t, "sight"), Costs: costs, Warm: rapid.Bool().Draw(t, fmt.Sprint("warm", i)), Until: until}
+			out, removed, next := p.Decide(msgs, l)
+			if kept(msgs, 0, len(msgs)) != before {
+				t.Fatal("the history passed in was modified")
+			}
+			if n := len(removed); n != 0 && n != kept(msgs, 0, until) {
+				t.Fatalf("removed %d of %d earlier-turn images: want none or all", n, kept(msgs, 0, until))
+			}
+			if kept(out, until, len(out)) != kept(msgs, until, len(msgs)) {
+				t.Fatal("an image of the current turn was removed")
+			}
+			for _, r := range removed {
+				if r.Reason != reason.Priced || r.Cost <= 0 || r.Message >= until {
+					t.Fatalf("removal %+v", r)
+				}
+			}
+			if next.Owed < 0 || next.Run < 1 {
+				t.Fatalf("ledger %+v", next)
+			}
+			if len(removed) > 0 {
+				msgs, before = out, kept(out, 0, len(out))
+			}
+			l = next
+		}
+	})
+}
