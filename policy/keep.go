@@ -82,7 +82,8 @@ type KeepState struct {
 	// Vouched is learned too: an image of the conversation was measured,
 	// so the engine sees them (an unmeasured one may then be kept).
 	Vouched bool `json:"vouched,omitempty"`
-	// Ledger is what pricing removals remembers (Priced).
+	// Ledger is what pricing removals remembers (Priced); the engine
+	// carries it across requests, KeepTurn never reads it.
 	Ledger Ledger `json:"ledger,omitzero"`
 }
 
@@ -444,7 +445,7 @@ func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepS
 	if len(removed) > 0 {
 		k.base.Valid = false // the next prompt differs inside the old prefix
 	}
-	return out, removed, KeepState{EngineBlind: k.blind, Base: k.base, Vouched: k.vouched, Ledger: k.t.State.Ledger}
+	return out, removed, KeepState{EngineBlind: k.blind, Base: k.base, Vouched: k.vouched}
 }
 
 // Events returns the decisions made so far, in order.

@@ -122,6 +122,9 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 		l.Run = 0
 	}
 	l.Run++
+	if p.Warm && p.Sight >= 1 && l.Owed == 0 {
+		return msgs, nil, l // holding is worth its read: no break is ever paid while warm
+	}
 	held, first := 0, -1
 	for i := 0; i < p.Until && i < len(msgs); i++ {
 		chat.Walk(msgs[i].Parts, func(part chat.Part, _ int) bool {
