@@ -112,7 +112,44 @@ func (r *Report) Reading() []string {
 		}
 		out = append(out, fmt.Sprintf("  against %s: $%.2f, %.1f images per request, %d prefix breaks.", p.Policy, p.Dollars, p.ImagesMean, p.PrefixBreaks))
 	}
+	return append(out, r.losses(ours)...)
+}
+
+// losses says where imgctx loses: the peers that show as many images for
+// no more than its default, and those no imgctx row (the default or a
+// position of the dial) does as well as.
+func (r *Report) losses(ours *PolicyReport) []string {
+	var over, unmatched []string
+	for _, p := range r.Policies {
+		if strings.HasPrefix(p.Policy, "imgctx") || p.Failed > 0 {
+			continue
+		}
+		say := fmt.Sprintf("%s ($%.2f, %.1f images per request)", p.Policy, p.Dollars, p.ImagesMean)
+		if AtLeastAsGood(p, *ours) {
+			over = append(over, say)
+		}
+		matched := false
+		for _, q := range r.Policies {
+			matched = matched || strings.HasPrefix(q.Policy, "imgctx") && q.Failed == 0 && AtLeastAsGood(q, p)
+		}
+		if !matched {
+			unmatched = append(unmatched, say)
+		}
+	}
+	var out []string
+	if len(over) > 0 {
+		out = append(out, "imgctx's default is dominated: "+strings.Join(over, ", ")+" shows as many images for no more.")
+	}
+	if len(unmatched) > 0 {
+		out = append(out, "No imgctx row run here shows as many images for no more than "+strings.Join(unmatched, ", ")+".")
+	}
 	return out
+}
+
+// AtLeastAsGood reports whether row a shows at least as many images per
+// request as b at no higher cost, a cost within 1% counting as no higher.
+func AtLeastAsGood(a, b PolicyReport) bool {
+	return a.ImagesMean >= b.ImagesMean && a.Dollars <= b.Dollars*1.01
 }
 
 func thousands(n int64) string {

@@ -288,3 +288,32 @@ func TestRecencyOnEveryWire(t *testing.T) {
 		t.Errorf("doc-review has no screenshot; its recency is %v", r.Recency)
 	}
 }
+
+// The reading says where imgctx loses: a peer that shows as many images
+// for no more than the default (1% counting as no more), and each peer no
+// imgctx row matches; a peer that failed requests is not a standard.
+func TestReadingSaysWhereImgctxLoses(t *testing.T) {
+	row := func(name string, dollars, images float64, failed int) PolicyReport {
+		return PolicyReport{Policy: name, Dollars: dollars, ImagesMean: images, Failed: failed, Requests: 10}
+	}
+	rep := &Report{Policies: []PolicyReport{
+		row("naive", 1, 90, 3),                // failed: no standard
+		row("chunked-3/10", 4.94, 7.5, 0),     // matched by the dial
+		row("ceiling-batch-5", 8.83, 46.9, 0), // matched by none
+		row("big", 7.35, 40.1, 0),             // as many images as the default for 0.4% more
+		row("imgctx", 7.32, 40.1, 0),
+		row("imgctx-sight-0", 4.56, 10.3, 0),
+	}}
+	said := strings.Join(rep.Reading(), "\n")
+	for _, want := range []string{
+		"imgctx's default is dominated: big ($7.35, 40.1 images per request) shows as many images for no more.",
+		"No imgctx row run here shows as many images for no more than ceiling-batch-5 ($8.83, 46.9 images per request).",
+	} {
+		if !strings.Contains(said, want) {
+			t.Errorf("reading lacks %q:\n%s", want, said)
+		}
+	}
+	if strings.Contains(said, "than chunked") || strings.Contains(said, "than naive") || strings.Contains(said, "naive ($") {
+		t.Errorf("reading names a peer imgctx matches, or one that failed:\n%s", said)
+	}
+}
