@@ -46,13 +46,14 @@ var allowed = map[string][]string{
 	"wire/flat":            {"wire", "wire/openai"},
 	"upstream":             {"wire", "wire/anthropic", "wire/flat", "wire/gemini", "wire/openai"},
 	"engine":               {"blob", "chat", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/openai"},
-	"gateway":              {"blob", "chat", "engine", "imagestore", "reason", "session", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/openai", "wire/responses"},
+	"recall":               {"chat", "engine"},
+	"gateway":              {"blob", "chat", "engine", "imagestore", "reason", "recall", "session", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/openai", "wire/responses"},
 	"internal/config":      {"imagestore", "media", "policy", "tokens"},
 	"scripts/abmeter":      {"internal/bodies"},
 	"scripts/agentcheck":   {},
 	"scripts/attack":       {},
 	"internal/bodies":      {},
-	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "imagestore/s3", "session", "session/postgres", "session/sqlite", "sim", "tokens", "upstream"},
+	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "recall", "imagestore/s3", "session", "session/postgres", "session/sqlite", "sim", "tokens", "upstream"},
 }
 
 // forbidden are the rules of the design the table must never be widened

@@ -6,6 +6,7 @@ package chat
 
 import (
 	"encoding/json"
+	"unicode/utf8"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/mimetype"
@@ -169,7 +170,13 @@ type Marker struct {
 	Ref       blob.Ref
 	Caption   string
 	Reason    string // a reason.Code
+	// Handle, when recall is on, names the image for the recall tool
+	// within its conversation ("" when off: the marker says nothing of it).
+	Handle string
 }
+
+// RecallTool is the name of the tool a marker's handle is passed to.
+const RecallTool = "imgctx_recall"
 
 // Opaque is a part imgctx does not manage — a thinking block with its
 // signature, a server-tool block, an audio part, a block type a provider
@@ -231,7 +238,20 @@ func (m Marker) String() string {
 	if m.Reason != "" {
 		s += " (" + m.Reason + ")"
 	}
+	if m.Handle != "" {
+		s += recallPrefix + m.Handle + recallSuffix
+	}
 	return s + "]"
+}
+
+const recallPrefix, recallSuffix = " — recall with " + RecallTool + `("`, `")`
+
+// RecallChars is what a handle adds to a marker's text, in runes.
+func RecallChars(handle string) int {
+	if handle == "" {
+		return 0
+	}
+	return utf8.RuneCountInString(recallPrefix+recallSuffix) + len(handle)
 }
 
 // CloneMessages returns a deep copy of msgs.

@@ -146,6 +146,10 @@ func TestMarkerText(t *testing.T) {
 	if got, want := m.String(), "[image removed: image/png — login form (budget)]"; got != want {
 		t.Fatalf("got %q; want %q", got, want)
 	}
+	m.Handle = "ik3q"
+	if got, want := m.String(), `[image removed: image/png — login form (budget) — recall with imgctx_recall("ik3q")]`; got != want {
+		t.Fatalf("with a handle: got %q; want %q", got, want)
+	}
 }
 
 // Property: any conversation built from the closed part set round-trips.
@@ -192,7 +196,7 @@ func genPart(t *rapid.T, nested bool) Part {
 	case "summary":
 		return Summary{Text: str.Draw(t, "text"), From: n.Draw(t, "from"), To: n.Draw(t, "to")}
 	case "marker":
-		return Marker{Of: "image", Ref: ref, Reason: str.Draw(t, "reason")}
+		return Marker{Of: "image", Ref: ref, Reason: str.Draw(t, "reason"), Handle: rapid.StringMatching(`(i[a-z2-7]{11})?`).Draw(t, "handle")}
 	case "opaque":
 		return Opaque{Wire: rapid.SampledFrom([]string{"openai", "anthropic"}).Draw(t, "wire"), Raw: `{"type":"` + str.Draw(t, "t") + `"}`}
 	default:

@@ -35,6 +35,7 @@ type partJSON struct {
 	Of        string     `json:"of,omitempty"`
 	Caption   string     `json:"caption,omitempty"`
 	Reason    string     `json:"reason,omitempty"`
+	Handle    string     `json:"handle,omitempty"`
 	Extra     string     `json:"extra,omitempty"`
 	Wire      string     `json:"wire,omitempty"`
 	Raw       string     `json:"raw,omitempty"`
@@ -70,7 +71,7 @@ func encodeParts(ps []Part) []partJSON {
 		case Summary:
 			j.Text, j.From, j.To = p.Text, p.From, p.To
 		case Marker:
-			j.Of, j.MediaType, j.Ref, j.Caption, j.Reason = p.Of, p.MediaType, p.Ref, p.Caption, p.Reason
+			j.Of, j.MediaType, j.Ref, j.Caption, j.Reason, j.Handle = p.Of, p.MediaType, p.Ref, p.Caption, p.Reason, p.Handle
 		case Opaque:
 			j.Wire, j.Raw = p.Wire, p.Raw
 		}
@@ -109,7 +110,7 @@ func decodeParts(js []partJSON, depth int) ([]Part, error) {
 		case "summary":
 			p = Summary{Text: j.Text, From: j.From, To: j.To}
 		case "marker":
-			p = Marker{Of: j.Of, MediaType: j.MediaType, Ref: j.Ref, Caption: j.Caption, Reason: j.Reason}
+			p = Marker{Of: j.Of, MediaType: j.MediaType, Ref: j.Ref, Caption: j.Caption, Reason: j.Reason, Handle: j.Handle}
 		case "opaque":
 			p = Opaque{Wire: j.Wire, Raw: j.Raw}
 		default:

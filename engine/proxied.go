@@ -32,10 +32,11 @@ type proxiedEntry struct {
 	tenant, key string
 	mu          sync.Mutex
 	loaded      bool
-	st          session.Proxied // the latest state
-	stored      session.Proxied // the state as last written
-	storedAt    time.Time       // LastActivity as last written
-	dirty       bool            // st has lazy changes not written yet
+	st          session.Proxied     // the latest state
+	stored      session.Proxied     // the state as last written
+	storedAt    time.Time           // LastActivity as last written
+	dirty       bool                // st has lazy changes not written yet
+	handles     map[string]struct{} // recall handles written by this process
 }
 
 func (c *proxiedCache) entry(tenant, key string) *proxiedEntry {

@@ -45,6 +45,9 @@ type ProxyCall struct {
 	// Readers, when set, counts the upstream's readers of Body, so that its
 	// memory is reused only once they are done.
 	Readers *sync.WaitGroup
+	// Recall gives each image marker a handle the model can pass to the
+	// recall tool (docs/api.md "Recall").
+	Recall bool
 	// MaxMessages and MaxParts bound the request (0: none);
 	// MaxResponseBytes what is read of a flat backend's answer.
 	MaxMessages, MaxParts int
@@ -158,6 +161,9 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 			return nil, err
 		}
 		rules, shrunk = removed, len(resized)
+		if c.Recall {
+			out = fw.recallable(ctx, out)
+		}
 		body, err := e.splice(ctx, c.Tenant, d, sp, verbatim, msgs, out, edits)
 		if err != nil {
 			return nil, err

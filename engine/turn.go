@@ -149,18 +149,25 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 // eachImage calls fn with every image of msgs and its place (the nested
 // index -1 when it is not in a tool result).
 func eachImage(msgs []chat.Message, fn func(wire.Pos, chat.Image)) {
+	eachPart(msgs, func(at wire.Pos, p chat.Part) {
+		if img, ok := p.(chat.Image); ok {
+			fn(at, img)
+		}
+	})
+}
+
+// eachPart calls fn with every part of msgs but the tool results
+// themselves, whose parts it visits instead, and its place.
+func eachPart(msgs []chat.Message, fn func(wire.Pos, chat.Part)) {
 	for i, m := range msgs {
 		for j, p := range m.Parts {
-			switch p := p.(type) {
-			case chat.Image:
-				fn(wire.Pos{Msg: i, Part: j, Nested: -1}, p)
-			case chat.ToolResult:
-				for k, q := range p.Parts {
-					if img, ok := q.(chat.Image); ok {
-						fn(wire.Pos{Msg: i, Part: j, Nested: k}, img)
-					}
+			if tr, ok := p.(chat.ToolResult); ok {
+				for k, q := range tr.Parts {
+					fn(wire.Pos{Msg: i, Part: j, Nested: k}, q)
 				}
+				continue
 			}
+			fn(wire.Pos{Msg: i, Part: j, Nested: -1}, p)
 		}
 	}
 }
@@ -168,9 +175,23 @@ func eachImage(msgs []chat.Message, fn func(wire.Pos, chat.Image)) {
 // editImages returns msgs with fn's replacement for each image it changes;
 // msgs is never modified (messages and part slices are copied on write).
 func editImages(msgs []chat.Message, fn func(wire.Pos, chat.Image) (chat.Part, bool)) []chat.Message {
+	return editParts(msgs, func(at wire.Pos, p chat.Part) (chat.Part, bool) {
+		if img, ok := p.(chat.Image); ok {
+			return fn(at, img)
+		}
+		return nil, false
+	})
+}
+
+// editParts is editImages for any part eachPart visits.
+func editParts(msgs []chat.Message, fn func(wire.Pos, chat.Part) (chat.Part, bool)) []chat.Message {
 	out := msgs
 	copied := map[int]bool{}
-	put := func(at wire.Pos, p chat.Part) {
+	eachPart(msgs, func(at wire.Pos, p chat.Part) {
+		q, ok := fn(at, p)
+		if !ok {
+			return
+		}
 		if !copied[at.Msg] {
 			if len(copied) == 0 {
 				out = append([]chat.Message(nil), msgs...)
@@ -178,12 +199,7 @@ func editImages(msgs []chat.Message, fn func(wire.Pos, chat.Image) (chat.Part, b
 			copied[at.Msg] = true
 			out[at.Msg] = out[at.Msg].Clone()
 		}
-		wire.Put(out, at, p)
-	}
-	eachImage(msgs, func(at wire.Pos, img chat.Image) {
-		if p, ok := fn(at, img); ok {
-			put(at, p)
-		}
+		wire.Put(out, at, q)
 	})
 	return out
 }

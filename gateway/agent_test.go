@@ -255,8 +255,10 @@ type agentRig struct {
 	profile  tokens.Profile
 	cached   int // engine.ProxyCached
 	lowWater float64
-	hold     bool         // policy.KeepConfig.Hold
-	sight    float64      // policy.KeepConfig.Sight
+	hold     bool    // policy.KeepConfig.Hold
+	sight    float64 // policy.KeepConfig.Sight
+	recall   bool    // Config.Recall
+	keys     map[string]string
 	log      *slog.Logger // nil: discarded
 	clock    func() time.Time
 	server   *Server
@@ -285,7 +287,7 @@ func (a *agentRig) restart(t testing.TB) {
 	if log == nil {
 		log = discardLogger()
 	}
-	a.server = New(Config{MaxBodyBytes: 64 << 20}, e, a.reg, log)
+	a.server = New(Config{MaxBodyBytes: 64 << 20, Recall: a.recall, Keys: a.keys}, e, a.reg, log)
 	a.srv = httptest.NewServer(a.server.Handler())
 	t.Cleanup(a.srv.Close)
 }

@@ -40,7 +40,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	ctx := r.Context()
 	p, err := s.engine.Proxy(ctx, engine.ProxyCall{Tenant: tenant, Wire: d, Body: body, Header: r.Header,
 		Upstream: upstream.Request{Path: r.URL.Path, Query: s.forwardQuery(r), Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)},
-		Routes:   s.upstreams(), Keep: s.keepFor(r), Side: side, Readers: &readers,
+		Routes:   s.upstreams(), Keep: s.keepFor(r), Recall: s.recallFor(r), Side: side, Readers: &readers,
 		MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts, MaxResponseBytes: s.cfg.MaxResponseBytes})
 	if err != nil {
 		s.fail(w, d, err)
@@ -110,6 +110,20 @@ func (s *Server) keepFor(r *http.Request) bool {
 		return true
 	}
 	return !s.cfg.ProxyKeepOff
+}
+
+// recallFor is whether a proxied request's markers carry recall handles:
+// the config's choice (off by default: a model told of a tool its agent
+// lacks tries to call it) unless the client says X-Imgctx-Recall. Turning
+// it on or off mid-conversation changes the markers' text once.
+func (s *Server) recallFor(r *http.Request) bool {
+	switch strings.ToLower(r.Header.Get("X-Imgctx-Recall")) {
+	case "off", "false", "0":
+		return false
+	case "on", "true", "1":
+		return true
+	}
+	return s.cfg.Recall
 }
 
 // attempted counts one upstream attempt (every retry is one) and logs a

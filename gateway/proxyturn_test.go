@@ -38,7 +38,10 @@ import (
 //	tour = message humain (rappels, outils)   TestProxyReminderBesideAToolResultStaysInTheTurn
 
 // decisions reads what the gateway stored for the agent's conversation.
-func (g *agent) decisions() session.Proxied {
+func (g *agent) decisions() session.Proxied { return g.decisionsOf("default") }
+
+// decisionsOf is decisions for a tenant's agent.
+func (g *agent) decisionsOf(tenant string) session.Proxied {
 	g.t.Helper()
 	sp, err := anthropic.Scan(g.body(), wire.ScanOptions{})
 	if err != nil {
@@ -48,7 +51,7 @@ func (g *agent) decisions() session.Proxied {
 	for k, v := range g.header {
 		h.Set(k, v)
 	}
-	p, err := g.rig.sessions.LoadProxied(context.Background(), "default", engine.ConversationKey("default", anthropic.Dialect, h, sp))
+	p, err := g.rig.sessions.LoadProxied(context.Background(), tenant, engine.ConversationKey(tenant, anthropic.Dialect, h, sp))
 	if err != nil {
 		g.t.Fatal(err)
 	}

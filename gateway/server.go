@@ -31,6 +31,7 @@ import (
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/recall"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
@@ -79,6 +80,12 @@ type Config struct {
 	// ProxyKeepOff turns keep-turn-images off for proxied conversations
 	// (a client can still say X-Imgctx-Keep-Turn-Images: on).
 	ProxyKeepOff bool
+	// Recall puts a recall handle in every image marker of proxied
+	// conversations, for the MCP server at /mcp (a client can still say
+	// X-Imgctx-Recall: on or off).
+	Recall bool
+	// Version is what the MCP server says of itself.
+	Version string
 	// MaxMessages and MaxParts bound the messages and content parts of one
 	// proxied request (413 past them); defaults 10,000 and 50,000.
 	MaxMessages, MaxParts int
@@ -86,6 +93,9 @@ type Config struct {
 	// client gets a 502 naming the limit, never a cut body. Default 64 MB.
 	MaxResponseBytes int64
 }
+
+// maxMCPBody bounds one MCP request: a tool call names a handle.
+const maxMCPBody = 1 << 20
 
 // Server serves the gateway's routes. Build it with New.
 type Server struct {
@@ -185,6 +195,13 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/sessions/{id}/turn", "sessions_turn", openai.Dialect, s.turn)
 	route("GET /v1/sessions/{id}/export", "sessions_export", openai.Dialect, s.exportSession)
 	route("GET /v1/sessions/{id}/keepimg", "keepimg", openai.Dialect, s.keepimg)
+	// The recall tools over MCP, for every method (the SDK answers GET
+	// and DELETE with 405: it keeps no session between requests).
+	tools := recall.Handler(s.engine, s.cfg.Version)
+	route("/mcp", "mcp", openai.Dialect, func(w http.ResponseWriter, r *http.Request, t string) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxMCPBody)
+		tools.ServeHTTP(w, r.WithContext(recall.WithTenant(r.Context(), t)))
+	})
 	route("POST /v1/sessions/{id}/keepimg/store", "keepimg_store", openai.Dialect, s.keepimgStore)
 	for _, p := range []struct {
 		path string

@@ -21,6 +21,7 @@ type Mem struct {
 	mu       sync.Mutex
 	sessions map[string]map[ID]*memSession
 	proxied  map[string]memProxied // by tenant + "/" + key
+	recalls  map[[2]string]Recall  // by tenant, handle
 }
 
 type memProxied struct {
@@ -208,6 +209,11 @@ func (m *Mem) ExpireProxied(_ context.Context, idleBefore time.Time) (int, error
 			n++
 		}
 	}
+	for k, r := range m.recalls {
+		if _, live := m.proxied[k[0]+"/"+r.Conversation]; !live && r.Removed.Before(idleBefore) {
+			delete(m.recalls, k)
+		}
+	}
 	return n, nil
 }
 
@@ -221,6 +227,44 @@ func (m *Mem) ActiveProxied(_ context.Context, since time.Time) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+func (m *Mem) SaveRecalls(_ context.Context, tenant string, rs []Recall) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.recalls == nil {
+		m.recalls = map[[2]string]Recall{}
+	}
+	for _, r := range rs {
+		if _, ok := m.recalls[[2]string{tenant, r.Handle}]; !ok {
+			r.Removed = time.Unix(0, r.Removed.UnixNano()).UTC()
+			m.recalls[[2]string{tenant, r.Handle}] = r
+		}
+	}
+	return nil
+}
+
+func (m *Mem) LoadRecall(_ context.Context, tenant, handle string) (Recall, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.recalls[[2]string{tenant, handle}]
+	if !ok {
+		return Recall{}, fmt.Errorf("recall %q: %w", handle, ErrNotFound)
+	}
+	return r, nil
+}
+
+func (m *Mem) ListRecalls(_ context.Context, tenant, conversation string) ([]Recall, error) {
+	m.mu.Lock()
+	var out []Recall
+	for k, r := range m.recalls {
+		if k[0] == tenant && r.Conversation == conversation {
+			out = append(out, r)
+		}
+	}
+	m.mu.Unlock()
+	SortRecalls(out)
+	return out[:min(len(out), MaxRecallList)], nil
 }
 
 func (m *Mem) Close() error { return nil }

@@ -93,11 +93,20 @@ type Store interface {
 	// SaveProxied replaces them.
 	SaveProxied(ctx context.Context, tenant, key string, p Proxied) error
 	// ExpireProxied deletes the proxied conversations idle since before
-	// the time, and says how many.
+	// the time, with their recall handles, and says how many.
 	ExpireProxied(ctx context.Context, idleBefore time.Time) (int, error)
 	// ActiveProxied counts the proxied conversations with a request since
 	// the time, of every tenant (store gc asks whether any is live).
 	ActiveProxied(ctx context.Context, since time.Time) (int, error)
+	// SaveRecalls records the handles of images a conversation may recall;
+	// a handle stored already keeps what it first said.
+	SaveRecalls(ctx context.Context, tenant string, rs []Recall) error
+	// LoadRecall resolves a handle within the tenant; ErrNotFound when the
+	// tenant has no such handle.
+	LoadRecall(ctx context.Context, tenant, handle string) (Recall, error)
+	// ListRecalls returns a conversation's recallable images, newest
+	// removal first, at most MaxRecallList.
+	ListRecalls(ctx context.Context, tenant, conversation string) ([]Recall, error)
 	// Ping reports whether the store can serve, in constant time (a
 	// readiness probe calls it).
 	Ping(ctx context.Context) error

@@ -67,7 +67,7 @@ func markerChars(m chat.Marker) int {
 	if m.Reason != "" {
 		n += 3 + utf8.RuneCountInString(m.Reason)
 	}
-	return n
+	return n + chat.RecallChars(m.Handle)
 }
 
 // CharCounts computes Chars for every message once, into dst when it has

@@ -221,6 +221,8 @@ func TestCharsAccounting(t *testing.T) {
 	ref := blob.Of([]byte("x"))
 	img := chat.Image{Ref: ref, MediaType: "image/png"}
 	marker := chat.Marker{Of: "image", MediaType: "image/png", Caption: "a — b", Reason: "budget"}
+	recallable := marker
+	recallable.Handle = "iabcdefghijk"
 	cases := []struct {
 		name string
 		msg  chat.Message
@@ -233,6 +235,7 @@ func TestCharsAccounting(t *testing.T) {
 		{"tool call fields", chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.ToolCall{ID: "c1", Name: "shot", Arguments: `{"a":1}`}}}, 0, 16 + 2 + 4 + 7},
 		{"nested media in a tool result", chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c1", Name: "shot", Parts: []chat.Part{chat.Text{Text: "ok"}, img}}}}, 10, 16 + 2 + 4 + 2 + 40},
 		{"marker as rendered", chat.Message{Role: chat.User, Parts: []chat.Part{marker}}, 0, utf8.RuneCountInString(marker.String())},
+		{"marker with a recall handle as rendered", chat.Message{Role: chat.User, Parts: []chat.Part{recallable}}, 0, utf8.RuneCountInString(recallable.String())},
 		{"summary", chat.Message{Role: chat.User, Parts: []chat.Part{chat.Summary{Text: "abc"}}}, 0, 3},
 	}
 	for _, c := range cases {

@@ -57,7 +57,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&a.configPath, "config", "", "YAML config file (docs/config.md)")
 	pf.StringVar(&dataDir, "data-dir", "", "data directory (default ./imgctx-data; env IMGCTX_DATA_DIR)")
 	pf.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (env IMGCTX_LOG_LEVEL)")
-	root.AddCommand(newServeCmd(a), newEstimateCmd(a), newStoreCmd(a), newProfilesCmd(a), newSimulateCmd(a), newMigrateCmd(a), newVersionCmd(a))
+	root.AddCommand(newServeCmd(a), newEstimateCmd(a), newStoreCmd(a), newProfilesCmd(a), newSimulateCmd(a), newMigrateCmd(a), newMCPCmd(a), newVersionCmd(a))
 	return root
 }
 

@@ -116,7 +116,7 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse,
 		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
 		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate,
-		ProxyKeepOff: !cfg.Proxy.KeepTurnImages}, e, reg, a.log)
+		ProxyKeepOff: !cfg.Proxy.KeepTurnImages, Recall: cfg.Proxy.Recall, Version: version}, e, reg, a.log)
 	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
 	stopFlush := every(time.Second, func() {
 		if err := e.FlushProxied(context.Background()); err != nil {

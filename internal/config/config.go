@@ -98,6 +98,7 @@ type Proxy struct {
 	KeepTurnImages bool          `yaml:"keep_turn_images" doc:"keep tool images across turns in proxied conversations (a client may say X-Imgctx-Keep-Turn-Images: on or off)"`
 	IdleExpiry     time.Duration `yaml:"idle_expiry" doc:"a proxied conversation's decisions are deleted after this long without a request"`
 	MaxImages      int           `yaml:"max_images" doc:"image decisions kept per proxied conversation; past it they start over"`
+	Recall         bool          `yaml:"recall" doc:"image markers carry a handle for the imgctx_recall tool (MCP at /mcp); off: a model told of a tool its agent lacks tries it (a client may say X-Imgctx-Recall: on or off)"`
 }
 
 // Store configures the image store.

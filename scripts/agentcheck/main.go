@@ -18,11 +18,15 @@
 // (Gemini) the one it reads by @screenshot.png. Between the agent
 // and imgctx sits a recording proxy; the upstream records what it gets.
 // One imgctx process serves both, routed by its upstreams list.
+//
+// Then the recall check (recallRun): claude-code with imgctx's MCP server
+// recalls a screenshot imgctx removed, by the handle its marker names.
 package main
 
 import (
 	"bytes"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +68,18 @@ func (r *recorded) add(req *http.Request, b []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.bodies, r.paths, r.headers = append(r.bodies, b), append(r.paths, req.URL.Path), append(r.headers, req.Header.Clone())
+}
+
+func (r *recorded) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.bodies)
+}
+
+func (r *recorded) since(i int) [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.bodies[i:])
 }
 
 func listen(h http.Handler) string {
@@ -229,6 +246,10 @@ func main() {
 			}
 		}
 	}
+	fmt.Println()
+	if !recallRun(bin, work, cache, env, up, &atUpstream) {
+		failed = true
+	}
 	if failed {
 		serve.Process.Kill() // os.Exit runs no deferred call
 		geminiServe.Process.Kill()
@@ -336,8 +357,22 @@ func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 		io.WriteString(w, `{"input_tokens":42}`)
 		return
 	}
+	if tool, input, id := asksToRecall(body); tool != "" {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range []string{
+			`event: message_start` + "\n" + `data: {"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","content":[],"model":` + strconv.Quote(requestModel(body)) + `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":` + fmt.Sprint(claudeInput(body)) + `,"output_tokens":1}}}`,
+			`event: content_block_start` + "\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"` + id + fmt.Sprint(calls.Add(1)) + `","name":` + strconv.Quote(tool) + `,"input":{}}}`,
+			`event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":` + strconv.Quote(input) + `}}`,
+			`event: content_block_stop` + "\n" + `data: {"type":"content_block_stop","index":0}`,
+			`event: message_delta` + "\n" + `data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":20}}`,
+			`event: message_stop` + "\n" + `data: {"type":"message_stop"}`,
+		} {
+			io.WriteString(w, ev+"\n\n")
+		}
+		return
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	start := `event: message_start` + "\n" + `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-6","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":` + fmt.Sprint(claudeInput(body)) + `,"output_tokens":1}}}`
+	start := `event: message_start` + "\n" + `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":` + strconv.Quote(requestModel(body)) + `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":` + fmt.Sprint(claudeInput(body)) + `,"output_tokens":1}}}`
 	events := []string{start,
 		`event: content_block_start` + "\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 		`event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello from the scripted upstream."}}`,
@@ -355,6 +390,14 @@ func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 	for _, ev := range events {
 		io.WriteString(w, ev+"\n\n")
 	}
+}
+
+// requestModel is the model a request names: the provider answers with
+// it, and claude-code resumes a session with the model of its last answer.
+func requestModel(body []byte) string {
+	var req struct{ Model string }
+	json.Unmarshal(body, &req)
+	return req.Model
 }
 
 // asksForTheScreenshot: the last message is the human's and names the
@@ -382,6 +425,38 @@ func asksForTheScreenshot(body []byte) bool {
 		!bytes.Contains(last.Content, []byte("image_url"))
 }
 
+// handleIn is a marker's recall handle as the JSON of a request carries it.
+var handleIn = regexp.MustCompile(`imgctx_recall\(\\"(i[a-z2-7]{11})\\"\)`)
+
+// asksToRecall is what a model does on reading a marker with a recall
+// handle, once per session: call the recall tool (under the name the agent
+// gives MCP tools) with the handle, after loading its schema with
+// claude-code's ToolSearch when the agent lists it as deferred. It returns
+// the tool to call, its input and the id prefix of the call; "" when the
+// request is not the place.
+func asksToRecall(body []byte) (tool, input, id string) {
+	var req struct {
+		Tools []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+	}
+	m := handleIn.FindSubmatch(body)
+	if json.Unmarshal(body, &req) != nil || m == nil || bytes.Contains(body, []byte("toolu_recall_")) {
+		return "", "", ""
+	}
+	const name = "mcp__imgctx__imgctx_recall"
+	for _, t := range req.Tools {
+		if t.Name == name {
+			in, _ := json.Marshal(map[string]string{"handle": string(m[1])})
+			return name, string(in), "toolu_recall_"
+		}
+	}
+	if bytes.Contains(body, []byte(name)) && !bytes.Contains(body, []byte("toolu_search_")) {
+		return "ToolSearch", `{"query":"select:` + name + `"}`, "toolu_search_"
+	}
+	return "", "", ""
+}
+
 var (
 	imageData = regexp.MustCompile(`"data":"[A-Za-z0-9+/=]*"`)
 	dataURL   = regexp.MustCompile(`"url":"data:image/[a-z]+;base64,[A-Za-z0-9+/=]*"`)
@@ -404,3 +479,71 @@ func billed(body []byte, image *regexp.Regexp, perImage int) int {
 func claudeInput(body []byte) int { return billed(body, imageData, 1334) }
 
 func openaiInput(body []byte) int { return billed(body, dataURL, 765) }
+
+// recallRun is the recall check: claude-code given imgctx's MCP server
+// with `claude mcp add`, through an imgctx serve whose budget keeps no
+// screenshot across turns (keep.hold off) and whose markers carry recall
+// handles. Its first session reads screenshot.png; resumed, the
+// screenshot is a marker with a handle, the scripted upstream calls the
+// recall tool with it, claude-code runs the tool against /mcp, and its
+// next request must carry the screenshot back, byte for byte, in the
+// tool result.
+func recallRun(bin, work, cache string, env []string, up string, atUpstream *recorded) bool {
+	dir := filepath.Join(work, "recall")
+	os.MkdirAll(dir, 0o755)
+	cfg := filepath.Join(dir, "imgctx.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: claude, format: anthropic, base_url: %q}\nkeep: {hold: false, budget_fraction: 0.001}\nproxy: {recall: true}\n", up)), 0o644)
+	serve, gw := start(bin, filepath.Join(dir, "data"), "--config", cfg)
+	defer serve.Process.Kill()
+	env = append(slices.Clone(env), "ANTHROPIC_BASE_URL="+gw.String(), "HOME="+filepath.Join(dir, "home"))
+	claude := func(args ...string) string {
+		cmd := exec.Command(filepath.Join(cache, "node_modules", ".bin", "claude"), args...)
+		cmd.Dir, cmd.Env = work, env // where screenshot.png is
+		out, _ := cmd.CombinedOutput()
+		return strings.TrimSpace(lastLine(string(out)))
+	}
+	added := claude("mcp", "add", "--transport", "http", "imgctx", gw.String()+"/mcp")
+	first := claude("-p", "Describe screenshot.png", "--output-format", "text")
+	upBefore := atUpstream.count()
+	second := claude("-c", "-p", "What did the screenshot show? Look again if you need to.", "--output-format", "text", "--allowedTools", "mcp__imgctx")
+	shot := must(os.ReadFile(shotPath))
+	marker, back := "", false
+	for _, b := range atUpstream.since(upBefore) {
+		if m := handleIn.FindSubmatch(b); m != nil && marker == "" {
+			marker = string(m[1])
+		}
+		if recalledBack(b, shot) {
+			back = true
+		}
+	}
+	ok := marker != "" && back && strings.Contains(second, "scripted upstream")
+	fmt.Println("| claude-code 2.1.332 with imgctx's MCP server (`claude mcp add --transport http imgctx …/mcp`) | step | result |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| | mcp add | %q |\n| | first session reads screenshot.png | %q |\n", added, first)
+	fmt.Printf("| | resumed: the marker's handle | %q |\n| | the recalled screenshot in the next tool result, byte for byte | %v |\n| | answer | %q |\n", marker, back, second)
+	return ok
+}
+
+// recalledBack: the body's last message is a tool result carrying data's
+// image.
+func recalledBack(body, data []byte) bool {
+	var req struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+		return false
+	}
+	last := req.Messages[len(req.Messages)-1].Content
+	want := base64.StdEncoding.EncodeToString(data)
+	return bytes.Contains(last, []byte(`"tool_result"`)) && bytes.Contains(last, []byte(`"data":"`+want+`"`))
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		log.Fatal(err)
+	}
+	return b
+}

@@ -353,6 +353,10 @@ func (s *Store) ExpireProxied(ctx context.Context, idleBefore time.Time) (int, e
 	if err != nil {
 		return 0, fmt.Errorf("expire proxied: %w", err)
 	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM recalls WHERE removed_at < $1 AND NOT EXISTS
+		(SELECT 1 FROM proxied p WHERE p.tenant = recalls.tenant AND p.key = recalls.conversation)`, idleBefore.UnixNano()); err != nil {
+		return int(tag.RowsAffected()), fmt.Errorf("expire recalls: %w", err)
+	}
 	return int(tag.RowsAffected()), nil
 }
 
@@ -362,6 +366,56 @@ func (s *Store) ActiveProxied(ctx context.Context, since time.Time) (int, error)
 		return 0, fmt.Errorf("count proxied: %w", err)
 	}
 	return n, nil
+}
+
+func (s *Store) SaveRecalls(ctx context.Context, tenant string, rs []session.Recall) error {
+	var batch pgx.Batch
+	for _, r := range rs {
+		b, err := session.EncodeRecall(r)
+		if err != nil {
+			return err
+		}
+		batch.Queue(`INSERT INTO recalls (tenant, handle, conversation, removed_at, recall) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (tenant, handle) DO NOTHING`, tenant, r.Handle, r.Conversation, r.Removed.UnixNano(), string(b))
+	}
+	if err := s.pool.SendBatch(ctx, &batch).Close(); err != nil {
+		return fmt.Errorf("save recalls: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) LoadRecall(ctx context.Context, tenant, handle string) (session.Recall, error) {
+	var b string
+	err := s.pool.QueryRow(ctx, `SELECT recall FROM recalls WHERE tenant = $1 AND handle = $2`, tenant, handle).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return session.Recall{}, fmt.Errorf("recall %q: %w", handle, session.ErrNotFound)
+	}
+	if err != nil {
+		return session.Recall{}, fmt.Errorf("load recall: %w", err)
+	}
+	return session.DecodeRecall([]byte(b))
+}
+
+func (s *Store) ListRecalls(ctx context.Context, tenant, conversation string) ([]session.Recall, error) {
+	rows, err := s.pool.Query(ctx, `SELECT recall FROM recalls WHERE tenant = $1 AND conversation = $2
+		ORDER BY removed_at DESC, handle LIMIT $3`, tenant, conversation, session.MaxRecallList)
+	if err != nil {
+		return nil, fmt.Errorf("list recalls: %w", err)
+	}
+	defer rows.Close()
+	var out []session.Recall
+	for rows.Next() {
+		var b string
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("list recalls: %w", err)
+		}
+		r, err := session.DecodeRecall([]byte(b))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // Ping runs one constant-time query.

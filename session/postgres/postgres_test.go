@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"sync"
 	"testing"
@@ -54,9 +55,10 @@ func TestMigrationsApplyOnceAcrossReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := open(t, dsn)
+	files, _ := fs.Glob(migrations, "migrations/*.sql")
 	var n int
-	if err := s.pool.QueryRow(context.Background(), `SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 2 {
-		t.Fatalf("%d migrations recorded, %v; want 2", n, err)
+	if err := s.pool.QueryRow(context.Background(), `SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(files) || n < 3 {
+		t.Fatalf("%d migrations recorded, %v; want each of the %d once", n, err, len(files))
 	}
 }
 

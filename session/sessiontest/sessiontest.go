@@ -329,6 +329,60 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("recall handles resolve in their tenant, keep what they first said, and go with their conversation", func(t *testing.T) {
+		s := h.New(t)
+		at := time.Unix(0, time.Now().Add(-time.Hour).UnixNano()).UTC()
+		a := session.Recall{Handle: "ia1", Conversation: "k1", Ref: blob.Of([]byte("a")), MediaType: "image/png",
+			Caption: `after "click Save"`, Reason: "budget", Model: "claude-sonnet-4-6", Removed: at}
+		b := a
+		b.Handle, b.Ref, b.Removed = "ib2", blob.Of([]byte("b")), at.Add(time.Second)
+		other := a
+		other.Handle, other.Conversation = "ic3", "k2"
+		if err := s.SaveRecalls(ctx, "alpha", []session.Recall{a, b, other}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.LoadRecall(ctx, "alpha", "ia1"); err != nil || !reflect.DeepEqual(got, a) {
+			t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, a)
+		}
+		if _, err := s.LoadRecall(ctx, "beta", "ia1"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("another tenant resolved alpha's handle: %v", err)
+		}
+		changed := a
+		changed.Reason = "window"
+		if err := s.SaveRecalls(ctx, "alpha", []session.Recall{changed}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.LoadRecall(ctx, "alpha", "ia1"); got.Reason != "budget" {
+			t.Fatalf("a handle was rewritten: %+v", got)
+		}
+		list, err := s.ListRecalls(ctx, "alpha", "k1")
+		if err != nil || len(list) != 2 || list[0].Handle != "ib2" || list[1].Handle != "ia1" {
+			t.Fatalf("list of k1, newest first: %v %+v", err, list)
+		}
+		if list, _ := s.ListRecalls(ctx, "beta", "k1"); len(list) != 0 {
+			t.Fatalf("another tenant listed alpha's recalls: %+v", list)
+		}
+		// k1 is a live proxied conversation; k2 has none: it goes when idle.
+		if err := s.SaveProxied(ctx, "alpha", "k1", sampleProxied()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ExpireProxied(ctx, time.Now().Add(-time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LoadRecall(ctx, "alpha", "ia1"); err != nil {
+			t.Fatalf("a live conversation's handle expired: %v", err)
+		}
+		if _, err := s.LoadRecall(ctx, "alpha", "ic3"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("a handle of no live conversation stayed: %v", err)
+		}
+		if _, err := s.ExpireProxied(ctx, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if list, _ := s.ListRecalls(ctx, "alpha", "k1"); len(list) != 0 {
+			t.Fatalf("an expired conversation's handles stayed: %+v", list)
+		}
+	})
+
 	if h.Reopen != nil {
 		t.Run("a restarted process resumes exactly", func(t *testing.T) {
 			s := h.New(t)

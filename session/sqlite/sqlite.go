@@ -297,6 +297,10 @@ func (s *Store) ExpireProxied(ctx context.Context, idleBefore time.Time) (int, e
 		return 0, fmt.Errorf("expire proxied: %w", err)
 	}
 	n, _ := res.RowsAffected()
+	if _, err := s.proxied.ExecContext(ctx, `DELETE FROM recalls WHERE removed_at < ? AND NOT EXISTS
+		(SELECT 1 FROM proxied p WHERE p.tenant = recalls.tenant AND p.key = recalls.conversation)`, idleBefore.UnixNano()); err != nil {
+		return int(n), fmt.Errorf("expire recalls: %w", err)
+	}
 	return int(n), nil
 }
 
@@ -306,6 +310,62 @@ func (s *Store) ActiveProxied(ctx context.Context, since time.Time) (int, error)
 		return 0, fmt.Errorf("count proxied: %w", err)
 	}
 	return n, nil
+}
+
+func (s *Store) SaveRecalls(ctx context.Context, tenant string, rs []session.Recall) error {
+	tx, err := s.proxied.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("save recalls: %w", err)
+	}
+	defer tx.Rollback()
+	for _, r := range rs {
+		b, err := session.EncodeRecall(r)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO recalls (tenant, handle, conversation, removed_at, recall) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (tenant, handle) DO NOTHING`, tenant, r.Handle, r.Conversation, r.Removed.UnixNano(), string(b)); err != nil {
+			return fmt.Errorf("save recalls: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("save recalls: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) LoadRecall(ctx context.Context, tenant, handle string) (session.Recall, error) {
+	var b string
+	err := s.proxied.QueryRowContext(ctx, `SELECT recall FROM recalls WHERE tenant = ? AND handle = ?`, tenant, handle).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return session.Recall{}, fmt.Errorf("recall %q: %w", handle, session.ErrNotFound)
+	}
+	if err != nil {
+		return session.Recall{}, fmt.Errorf("load recall: %w", err)
+	}
+	return session.DecodeRecall([]byte(b))
+}
+
+func (s *Store) ListRecalls(ctx context.Context, tenant, conversation string) ([]session.Recall, error) {
+	rows, err := s.proxied.QueryContext(ctx, `SELECT recall FROM recalls WHERE tenant = ? AND conversation = ?
+		ORDER BY removed_at DESC, handle LIMIT ?`, tenant, conversation, session.MaxRecallList)
+	if err != nil {
+		return nil, fmt.Errorf("list recalls: %w", err)
+	}
+	defer rows.Close()
+	var out []session.Recall
+	for rows.Next() {
+		var b string
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("list recalls: %w", err)
+		}
+		r, err := session.DecodeRecall([]byte(b))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // Close closes the database.
