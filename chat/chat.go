@@ -54,6 +54,9 @@ const (
 type Settings struct {
 	Model          string
 	KeepTurnImages bool
+	// Recall offers the model the recall tool: markers name a handle, and
+	// the engine answers the model's calls from the image store.
+	Recall bool
 }
 
 // Message is one role's contribution: a list of parts.

@@ -49,7 +49,7 @@ func compactionCost(b *testing.B, warm bool) (prompt, cached int) {
 	r.engine.Now = func() time.Time { return now }
 	r.engine.Micro = policy.MicroConfig{Off: true}
 	r.engine.Keep.BudgetFraction = 0.5 // room for all 40 screenshots: the session this measures
-	m, err := r.engine.NewSession(b.Context(), "acme", "scripted-vl", true, chat.Main)
+	m, err := r.engine.NewSession(b.Context(), "acme", chat.Settings{Model: "scripted-vl", KeepTurnImages: true}, chat.Main)
 	if err != nil {
 		b.Fatal(err)
 	}

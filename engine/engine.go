@@ -314,12 +314,12 @@ func (l *sessionLocks) lock(key string) (unlock func()) {
 	}
 }
 
-// NewSession creates a session for model.
-func (e *Engine) NewSession(ctx context.Context, tenant, model string, keepTurnImages bool, thread chat.Thread) (session.Meta, error) {
+// NewSession creates a session with its settings.
+func (e *Engine) NewSession(ctx context.Context, tenant string, st chat.Settings, thread chat.Thread) (session.Meta, error) {
 	if thread == "" {
 		thread = chat.Main
 	}
-	return e.Sessions.Create(ctx, session.Meta{Tenant: tenant, Thread: thread, Settings: chat.Settings{Model: model, KeepTurnImages: keepTurnImages}})
+	return e.Sessions.Create(ctx, session.Meta{Tenant: tenant, Thread: thread, Settings: st})
 }
 
 // call is the working state of one Call.
@@ -332,6 +332,8 @@ type call struct {
 	turn    *policy.KeepTurn
 	entries []session.Entry
 	events  []Event
+	// recallRounds counts the replies this call answered itself (recall).
+	recallRounds int
 }
 
 func (c *call) emit(ev Event) {
@@ -464,7 +466,8 @@ func lastCalls(live []chat.Message) func(string) (chat.ToolCall, bool) {
 // and names each result after its call (neither wire carries the name on
 // the result; microcompaction's tool list needs it).
 func answersOpenCalls(live, incoming []chat.Message) ([]chat.Message, error) {
-	open := map[string]string{} // call id → tool name
+	open := map[string]string{}   // call id → tool name
+	answered := map[string]bool{} // by imgctx itself (recall), after the reply
 	for i := len(live) - 1; i >= 0; i-- {
 		if live[i].Role == chat.Assistant {
 			for _, p := range live[i].Parts {
@@ -473,6 +476,11 @@ func answersOpenCalls(live, incoming []chat.Message) ([]chat.Message, error) {
 				}
 			}
 			break
+		}
+		for _, p := range live[i].Parts {
+			if tr, ok := p.(chat.ToolResult); ok {
+				answered[tr.CallID] = true
+			}
 		}
 	}
 	out := make([]chat.Message, len(incoming))
@@ -486,6 +494,9 @@ func answersOpenCalls(live, incoming []chat.Message) ([]chat.Message, error) {
 			name, open := open[tr.CallID]
 			if !open {
 				return nil, fmt.Errorf("%w: a tool result for call %q, which the last reply did not make", ErrBadTurn, tr.CallID)
+			}
+			if answered[tr.CallID] {
+				return nil, fmt.Errorf("%w: a tool result for call %q, which imgctx answered itself (%s): send the others only", ErrBadTurn, tr.CallID, name)
 			}
 			if tr.Name == "" {
 				tr.Name = name

@@ -366,7 +366,7 @@ func TestIngestRefusals(t *testing.T) {
 		})
 	}
 	// A ref stored by another tenant answers like a missing one.
-	other, _ := r.engine.NewSession(t.Context(), "globex", "scripted-vl", true, chat.Main)
+	other, _ := r.engine.NewSession(t.Context(), "globex", chat.Settings{Model: "scripted-vl", KeepTurnImages: true}, chat.Main)
 	shot := screenshot(64, 64, 9)
 	r.up.replies = append(r.up.replies, reply{text: "ok"})
 	if _, err := r.engine.Call(t.Context(), "globex", other.ID, img(shot)); err != nil {

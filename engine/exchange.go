@@ -71,6 +71,18 @@ func (c *call) exchange(ctx context.Context) (*Result, error) {
 	reply := resp.message
 	c.st.Live = append(c.st.Live, reply)
 	c.entries = append(c.entries, session.Entry{Message: &reply})
+	if c.offersRecall() {
+		answered, others, err := c.answerRecalls(ctx, reply)
+		if err != nil {
+			return nil, err
+		}
+		if answered > 0 && !others {
+			// The model asked only imgctx: the turn goes on without the
+			// client, the recalled images relayed like any tool's.
+			c.recallRounds++
+			return c.exchange(ctx)
+		}
+	}
 	end := !hasToolCalls(reply)
 	if end {
 		var removed []policy.Removal

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,16 @@ type reply struct {
 	toolCall   string // name of a tool to call
 	cut        bool   // cut by max_tokens ("length")
 	windowFull bool   // Anthropic model_context_window_exceeded
+	// recall calls imgctx_recall with the first handle a marker of the
+	// request names (or this one, when set).
+	recall       bool
+	recallHandle string
+	args         string // the tool call's arguments, JSON
+	also         string // a second tool to call in the same reply
 }
+
+// recallHandleIn finds a marker's handle in a request's JSON.
+var recallHandleIn = regexp.MustCompile(`imgctx_recall\(\\"(i[a-z2-7]{11})\\"\)`)
 
 // scripted is an upstream speaking one real wire format. It prices each
 // request from what it carries — text by the profile's counter, images from
@@ -174,6 +184,12 @@ func (s *scripted) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	rep := s.replies[0]
 	s.replies = s.replies[1:]
+	if rep.recall {
+		rep.toolCall, rep.args = chat.RecallTool, `{"handle":"`+rep.recallHandle+`"}`
+		if m := recallHandleIn.FindStringSubmatch(string(body)); m != nil && rep.recallHandle == "" {
+			rep.args = `{"handle":"` + m[1] + `"}`
+		}
+	}
 	s.answer(w, rep, prompt, 12)
 }
 
@@ -186,8 +202,15 @@ func (s *scripted) answer(w http.ResponseWriter, rep reply, prompt, output int) 
 		}
 		stop := "end_turn"
 		if rep.toolCall != "" {
-			content = append(content, map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_%d", len(s.requests)), "name": rep.toolCall, "input": map[string]any{}})
+			input := json.RawMessage(`{}`)
+			if rep.args != "" {
+				input = json.RawMessage(rep.args)
+			}
+			content = append(content, map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_%d", len(s.requests)), "name": rep.toolCall, "input": input})
 			stop = "tool_use"
+		}
+		if rep.also != "" {
+			content = append(content, map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_%d_b", len(s.requests)), "name": rep.also, "input": map[string]any{}})
 		}
 		if rep.cut {
 			stop = "max_tokens"
@@ -203,7 +226,15 @@ func (s *scripted) answer(w http.ResponseWriter, rep reply, prompt, output int) 
 	msg := map[string]any{"role": "assistant", "content": rep.text}
 	finish := "stop"
 	if rep.toolCall != "" {
-		msg["tool_calls"] = []map[string]any{{"id": fmt.Sprintf("call_%d", len(s.requests)), "type": "function", "function": map[string]string{"name": rep.toolCall, "arguments": "{}"}}}
+		args := "{}"
+		if rep.args != "" {
+			args = rep.args
+		}
+		calls := []map[string]any{{"id": fmt.Sprintf("call_%d", len(s.requests)), "type": "function", "function": map[string]string{"name": rep.toolCall, "arguments": args}}}
+		if rep.also != "" {
+			calls = append(calls, map[string]any{"id": fmt.Sprintf("call_%d_b", len(s.requests)), "type": "function", "function": map[string]string{"name": rep.also, "arguments": "{}"}})
+		}
+		msg["tool_calls"] = calls
 		finish = "tool_calls"
 	}
 	if rep.cut || rep.windowFull {
@@ -266,7 +297,7 @@ func (r *rig) open(t *testing.T) *Engine {
 }
 
 func (r *rig) session(t *testing.T, keep bool) session.ID {
-	m, err := r.engine.NewSession(t.Context(), "acme", "scripted-vl", keep, chat.Main)
+	m, err := r.engine.NewSession(t.Context(), "acme", chat.Settings{Model: "scripted-vl", KeepTurnImages: keep}, chat.Main)
 	if err != nil {
 		t.Fatal(err)
 	}

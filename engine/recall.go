@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -58,17 +59,11 @@ var ErrUnknownHandle = errors.New("unknown recall handle")
 func (f *proxyTurn) recallable(ctx context.Context, msgs []chat.Message) []chat.Message {
 	var fresh []session.Recall
 	now := f.e.now()
-	out := editParts(msgs, func(_ wire.Pos, p chat.Part) (chat.Part, bool) {
-		m, ok := p.(chat.Marker)
-		if !ok || m.Of != "image" || !m.Ref.Valid() || m.Handle != "" {
-			return nil, false
-		}
-		m.Handle = RecallHandle(f.r.Key, m.Ref)
+	out := withHandles(msgs, f.r.Key, func(m chat.Marker) {
 		if !f.en.recorded(m.Handle) {
 			fresh = append(fresh, session.Recall{Handle: m.Handle, Conversation: f.r.Key, Ref: m.Ref, MediaType: m.MediaType,
 				Caption: m.Caption, Reason: reason.Code(m.Reason), Model: f.r.Model, Removed: now})
 		}
-		return m, true
 	})
 	if len(fresh) > 0 {
 		if err := f.e.Sessions.SaveRecalls(ctx, f.r.Tenant, fresh); err != nil {
@@ -78,6 +73,22 @@ func (f *proxyTurn) recallable(ctx context.Context, msgs []chat.Message) []chat.
 		}
 	}
 	return out
+}
+
+// withHandles returns msgs with each image marker naming its handle in
+// the conversation, and calls each (when not nil) with every such marker.
+func withHandles(msgs []chat.Message, conversation string, each func(chat.Marker)) []chat.Message {
+	return editParts(msgs, func(_ wire.Pos, p chat.Part) (chat.Part, bool) {
+		m, ok := p.(chat.Marker)
+		if !ok || m.Of != "image" || !m.Ref.Valid() || m.Handle != "" {
+			return nil, false
+		}
+		m.Handle = RecallHandle(conversation, m.Ref)
+		if each != nil {
+			each(m)
+		}
+		return m, true
+	})
 }
 
 // recorded says whether the handle was written by this process already.
@@ -172,4 +183,102 @@ func clipHandle(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// recallTool is the tool a session with recall offers its model.
+var recallTool = wire.Tool{Name: chat.RecallTool,
+	Description: "Show again an image of this conversation that was removed from the context. Pass the handle its marker names: " +
+		"[image removed: … — recall with " + chat.RecallTool + "(\"i…\")].",
+	Parameters: json.RawMessage(`{"type":"object","properties":{"handle":{"type":"string","description":"the handle the marker names"}},"required":["handle"]}`)}
+
+// maxRecallRounds bounds the replies of one call the engine answers
+// itself: past it the tool is no longer offered for the call, and the
+// model answers without it.
+const maxRecallRounds = 8
+
+// conversation names the session for its recall handles.
+func (c *call) conversation() string { return sessionConversation(c.tenant, c.meta.ID) }
+
+// sessionConversation is what a session's handles are derived from: no
+// proxied conversation's key (64 hex digits) can be it.
+func sessionConversation(tenant string, id session.ID) string {
+	return "session\x00" + tenant + "\x00" + string(id)
+}
+
+// offersRecall says whether the next request offers the recall tool.
+func (c *call) offersRecall() bool { return c.meta.Settings.Recall && c.recallRounds < maxRecallRounds }
+
+// answerRecalls answers the reply's calls of the recall tool from the
+// store, appended after it as a tool message: each image a tool image of
+// the turn (relayed: measured, budgeted like any other), an unknown handle
+// a tool error. It says whether the reply called other tools too: the
+// client answers those, and the turn goes back to it.
+func (c *call) answerRecalls(ctx context.Context, reply chat.Message) (answered int, others bool, err error) {
+	if !c.meta.Settings.Recall {
+		return 0, false, nil
+	}
+	var results []chat.Part
+	for _, p := range reply.Parts {
+		tc, ok := p.(chat.ToolCall)
+		if !ok {
+			continue
+		}
+		if tc.Name != chat.RecallTool {
+			others = true
+			continue
+		}
+		var args struct {
+			Handle string `json:"handle"`
+		}
+		json.Unmarshal([]byte(tc.Arguments), &args)
+		parts, err := c.recallPart(ctx, args.Handle)
+		if err != nil {
+			return 0, false, err
+		}
+		_, failed := parts[0].(chat.Text)
+		results = append(results, chat.ToolResult{CallID: tc.ID, Name: chat.RecallTool, IsError: failed && len(parts) == 1, Parts: parts})
+	}
+	if len(results) == 0 {
+		return 0, others, nil
+	}
+	m := c.relay(chat.Message{Role: chat.Tool, Parts: results})
+	c.st.Live = append(c.st.Live, m)
+	c.entries = append(c.entries, session.Entry{Message: &m})
+	return len(results), others, nil
+}
+
+// recallPart is what a recall call gets: a line saying what the image is
+// and the image, or a line saying why there is none. Only the session's
+// own markers answer: a handle from another conversation is unknown here.
+func (c *call) recallPart(ctx context.Context, handle string) ([]chat.Part, error) {
+	var found *chat.Marker
+	conv := c.conversation()
+	for _, m := range c.st.Live {
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			if mk, ok := p.(chat.Marker); ok && found == nil && mk.Of == "image" && mk.Ref.Valid() && RecallHandle(conv, mk.Ref) == handle {
+				found = &mk
+			}
+			return found == nil
+		})
+	}
+	if found == nil || !ValidHandle(handle) {
+		c.emit(Event{Kind: "recalled", Reason: reason.Invalid, Detail: "unknown handle " + clipHandle(handle)})
+		return []chat.Part{chat.Text{Text: fmt.Sprintf("%s: %q is not a handle of this conversation", ErrUnknownHandle, clipHandle(handle))}}, nil
+	}
+	msgs, err := c.e.Ingest(ctx, c.tenant, []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.Image{URL: RefScheme + found.Ref.String(), Caption: found.Caption}}}})
+	if errors.Is(err, ErrUnknownRef) {
+		c.emit(Event{Kind: "recalled", Ref: found.Ref, Reason: reason.Invalid, Detail: handle + ": collected from the image store"})
+		return []chat.Part{chat.Text{Text: fmt.Sprintf("%s: %s no longer holds its image", ErrUnknownHandle, handle)}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	img := msgs[0].Parts[0].(chat.Image)
+	img.Origin = chat.FromTool
+	about := fmt.Sprintf("Image %s (removed: %s)", handle, found.Reason)
+	if found.Caption != "" {
+		about += " — " + found.Caption
+	}
+	c.emit(Event{Kind: "recalled", Ref: found.Ref, Detail: handle})
+	return []chat.Part{chat.Text{Text: about}, img}, nil
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -9,10 +10,12 @@ import (
 	"time"
 
 	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/upstream"
 	"pgregory.net/rapid"
 )
 
@@ -113,5 +116,135 @@ func TestRecallShrinksToTheModelsRules(t *testing.T) {
 	in, err := media.Inspect(r.Data, "", media.Limits{})
 	if err != nil || in.Width > 8000 || in.Width < 7000 {
 		t.Fatalf("the recalled image is %d×%d (%v)", in.Width, in.Height, err)
+	}
+}
+
+// A session with recall offers the model the tool, names each marker's
+// handle, and answers the model's call itself: the turn completes with one
+// client request, the events show the call, the recalled image goes to the
+// model in a tool result and, keeping off, leaves again at the next turn
+// under the same handle. A handle of another session, or none, is a tool
+// error the model reads.
+func TestSessionRecallsNatively(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."},
+				reply{recall: true}, reply{text: "It was the login form."})
+			m, err := r.engine.NewSession(t.Context(), "acme", chat.Settings{Model: "scripted-vl", Recall: true}, chat.Main)
+			if err != nil {
+				t.Fatal(err)
+			}
+			turn(t, r, m.ID, "Open the login page.", screenshot(1280, 800, 1))
+			before := len(r.up.requests)
+			res := r.call(t, m.ID, user("What did the page show?"))
+			if len(r.up.requests)-before != 2 || !res.TurnEnd || res.Message.TextContent() != "It was the login form." {
+				t.Fatalf("%d upstream requests for one client call; reply %q, turn end %v", len(r.up.requests)-before, res.Message.TextContent(), res.TurnEnd)
+			}
+			asked, answered := r.up.requests[before], r.up.requests[before+1]
+			h := recallHandleIn.FindSubmatch(asked)
+			if h == nil || !bytes.Contains(asked, []byte(`"`+chat.RecallTool+`"`)) || r.up.imageTokens[before] != 0 {
+				t.Fatalf("the request before the call: handle %q, tool offered %v, image tokens %d", h, bytes.Contains(asked, []byte(chat.RecallTool)), r.up.imageTokens[before])
+			}
+			handle := string(h[1])
+			// The tool's answer carries the image, after the call naming it.
+			if r.up.imageTokens[before+1] == 0 || !bytes.Contains(answered, []byte(`{\"handle\":\"`+handle+`\"}`)) && !bytes.Contains(answered, []byte(`{"handle":"`+handle+`"}`)) {
+				t.Fatalf("the recalled image did not reach the model in the tool's answer (%d image tokens)", r.up.imageTokens[before+1])
+			}
+			if !hasEvent(res.Events, "recalled", handle) {
+				t.Fatalf("events %+v; want recalled %s", res.Events, handle)
+			}
+			live := r.live(t, m.ID).Live
+			tm := live[len(live)-2]
+			tr, ok := tm.Parts[0].(chat.ToolResult)
+			if tm.Role != chat.Tool || !ok || tr.IsError || len(tr.Parts) != 2 {
+				t.Fatalf("the tool message the engine answered: %+v", tm)
+			}
+			// Keeping is off: at the turn's end the recalled image left by
+			// the rule any tool image of the turn follows.
+			if mk, ok := tr.Parts[1].(chat.Marker); !ok || mk.Reason != "key_off" || RecallHandle(sessionConversation("acme", m.ID), mk.Ref) != handle {
+				t.Fatalf("the recalled image after its turn: %+v", tr.Parts[1])
+			}
+
+			// The next turn: a marker again, with the same handle.
+			r.up.replies = append(r.up.replies, reply{text: "ok"})
+			r.call(t, m.ID, user("Thanks."))
+			last := r.up.requests[len(r.up.requests)-1]
+			if r.up.imageTokens[len(r.up.imageTokens)-1] != 0 || len(recallHandleIn.FindAllSubmatch(last, -1)) != 2 ||
+				string(recallHandleIn.FindSubmatch(last)[1]) != handle {
+				t.Fatalf("next turn: %d image tokens, handles %q", r.up.imageTokens[len(r.up.imageTokens)-1], recallHandleIn.FindAllSubmatch(last, -1))
+			}
+
+			// Another session's handle for the same image is unknown here.
+			other, _ := r.engine.NewSession(t.Context(), "acme", chat.Settings{Model: "scripted-vl", Recall: true}, chat.Main)
+			r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: "A login form."})
+			turn(t, r, other.ID, "Open the login page.", screenshot(1280, 800, 1))
+			r.up.replies = append(r.up.replies, reply{text: "ok"})
+			r.call(t, other.ID, user("Go on."))
+			theirs := string(recallHandleIn.FindSubmatch(r.up.requests[len(r.up.requests)-1])[1])
+			if theirs == handle {
+				t.Fatal("two sessions share a handle")
+			}
+			for _, bad := range []string{theirs, "iaaaaaaaaaaa", "../x"} {
+				r.up.replies = append(r.up.replies, reply{recall: true, recallHandle: bad}, reply{text: "I cannot see it."})
+				res := r.call(t, m.ID, user("And the other one?"))
+				live := r.live(t, m.ID).Live
+				tr := live[len(live)-2].Parts[0].(chat.ToolResult)
+				if !res.TurnEnd || !tr.IsError || !strings.Contains(tr.Parts[0].(chat.Text).Text, "not a handle of this conversation") || !hasEvent(res.Events, "recalled", "unknown handle") {
+					t.Fatalf("recall(%q): %+v", bad, tr)
+				}
+			}
+		})
+	}
+}
+
+// Without recall a session offers no tool and its markers say nothing of
+// one.
+func TestSessionWithoutRecallOffersNoTool(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."}, reply{text: "ok"})
+	id := r.session(t, false)
+	turn(t, r, id, "Open the login page.", screenshot(1280, 800, 1))
+	r.call(t, id, user("Go on."))
+	last := r.up.requests[len(r.up.requests)-1]
+	if bytes.Contains(last, []byte(chat.RecallTool)) || bytes.Contains(last, []byte(`"tools"`)) || !bytes.Contains(last, []byte("[image removed")) {
+		t.Fatalf("without recall: %s", last)
+	}
+}
+
+// A reply calling the recall tool and a tool of the client's: imgctx
+// answers its own call, the client the other (a result for imgctx's call
+// is refused, it is answered already), and the model then reads both
+// answers in one turn.
+func TestSessionRecallBesideAClientTool(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000, reply{toolCall: "screenshot"}, reply{text: "A login form."},
+				reply{recall: true, also: "screenshot"}, reply{text: "Both seen."})
+			m, _ := r.engine.NewSession(t.Context(), "acme", chat.Settings{Model: "scripted-vl", Recall: true}, chat.Main)
+			turn(t, r, m.ID, "Open the login page.", screenshot(1280, 800, 1))
+			res := r.call(t, m.ID, user("Compare it with the page now."))
+			if res.TurnEnd {
+				t.Fatal("the turn ended with the client's call open")
+			}
+			var recallID, theirs string
+			for _, p := range res.Message.Parts {
+				if tc, ok := p.(chat.ToolCall); ok && tc.Name == chat.RecallTool {
+					recallID = tc.ID
+				} else if ok {
+					theirs = tc.ID
+				}
+			}
+			answer := func(id string) []chat.Message {
+				return []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: id, Parts: []chat.Part{chat.Text{Text: "captured"}, chat.Image{URL: screenshot(1280, 800, 2)}}}}}}
+			}
+			if _, err := r.engine.Call(t.Context(), "acme", m.ID, answer(recallID)); !errors.Is(err, ErrBadTurn) || !strings.Contains(err.Error(), "imgctx answered itself") {
+				t.Fatalf("a result for imgctx's own call: %v", err)
+			}
+			before := len(r.up.requests)
+			end := r.call(t, m.ID, answer(theirs))
+			if !end.TurnEnd || len(r.up.requests)-before != 1 || r.up.imageTokens[len(r.up.imageTokens)-1] < 2*1000 {
+				t.Fatalf("after the client's answer: turn end %v, %d requests, %d image tokens (the recalled and the new screenshot)",
+					end.TurnEnd, len(r.up.requests)-before, r.up.imageTokens[len(r.up.imageTokens)-1])
+			}
+		})
 	}
 }

@@ -100,7 +100,15 @@ func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool
 	if maxTokens <= 0 {
 		maxTokens = 4096
 	}
+	if breakpoints && c.meta.Settings.Recall {
+		// The main request and the summary sharing its cache: the same
+		// markers, the same tools (the tools head the cached prefix).
+		msgs = withHandles(msgs, c.conversation(), nil)
+	}
 	r := wire.SessionRequest{Model: c.meta.Settings.Model, MaxTokens: maxTokens, Messages: msgs, Source: c.e.ImageSource(ctx, c.tenant)}
+	if breakpoints && c.offersRecall() {
+		r.Tools = []wire.Tool{recallTool}
+	}
 	if breakpoints {
 		r.CacheSystem = len(msgs) > 0 && msgs[0].Role == chat.System
 		for i := min(len(msgs), c.st.TurnStart) - 1; i >= 0; i-- {

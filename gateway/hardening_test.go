@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
@@ -38,7 +39,7 @@ func TestReadyzDoesNotListSessions(t *testing.T) {
 	store := &listCounting{Store: g.engine.Sessions}
 	g.engine.Sessions = store
 	for range 50 {
-		g.engine.NewSession(t.Context(), "default", "gpt-4o", false, "")
+		g.engine.NewSession(t.Context(), "default", chat.Settings{Model: "gpt-4o"}, "")
 	}
 	resp, body := g.do(t, "GET", "/readyz", "", nil)
 	if resp.StatusCode != 200 || store.lists != 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/recall"
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/upstream"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -250,5 +251,32 @@ func TestRecallHandlesAreConversationScopedAndOffByDefault(t *testing.T) {
 	removeOne(on)
 	if len(handles(on.sent[3])) != 1 {
 		t.Fatal("X-Imgctx-Recall: on gave no handle")
+	}
+}
+
+// A session created with "recall": true says so, offers the model the
+// recall tool at each request, and stops when PATCH turns it off.
+func TestSessionsAPIRecallSetting(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	resp, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o","recall":true}`))
+	if resp.StatusCode != 201 || decodeJSON(t, body)["recall"] != true {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	id := decodeJSON(t, body)["id"].(string)
+	if _, body := g.do(t, "GET", "/v1/sessions/"+id, "", nil); decodeJSON(t, body)["recall"] != true {
+		t.Fatalf("get: %s", body)
+	}
+	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"Hello."}]}`))
+	got := g.up.received()
+	if !bytes.Contains(got[len(got)-1], []byte(`"tools":[{"type":"function","function":{"name":"imgctx_recall"`)) {
+		t.Fatalf("the recall tool was not offered: %s", got[len(got)-1])
+	}
+	if resp, body := g.do(t, "PATCH", "/v1/sessions/"+id, "", []byte(`{"recall":false}`)); resp.StatusCode != 200 || decodeJSON(t, body)["recall"] != false {
+		t.Fatalf("patch: %d %s", resp.StatusCode, body)
+	}
+	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"Again."}]}`))
+	got = g.up.received()
+	if bytes.Contains(got[len(got)-1], []byte(chat.RecallTool)) {
+		t.Fatal("the recall tool was still offered after PATCH turned it off")
 	}
 }

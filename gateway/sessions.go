@@ -20,6 +20,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, tenant st
 		Model          string      `json:"model"`
 		KeepTurnImages *bool       `json:"keep_turn_images"`
 		Thread         chat.Thread `json:"thread"`
+		Recall         bool        `json:"recall"`
 	}
 	body, err := s.readBody(r)
 	if err == nil {
@@ -34,7 +35,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, tenant st
 		return
 	}
 	keep := req.KeepTurnImages == nil || *req.KeepTurnImages
-	m, err := s.engine.NewSession(r.Context(), tenant, req.Model, keep, req.Thread)
+	m, err := s.engine.NewSession(r.Context(), tenant, chat.Settings{Model: req.Model, KeepTurnImages: keep, Recall: req.Recall}, req.Thread)
 	if err != nil {
 		s.fail(w, openai.Dialect, err)
 		return
@@ -44,7 +45,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, tenant st
 
 func sessionJSON(m session.Meta) map[string]any {
 	return map[string]any{"id": m.ID, "model": m.Settings.Model, "keep_turn_images": m.Settings.KeepTurnImages,
-		"thread": m.Thread, "created": m.Created.Format(time.RFC3339Nano), "updated": m.Updated.Format(time.RFC3339Nano)}
+		"recall": m.Settings.Recall, "thread": m.Thread, "created": m.Created.Format(time.RFC3339Nano), "updated": m.Updated.Format(time.RFC3339Nano)}
 }
 
 // refURL shows a stored image to API clients as "imgctx:sha256-…".
@@ -123,6 +124,7 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request, tenant str
 	var req struct {
 		Model          *string `json:"model"`
 		KeepTurnImages *bool   `json:"keep_turn_images"`
+		Recall         *bool   `json:"recall"`
 	}
 	body, err := s.readBody(r)
 	if err == nil {
@@ -131,7 +133,7 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request, tenant str
 		err = d.Decode(&req)
 	}
 	if err != nil || (req.Model != nil && (*req.Model == "" || len(*req.Model) > engine.MaxModelName)) {
-		s.fail(w, openai.Dialect, reason.New(reason.Invalid, `body must be {"keep_turn_images": true|false, "model": "…"} (either or both)`))
+		s.fail(w, openai.Dialect, reason.New(reason.Invalid, `body must be {"keep_turn_images": true|false, "model": "…", "recall": true|false} (any of them)`))
 		return
 	}
 	id := session.ID(r.PathValue("id"))
@@ -146,6 +148,9 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	if req.KeepTurnImages != nil {
 		st.KeepTurnImages = *req.KeepTurnImages
+	}
+	if req.Recall != nil {
+		st.Recall = *req.Recall
 	}
 	m, err := s.engine.Sessions.SetSettings(r.Context(), tenant, id, st)
 	if err != nil {

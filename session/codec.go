@@ -76,12 +76,13 @@ type metaJSON struct {
 	Thread   chat.Thread `json:"thread,omitempty"`
 	Model    string      `json:"model,omitempty"`
 	KeepTurn bool        `json:"keep_turn_images,omitempty"`
+	Recall   bool        `json:"recall,omitempty"`
 }
 
 // EncodeMeta writes the stored part of a session's meta: its thread and
 // settings (docs/format.md).
 func EncodeMeta(m Meta) string {
-	b, _ := json.Marshal(metaJSON{m.Thread, m.Settings.Model, m.Settings.KeepTurnImages})
+	b, _ := json.Marshal(metaJSON{m.Thread, m.Settings.Model, m.Settings.KeepTurnImages, m.Settings.Recall})
 	return string(b)
 }
 
@@ -92,7 +93,7 @@ func DecodeMeta(id ID, tenant string, created, updated int64, s string) (Meta, e
 	if err := json.Unmarshal([]byte(s), &mj); err != nil {
 		return Meta{}, fmt.Errorf("load session meta: %w", err)
 	}
-	return Meta{ID: id, Tenant: tenant, Thread: mj.Thread, Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn},
+	return Meta{ID: id, Tenant: tenant, Thread: mj.Thread, Settings: chat.Settings{Model: mj.Model, KeepTurnImages: mj.KeepTurn, Recall: mj.Recall},
 		Created: time.Unix(0, created).UTC(), Updated: time.Unix(0, updated).UTC()}, nil
 }
 

@@ -95,6 +95,16 @@ type SessionRequest struct {
 	// takes them (Anthropic).
 	CacheSystem   bool
 	CacheMessages []int
+	// Tools are the tools imgctx itself offers the model (recall), in
+	// the wire's own shape.
+	Tools []Tool
+}
+
+// Tool is a function the model may call: its name, what it does, and its
+// arguments as a JSON Schema object.
+type Tool struct {
+	Name, Description string
+	Parameters        json.RawMessage
 }
 
 // Answer is an upstream's whole answer to a session request.

@@ -19,7 +19,20 @@ var Dialect = &wire.Dialect{
 }
 
 func encodeSession(r wire.SessionRequest) ([]byte, error) {
-	return NewRequest(r.Model, r.MaxTokens).Encode(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages})
+	req := NewRequest(r.Model, r.MaxTokens)
+	if len(r.Tools) > 0 {
+		type tool struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			InputSchema json.RawMessage `json:"input_schema"`
+		}
+		tools := make([]tool, len(r.Tools))
+		for i, t := range r.Tools {
+			tools[i] = tool{t.Name, t.Description, t.Parameters}
+		}
+		req.top.Set("tools", mustJSON(tools))
+	}
+	return req.Encode(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages})
 }
 
 func decodeAnswer(b []byte) (wire.Answer, error) {

@@ -19,7 +19,24 @@ var Dialect = &wire.Dialect{
 }
 
 func encodeSession(r wire.SessionRequest) ([]byte, error) {
-	return NewRequest(r.Model).Encode(r.Messages, r.Source)
+	req := NewRequest(r.Model)
+	if len(r.Tools) > 0 {
+		type function struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		}
+		type tool struct {
+			Type     string   `json:"type"`
+			Function function `json:"function"`
+		}
+		tools := make([]tool, len(r.Tools))
+		for i, t := range r.Tools {
+			tools[i] = tool{"function", function{t.Name, t.Description, t.Parameters}}
+		}
+		req.top.Set("tools", mustJSON(tools))
+	}
+	return req.Encode(r.Messages, r.Source)
 }
 
 func decodeAnswer(b []byte) (wire.Answer, error) {
