@@ -13,6 +13,7 @@ import (
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
@@ -29,7 +30,7 @@ import (
 // request (a token count) is answered from imgctx's own estimate of the
 // request it would send — flat backends have no such endpoint — and says
 // so in X-Imgctx-Token-Count.
-func (e *Engine) flat(ctx context.Context, c ProxyCall, model string, route *Route, counts ProxyCounts) (*Proxied, error) {
+func (e *Engine) flat(ctx context.Context, c ProxyCall, key, model string, route *Route, counts ProxyCounts) (*Proxied, error) {
 	d, backend := c.Wire, route.Client.Wire().Flat
 	msgs, stream, err := d.DecodeRequest(c.Body)
 	if err != nil {
@@ -45,9 +46,21 @@ func (e *Engine) flat(ctx context.Context, c ProxyCall, model string, route *Rou
 		cfg = *e.Replay
 	}
 	cfg.Vision = profile.Vision
+	var recalls []session.Recall
+	if c.Recall {
+		cfg.Handle = func(img chat.Image, why reason.Code) string {
+			m, _ := chat.MarkerFor(img, string(why))
+			m.Handle = RecallHandle(key, img.Ref)
+			recalls = append(recalls, recallOf(m, key, model, e.now()))
+			return m.Handle
+		}
+	}
 	rep, err := policy.BuildReplay(ctx, history, current, cfg, flatResolver{e, c.Tenant}, e.log())
 	if err != nil {
 		return nil, err
+	}
+	if len(recalls) > 0 && !c.Side {
+		e.recordRecalls(ctx, c.Tenant, key, recalls)
 	}
 	p := &Proxied{wire: d, Counts: counts}
 	if c.Side {

@@ -119,7 +119,11 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		return nil, err
 	}
 	if route.Client.Format.Flat() {
-		return e.flat(ctx, c, sp.Model, route, counts)
+		key := ""
+		if c.Recall {
+			key, _ = conversationKey(c.Tenant, d, conversationID(c.Header, sp), sp)
+		}
+		return e.flat(ctx, c, key, sp.Model, route, counts)
 	}
 	msgs, verbatim, keys, err := e.ingestSlots(ctx, c.Tenant, sp, keys, &counts)
 	if err != nil {

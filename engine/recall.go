@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
@@ -60,19 +62,32 @@ func (f *proxyTurn) recallable(ctx context.Context, msgs []chat.Message) []chat.
 	var fresh []session.Recall
 	now := f.e.now()
 	out := withHandles(msgs, f.r.Key, func(m chat.Marker) {
-		if !f.en.recorded(m.Handle) {
-			fresh = append(fresh, session.Recall{Handle: m.Handle, Conversation: f.r.Key, Ref: m.Ref, MediaType: m.MediaType,
-				Caption: m.Caption, Reason: reason.Code(m.Reason), Model: f.r.Model, Removed: now})
-		}
+		fresh = append(fresh, recallOf(m, f.r.Key, f.r.Model, now))
 	})
-	if len(fresh) > 0 {
-		if err := f.e.Sessions.SaveRecalls(ctx, f.r.Tenant, fresh); err != nil {
-			f.e.log().Warn("recall handles not recorded; tried again at the next request", "handles", len(fresh), "err", err)
-		} else {
-			f.en.record(fresh)
-		}
-	}
+	f.e.recordRecalls(ctx, f.r.Tenant, f.r.Key, fresh)
 	return out
+}
+
+// recallOf is the record of a marker's handle.
+func recallOf(m chat.Marker, conversation, model string, now time.Time) session.Recall {
+	return session.Recall{Handle: m.Handle, Conversation: conversation, Ref: m.Ref, MediaType: m.MediaType,
+		Caption: m.Caption, Reason: reason.Code(m.Reason), Model: model, Removed: now}
+}
+
+// recordRecalls writes the handles this process has not written yet for
+// the conversation. A failed write is logged and tried again at the next
+// request.
+func (e *Engine) recordRecalls(ctx context.Context, tenant, conversation string, rs []session.Recall) {
+	en := e.proxied.entry(tenant, conversation)
+	rs = slices.DeleteFunc(rs, func(r session.Recall) bool { return en.recorded(r.Handle) })
+	if len(rs) == 0 {
+		return
+	}
+	if err := e.Sessions.SaveRecalls(ctx, tenant, rs); err != nil {
+		e.log().Warn("recall handles not recorded; tried again at the next request", "handles", len(rs), "err", err)
+		return
+	}
+	en.record(rs)
 }
 
 // withHandles returns msgs with each image marker naming its handle in

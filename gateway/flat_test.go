@@ -115,14 +115,15 @@ func (f *flatUpstream) last() (prompt string, images []string, body []byte) {
 }
 
 type flatRig struct {
-	up  *flatUpstream
-	url string
-	reg *prometheus.Registry
-	png []byte
+	up    *flatUpstream
+	url   string
+	reg   *prometheus.Registry
+	png   []byte
+	serve func(Config)
 }
 
 func newFlatRig(t *testing.T, format upstream.Format, replay *policy.ReplayConfig, vision *bool) *flatRig {
-	r := &flatRig{up: newFlatUpstream(t, format), reg: prometheus.NewRegistry()}
+	r := &flatRig{up: newFlatUpstream(t, format)}
 	r.png, _ = samplePNG(t)
 	tbl, _ := tokens.Default().With(agentProfile(200_000))
 	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tbl}
@@ -130,11 +131,19 @@ func newFlatRig(t *testing.T, format upstream.Format, replay *policy.ReplayConfi
 	// URL images are fetched from loopback servers of the test only.
 	e.Fetcher = &media.Fetcher{Timeout: 2 * time.Second, AllowLoopback: true, AnyPort: true, Log: discardLogger()}
 	ups := []*Upstream{{Name: "local", Client: &upstream.Client{Format: format, BaseURL: r.up.srv.URL, MaxRetries: -1}, Hints: engine.Hints{Vision: vision}}}
-	srv := httptest.NewServer(New(Config{MaxBodyBytes: 64 << 20, Upstreams: ups}, e, r.reg, discardLogger()).Handler())
-	t.Cleanup(srv.Close)
-	r.url = srv.URL
+	r.serve = func(cfg Config) {
+		cfg.MaxBodyBytes, cfg.Upstreams = 64<<20, ups
+		r.reg = prometheus.NewRegistry()
+		srv := httptest.NewServer(New(cfg, e, r.reg, discardLogger()).Handler())
+		t.Cleanup(srv.Close)
+		r.url = srv.URL
+	}
+	r.serve(Config{})
 	return r
 }
+
+// recall serves the rig again with recall on.
+func (r *flatRig) recall(*testing.T) { r.serve(Config{Recall: true}) }
 
 func (r *flatRig) shot(n int) string { return base64.StdEncoding.EncodeToString(distinctPNG(r.png, n)) }
 

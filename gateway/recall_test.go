@@ -57,9 +57,9 @@ func (k withKey) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // mcpClient connects the official MCP Go SDK's client to the gateway's
 // /mcp with an API key.
-func mcpClient(t *testing.T, rig *agentRig, key string) (*mcp.ClientSession, error) {
+func mcpClient(t *testing.T, url, key string) (*mcp.ClientSession, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "imgctx-test", Version: "1"}, nil)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: rig.srv.URL + "/mcp",
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url + "/mcp",
 		HTTPClient: &http.Client{Transport: withKey{key}}, MaxRetries: -1}, nil)
 	if err == nil {
 		t.Cleanup(func() { cs.Close() })
@@ -109,7 +109,7 @@ func TestRecallGivesARemovedImageBackOverMCP(t *testing.T) {
 		t.Fatal("the marker's text changed between requests: the cached prefix broke")
 	}
 
-	cs, err := mcpClient(t, rig, "key-a")
+	cs, err := mcpClient(t, rig.srv.URL, "key-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestRecallGivesARemovedImageBackOverMCP(t *testing.T) {
 			t.Fatalf("recall(%.20q): error %v, %q", bad, res.IsError, toolText(res))
 		}
 	}
-	other, err := mcpClient(t, rig, "key-b")
+	other, err := mcpClient(t, rig.srv.URL, "key-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,10 +166,10 @@ func TestRecallGivesARemovedImageBackOverMCP(t *testing.T) {
 	if res := callTool(t, other, recall.ListTool, hs[0]); !res.IsError {
 		t.Fatalf("another tenant listed alpha's images: %q", toolText(res))
 	}
-	if _, err := mcpClient(t, rig, ""); err == nil {
+	if _, err := mcpClient(t, rig.srv.URL, ""); err == nil {
 		t.Fatal("an MCP client without a key connected")
 	}
-	if _, err := mcpClient(t, rig, "key-c"); err == nil {
+	if _, err := mcpClient(t, rig.srv.URL, "key-c"); err == nil {
 		t.Fatal("an MCP client with an unknown key connected")
 	}
 
@@ -222,7 +222,7 @@ func TestRecallHandlesAreConversationScopedAndOffByDefault(t *testing.T) {
 	if len(ha) != 1 || len(hb) != 1 || ha[0] == hb[0] {
 		t.Fatalf("the same image in two conversations: handles %q and %q", ha, hb)
 	}
-	cs, err := mcpClient(t, rig, "")
+	cs, err := mcpClient(t, rig.srv.URL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,5 +278,37 @@ func TestSessionsAPIRecallSetting(t *testing.T) {
 	got = g.up.received()
 	if bytes.Contains(got[len(got)-1], []byte(chat.RecallTool)) {
 		t.Fatal("the recall tool was still offered after PATCH turned it off")
+	}
+}
+
+// On a flat backend (llama.cpp) the replay's notes for history images
+// not attached name their handles too, and the MCP server answers them.
+func TestRecallNamesTheFlatReplaysNotes(t *testing.T) {
+	r := newFlatRig(t, upstream.LlamaCpp, nil, nil)
+	r.recall(t)
+	r.chat(t, r.history(6)...)
+	prompt, _, _ := r.up.last()
+	hs := regexp.MustCompile(`\(cap\) — recall with imgctx_recall\("(i[a-z2-7]{11})"\)\]`).FindAllStringSubmatch(prompt, -1)
+	if len(hs) != 2 {
+		t.Fatalf("%d notes with handles:\n%s", len(hs), prompt)
+	}
+	cs, err := mcpClient(t, r.url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := callTool(t, cs, chat.RecallTool, hs[0][1])
+	var got []byte
+	for _, c := range res.Content {
+		if ic, ok := c.(*mcp.ImageContent); ok {
+			got = ic.Data
+		}
+	}
+	if res.IsError || !bytes.Equal(got, distinctPNG(r.png, 1)) {
+		t.Fatalf("recall of the oldest screen: %v %q", res.IsError, toolText(res))
+	}
+	r.chat(t, r.history(6)...)
+	again, _, _ := r.up.last()
+	if again != prompt {
+		t.Fatal("a rebuilt replay named other handles")
 	}
 }

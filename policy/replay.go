@@ -19,6 +19,9 @@ type ReplayConfig struct {
 	MaxHistoryImageBytes int64 // and at most this many bytes of them; default 1.6 MB
 	MaxHistoryChars      int   // history text budget; older turns past it are truncated; 0 = none
 	Vision               bool  // the wire renders images at all
+	// Handle, when set, names the recall handle of an image not attached,
+	// for its note ("" for none).
+	Handle func(chat.Image, reason.Code) string `yaml:"-" json:"-"`
 }
 
 // DefaultReplay returns the seed's defaults: 4 images, 1.6 MB (4 × the 400 KB
@@ -110,7 +113,7 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 		}
 		if why != "" {
 			// Named where it stood, and counted.
-			out.NotAttached = append(out.NotAttached, notAttached(img, why))
+			out.NotAttached = append(out.NotAttached, notAttached(img, why, cfg.handle(img, why)))
 			counts.Candidates++
 			counts.Dropped[why]++
 			continue
@@ -187,7 +190,7 @@ func BuildReplay(ctx context.Context, history []chat.Message, current chat.Messa
 			counts.Dropped[c.why]++
 		}
 	}
-	out.History = renderHistory(history, turns, first, cands)
+	out.History = renderHistory(history, turns, first, cands, cfg)
 	out.Counts = counts
 	if d := counts.DroppedTotal(); d > 0 && log != nil {
 		log.Info("flat replay: images not attached",
@@ -253,7 +256,7 @@ func textChars(parts []chat.Part) int {
 	return n
 }
 
-func renderHistory(msgs []chat.Message, turns [][]int, first int, cands []candidate) string {
+func renderHistory(msgs []chat.Message, turns [][]int, first int, cands []candidate, cfg ReplayConfig) string {
 	var b strings.Builder
 	b.Grow(4096)
 	if first > 0 {
@@ -292,7 +295,7 @@ func renderHistory(msgs []chat.Message, turns [][]int, first int, cands []candid
 					if c.ordinal > 0 {
 						b.WriteString("[Image #" + strconv.Itoa(c.ordinal) + " attached to this request — from an earlier turn]")
 					} else {
-						b.WriteString(notAttached(p, c.why))
+						b.WriteString(notAttached(p, c.why, cfg.handle(c.img, c.why)))
 					}
 				}
 				b.WriteByte(' ')
@@ -316,12 +319,23 @@ func countMedia(parts []chat.Part) int {
 	return n
 }
 
-func notAttached(img chat.Image, why reason.Code) string {
+func notAttached(img chat.Image, why reason.Code, handle string) string {
 	s := "[Image not attached: " + mimetype.Sanitize(img.MediaType)
 	if img.Caption != "" {
 		s += " — " + img.Caption
 	}
-	return s + " (" + string(why) + ")]"
+	s += " (" + string(why) + ")"
+	if handle != "" {
+		s += " — recall with " + chat.RecallTool + `("` + handle + `")`
+	}
+	return s + "]"
+}
+
+func (c ReplayConfig) handle(img chat.Image, why reason.Code) string {
+	if c.Handle == nil || !img.Ref.Valid() {
+		return ""
+	}
+	return c.Handle(img, why)
 }
 
 func roleLabel(r chat.Role) string {

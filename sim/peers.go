@@ -38,6 +38,9 @@ type Peer struct {
 	// Schedule, when set, is a frontier point's schedule played as a
 	// policy: the oldest Schedule[i] images removed at step i.
 	Schedule []int
+	// Recall, for an imgctx row: markers carry recall handles and the
+	// model recalls by Config.Recall.
+	Recall bool
 }
 
 // Peers returns the policies compared, in report order: the agents' own

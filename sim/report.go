@@ -130,7 +130,9 @@ func (r *Report) losses(ours *PolicyReport) []string {
 		}
 		matched := false
 		for _, q := range r.Policies {
-			matched = matched || strings.HasPrefix(q.Policy, "imgctx") && q.Failed == 0 && AtLeastAsGood(q, p)
+			// A +recall row's model asks for images back: not the peers'
+			// workload, so it matches none of them.
+			matched = matched || strings.HasPrefix(q.Policy, "imgctx") && !strings.HasSuffix(q.Policy, "+recall") && q.Failed == 0 && AtLeastAsGood(q, p)
 		}
 		if !matched {
 			unmatched = append(unmatched, say)

@@ -39,9 +39,10 @@ var Policies = func() []string {
 }()
 
 // matches reports whether a policy asked for by name selects a row: its
-// whole name or its name without parameters ("chunked" for "chunked-3/10").
+// whole name or its name without parameters ("chunked" for "chunked-3/10",
+// "imgctx" for "imgctx-sight-0" and "imgctx+recall").
 func matches(row, asked string) bool {
-	return row == asked || strings.HasPrefix(row, asked+"-")
+	return row == asked || strings.HasPrefix(row, asked+"-") || strings.HasPrefix(row, asked+"+")
 }
 
 // Config is one simulation: a workload under several policies against an
@@ -66,6 +67,9 @@ type Config struct {
 	// Sights are keep.sight positions run as imgctx rows of their own
 	// (imgctx-sight-S), after the default's.
 	Sights []float64
+	// Recall is the recall model: with a share, every imgctx row is run
+	// again with it (policy+recall), built-in workloads only.
+	Recall Recall
 	// Progress, when set, is called after each request.
 	Progress func(policy string, step, steps int)
 	// NoFrontier skips the hindsight frontier.
@@ -119,6 +123,7 @@ type PolicyReport struct {
 	StoredBytes     int64          `json:"stored_image_bytes"`
 	UniqueBytes     int64          `json:"unique_image_bytes"`
 	Removed         map[string]int `json:"images_removed_by_reason"`
+	Recalled        int            `json:"images_recalled,omitempty"` // by the recall model (Config.Recall)
 	Series          []Point        `json:"series"`
 }
 
@@ -175,6 +180,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.KeepNewest = 5
 	}
 	peers := append(Peers(cfg.N, cfg.Chunk, cfg.KeepNewest), SightPeers(cfg.Sights)...)
+	if cfg.Workload.Recorded == nil {
+		peers = append(peers, RecallPeers(peers, cfg.Recall)...)
+	}
 	if len(cfg.Policies) > 0 {
 		var chosen []Peer
 		for _, asked := range cfg.Policies {
@@ -290,6 +298,8 @@ type runner struct {
 	replayed    replayState    // a byte replay's peer rule
 	stepAt      int            // the step being played
 	scheduled   int            // images a Schedule peer removed so far
+	recall      recallState
+	recalledN   int // images the model recalled
 }
 
 // through reports whether the policy's requests go through imgctx.
@@ -317,9 +327,12 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 			Sink: func(ev engine.Event) {
 				if ev.Kind == "removed" {
 					r.removed[string(ev.Reason)]++
+					if ev.Detail == "image" {
+						r.removedImage(ev.Ref)
+					}
 				}
 			}}
-		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.peer.KeepOff || r.cfg.KeepOff}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
+		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.peer.KeepOff || r.cfg.KeepOff, Recall: r.peer.Recall}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
 	}
 	var steps []stepInfo
 	var err error
@@ -389,6 +402,11 @@ func (r *runner) play(ctx context.Context) ([]stepInfo, error) {
 			}
 		}
 		before := len(r.prov.Bills())
+		if n, err := r.recallDue(ctx, i); err != nil {
+			return nil, err
+		} else {
+			r.recalledN += n
+		}
 		main, err := r.step(ctx, estimate(r.cfg.Profile, st.Add))
 		if err != nil {
 			return nil, err
@@ -406,7 +424,7 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 	w := r.cfg.Workload
 	// The report, from what the provider billed.
 	bills := r.prov.Bills()
-	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1}
+	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1, Recalled: r.recalledN}
 	prices := *r.cfg.Profile.Prices
 	var dollars float64
 	var writes, imageRewrites, read, prompt int64

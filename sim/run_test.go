@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -315,5 +316,53 @@ func TestReadingSaysWhereImgctxLoses(t *testing.T) {
 	}
 	if strings.Contains(said, "than chunked") || strings.Contains(said, "than naive") || strings.Contains(said, "naive ($") {
 		t.Errorf("reading names a peer imgctx matches, or one that failed:\n%s", said)
+	}
+}
+
+// The recall model: each imgctx row runs again with markers naming
+// handles and the model asking for removed images back, one request a
+// recalled image, whose tool result carries the image after its marker;
+// the row without recall is the same run as without the model.
+func TestTheRecallModelAsksForRemovedImagesBack(t *testing.T) {
+	p := DefaultParams("computer-use")
+	p.Turns, p.IdleEvery = 16, 8
+	w, err := Build("computer-use", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var bodies [][]byte
+	cfg := Config{Workload: w, Model: "claude-sonnet-4-6", Profile: sonnet(t), Policies: []string{"imgctx-sight-0"}, NoFrontier: true,
+		Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}}, Sights: []float64{0}, Recall: Recall{Share: 0.5, After: 3},
+		Received: func(policy string, b []byte) {
+			if policy == "imgctx-sight-0+recall" {
+				mu.Lock()
+				bodies = append(bodies, b)
+				mu.Unlock()
+			}
+		}}
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, rec := row(rep, "imgctx-sight-0"), row(rep, "imgctx-sight-0+recall")
+	if rec.Recalled == 0 || rec.Requests != base.Requests+rec.Recalled || rec.Dollars <= base.Dollars || base.Recalled != 0 {
+		t.Fatalf("with recall: %d recalled in %d requests ($%.3f); without: %d requests ($%.3f)", rec.Recalled, rec.Requests, rec.Dollars, base.Requests, base.Dollars)
+	}
+	marked, back := false, false
+	for _, b := range bodies {
+		marked = marked || bytes.Contains(b, []byte(`— recall with imgctx_recall(\"i`))
+		back = back || bytes.Contains(b, []byte(`"name":"imgctx_recall"`)) && bytes.Contains(b, []byte(`Image recalled.`))
+	}
+	if !marked || !back {
+		t.Fatalf("markers with handles %v, a recall answered with its image %v", marked, back)
+	}
+	cfg.Recall, cfg.Received = Recall{}, nil
+	again, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := row(again, "imgctx-sight-0"); r.Dollars != base.Dollars || r.Requests != base.Requests || len(again.Policies) != 1 {
+		t.Fatalf("the recall model changed the row without it: $%.4f, %d requests (with it: $%.4f, %d)", r.Dollars, r.Requests, base.Dollars, base.Requests)
 	}
 }

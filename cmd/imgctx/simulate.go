@@ -15,12 +15,12 @@ import (
 
 func newSimulateCmd(a *app) *cobra.Command {
 	var (
-		workload, model, policies, from, svg, prices, size, sights string
-		asJSON                                                     bool
-		n, chunk, keepNewest                                       int
-		noFrontier                                                 bool
-		compactAt                                                  float64
-		p                                                          = sim.DefaultParams("computer-use")
+		workload, model, policies, from, svg, prices, size, sights, recall string
+		asJSON                                                             bool
+		n, chunk, keepNewest                                               int
+		noFrontier                                                         bool
+		compactAt                                                          float64
+		p                                                                  = sim.DefaultParams("computer-use")
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -115,9 +115,13 @@ func newSimulateCmd(a *app) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			rc, err := parseRecall(recall)
+			if err != nil {
+				return usageError{err}
+			}
 			prog := newProgress(a.stderr)
 			rep, err := sim.Run(cmd.Context(), sim.Config{Workload: w, Model: model, Profile: profile, Policies: list,
-				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages, Sights: dial,
+				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages, Sights: dial, Recall: rc,
 				Progress: func(policy string, step, steps int) { prog.update("simulate: %s, step %d of %d", policy, step, steps) }})
 			prog.done()
 			if err != nil {
@@ -169,6 +173,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 	f.IntVar(&n, "n", 3, "chunked newest-n: tool images kept")
 	f.IntVar(&chunk, "chunk", 10, "chunked newest-n: images removed only in multiples of this")
 	f.BoolVar(&noFrontier, "no-frontier", false, "skip the hindsight frontier")
+	f.StringVar(&recall, "recall", "", "the recall model, SHARE[:AFTER]: each imgctx row runs again (+recall) with markers naming recall handles and the model asking for SHARE of the removed images AFTER steps later (default 10), one request each time")
 	f.StringVar(&sights, "sights", joinSights(sim.DefaultSights), "keep.sight positions run as imgctx rows of their own (imgctx-sight-S), comma-separated; empty: none")
 	f.IntVar(&keepNewest, "keep-newest", 5, "ceiling-batch: images kept when it evicts at the provider's image limit")
 	f.Float64Var(&compactAt, "compact-at", 0.9, "share of the window past which the agent compacts its history (every policy but naive)")
@@ -219,6 +224,26 @@ func parseSights(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// parseRecall reads --recall: SHARE[:AFTER], "" for none.
+func parseRecall(s string) (sim.Recall, error) {
+	if s = strings.TrimSpace(s); s == "" {
+		return sim.Recall{}, nil
+	}
+	share, after, hasAfter := strings.Cut(s, ":")
+	rc := sim.Recall{After: 10}
+	v, err := strconv.ParseFloat(share, 64)
+	if err != nil || v <= 0 || v > 1 || math.IsNaN(v) {
+		return sim.Recall{}, fmt.Errorf("--recall: %q is not a share of the removed images (more than 0, at most 1)", share)
+	}
+	rc.Share = v
+	if hasAfter {
+		if rc.After, err = strconv.Atoi(after); err != nil || rc.After < 1 {
+			return sim.Recall{}, fmt.Errorf("--recall: %q is not a number of steps (1 or more)", after)
+		}
+	}
+	return rc, nil
 }
 
 func joinSights(v []float64) string {

@@ -130,4 +130,9 @@ func TestSimulateRefusesBadArguments(t *testing.T) {
 			t.Errorf("%v: exit 0", args)
 		}
 	}
+	for _, bad := range []string{"0", "1.5", "x", "0.2:0", "0.2:soon", "NaN"} {
+		if r := imgctx(t, "simulate", "--recall", bad); r.code != 2 || !strings.Contains(r.stderr, "--recall") {
+			t.Errorf("--recall %s: exit %d, %q", bad, r.code, r.stderr)
+		}
+	}
 }
