@@ -78,9 +78,14 @@ func (c *call) exchange(ctx context.Context) (*Result, error) {
 		}
 		if answered > 0 && !others {
 			// The model asked only imgctx: the turn goes on without the
-			// client, the recalled images relayed like any tool's.
+			// client, the recalled images relayed like any tool's. The
+			// result's usage is what every request of the call billed.
 			c.recallRounds++
-			return c.exchange(ctx)
+			res, err := c.exchange(ctx)
+			if err == nil && resp.usage != nil {
+				res.Usage = addUsage(res.Usage, *resp.usage)
+			}
+			return res, err
 		}
 	}
 	end := !hasToolCalls(reply)
@@ -96,6 +101,15 @@ func (c *call) exchange(ctx context.Context) (*Result, error) {
 		c.st.TurnOpen, c.st.Turn = true, &snap
 	}
 	return &Result{Message: reply, Usage: resp.usage, TurnEnd: end}, nil
+}
+
+// addUsage is u plus v (u nil: v).
+func addUsage(u *chat.Usage, v chat.Usage) *chat.Usage {
+	if u == nil {
+		return &v
+	}
+	sum := chat.Usage{Prompt: u.Prompt + v.Prompt, CacheRead: u.CacheRead + v.CacheRead, CacheWrite: u.CacheWrite + v.CacheWrite, Output: u.Output + v.Output}
+	return &sum
 }
 
 func hasToolCalls(m chat.Message) bool {

@@ -150,6 +150,9 @@ func TestSessionRecallsNatively(t *testing.T) {
 			if r.up.imageTokens[before+1] == 0 || !bytes.Contains(answered, []byte(`{\"handle\":\"`+handle+`\"}`)) && !bytes.Contains(answered, []byte(`{"handle":"`+handle+`"}`)) {
 				t.Fatalf("the recalled image did not reach the model in the tool's answer (%d image tokens)", r.up.imageTokens[before+1])
 			}
+			if billed := r.up.prompts[before] + r.up.prompts[before+1]; res.Usage == nil || res.Usage.Prompt != billed {
+				t.Fatalf("usage %+v; want the two requests' %d prompt tokens", res.Usage, billed)
+			}
 			if !hasEvent(res.Events, "recalled", handle) {
 				t.Fatalf("events %+v; want recalled %s", res.Events, handle)
 			}

@@ -26,7 +26,6 @@ package main
 import (
 	"bytes"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -295,6 +294,17 @@ func lastLine(s string) string {
 func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		w.Header().Set("Content-Type", "text/event-stream")
+		if tool, input, id := asksToRecall(body); tool != "" {
+			for _, ev := range []string{
+				`{"id":"c2","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"` + id + fmt.Sprint(calls.Add(1)) + `","type":"function","function":{"name":` + strconv.Quote(tool) + `,"arguments":` + strconv.Quote(input) + `}}]},"finish_reason":null}]}`,
+				`{"id":"c2","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+				`{"id":"c2","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[],"usage":{"prompt_tokens":` + fmt.Sprint(openaiInput(body)) + `,"completion_tokens":20,"total_tokens":` + fmt.Sprint(openaiInput(body)+20) + `}}`,
+			} {
+				fmt.Fprintf(w, "data: %s\n\n", ev)
+			}
+			io.WriteString(w, "data: [DONE]\n\n")
+			return
+		}
 		if asksForTheScreenshot(body) {
 			// qwen-code's read_file, which relays the image in a user
 			// message after the tool message.
@@ -437,22 +447,38 @@ var handleIn = regexp.MustCompile(`imgctx_recall\(\\"(i[a-z2-7]{11})\\"\)`)
 func asksToRecall(body []byte) (tool, input, id string) {
 	var req struct {
 		Tools []struct {
-			Name string `json:"name"`
+			Name     string `json:"name"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
 		} `json:"tools"`
 	}
 	m := handleIn.FindSubmatch(body)
-	if json.Unmarshal(body, &req) != nil || m == nil || bytes.Contains(body, []byte("toolu_recall_")) {
+	if json.Unmarshal(body, &req) != nil || m == nil || bytes.Contains(body, []byte("_recall_")) {
 		return "", "", ""
 	}
-	const name = "mcp__imgctx__imgctx_recall"
 	for _, t := range req.Tools {
-		if t.Name == name {
-			in, _ := json.Marshal(map[string]string{"handle": string(m[1])})
-			return name, string(in), "toolu_recall_"
+		for _, name := range []string{t.Name, t.Function.Name} {
+			if strings.HasSuffix(name, "imgctx_recall") {
+				in, _ := json.Marshal(map[string]string{"handle": string(m[1])})
+				return name, string(in), "call_recall_"
+			}
 		}
 	}
-	if bytes.Contains(body, []byte(name)) && !bytes.Contains(body, []byte("toolu_search_")) {
-		return "ToolSearch", `{"query":"select:` + name + `"}`, "toolu_search_"
+	// Both list MCP tools as deferred: claude-code loads one with
+	// ToolSearch, qwen-code calls it through its tool_call bridge.
+	const deferred = "mcp__imgctx__imgctx_recall"
+	if !bytes.Contains(body, []byte(deferred)) {
+		return "", "", ""
+	}
+	for _, t := range req.Tools {
+		if t.Function.Name == "tool_call" {
+			in, _ := json.Marshal(map[string]any{"name": deferred, "arguments": map[string]string{"handle": string(m[1])}})
+			return "tool_call", string(in), "call_recall_"
+		}
+	}
+	if !bytes.Contains(body, []byte("toolu_search_")) {
+		return "ToolSearch", `{"query":"select:` + deferred + `"}`, "toolu_search_"
 	}
 	return "", "", ""
 }
@@ -480,70 +506,81 @@ func claudeInput(body []byte) int { return billed(body, imageData, 1334) }
 
 func openaiInput(body []byte) int { return billed(body, dataURL, 765) }
 
-// recallRun is the recall check: claude-code given imgctx's MCP server
-// with `claude mcp add`, through an imgctx serve whose budget keeps no
-// screenshot across turns (keep.hold off) and whose markers carry recall
-// handles. Its first session reads screenshot.png; resumed, the
-// screenshot is a marker with a handle, the scripted upstream calls the
-// recall tool with it, claude-code runs the tool against /mcp, and its
-// next request must carry the screenshot back, byte for byte, in the
-// tool result.
+// recallRun is the recall check: claude-code and qwen-code, each given
+// imgctx's MCP server with its own `mcp add`, through an imgctx serve
+// whose budget keeps no screenshot across turns (keep.hold off) and whose
+// markers carry recall handles. Each first session reads screenshot.png;
+// resumed, the screenshot is a marker with a handle, the scripted upstream
+// calls the recall tool with it, the agent runs the tool against /mcp, and
+// its next request must carry the screenshot back, byte for byte, after
+// the call.
 func recallRun(bin, work, cache string, env []string, up string, atUpstream *recorded) bool {
 	dir := filepath.Join(work, "recall")
 	os.MkdirAll(dir, 0o755)
 	cfg := filepath.Join(dir, "imgctx.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: claude, format: anthropic, base_url: %q}\nkeep: {hold: false, budget_fraction: 0.001}\nproxy: {recall: true}\n", up)), 0o644)
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: claude, format: anthropic, base_url: %q, models: [\"claude-*\"]}\n  - {name: local, format: openai, base_url: %q}\n"+
+		"keep: {hold: false, budget_fraction: 0.001}\nproxy: {recall: true}\n", up, up)), 0o644)
 	serve, gw := start(bin, filepath.Join(dir, "data"), "--config", cfg)
 	defer serve.Process.Kill()
-	env = append(slices.Clone(env), "ANTHROPIC_BASE_URL="+gw.String(), "HOME="+filepath.Join(dir, "home"))
-	claude := func(args ...string) string {
-		cmd := exec.Command(filepath.Join(cache, "node_modules", ".bin", "claude"), args...)
+	env = append(slices.Clone(env), "ANTHROPIC_BASE_URL="+gw.String(), "OPENAI_BASE_URL="+gw.String()+"/v1", "HOME="+filepath.Join(dir, "home"))
+	run := func(agent string, args ...string) string {
+		cmd := exec.Command(filepath.Join(cache, "node_modules", ".bin", agent), args...)
 		cmd.Dir, cmd.Env = work, env // where screenshot.png is
 		out, _ := cmd.CombinedOutput()
 		return strings.TrimSpace(lastLine(string(out)))
 	}
-	added := claude("mcp", "add", "--transport", "http", "imgctx", gw.String()+"/mcp")
-	first := claude("-p", "Describe screenshot.png", "--output-format", "text")
-	upBefore := atUpstream.count()
-	second := claude("-c", "-p", "What did the screenshot show? Look again if you need to.", "--output-format", "text", "--allowedTools", "mcp__imgctx")
-	shot := must(os.ReadFile(shotPath))
-	marker, back := "", false
-	for _, b := range atUpstream.since(upBefore) {
-		if m := handleIn.FindSubmatch(b); m != nil && marker == "" {
-			marker = string(m[1])
+	fmt.Println("| agent with imgctx's MCP server | mcp add | first session | resumed: the marker's handle | the screenshot back after the call, byte for byte | answer |")
+	fmt.Println("|---|---|---|---|---|---|")
+	ok := true
+	for _, a := range []struct {
+		name, bin  string
+		add, first []string
+		second     []string
+	}{
+		{"claude-code 2.1.332", "claude", []string{"mcp", "add", "--transport", "http", "imgctx", gw.String() + "/mcp"},
+			[]string{"-p", "Describe screenshot.png", "--output-format", "text"},
+			[]string{"-c", "-p", "What did the screenshot show? Look again if you need to.", "--output-format", "text", "--allowedTools", "mcp__imgctx"}},
+		{"qwen-code 0.24.4", "qwen", []string{"mcp", "add", "--transport", "http", "imgctx", gw.String() + "/mcp"},
+			[]string{"-p", "Describe screenshot.png", "--yolo"},
+			[]string{"-c", "-p", "What did the screenshot show? Look again if you need to.", "--yolo"}},
+	} {
+		added := run(a.bin, a.add...)
+		firstAt := atUpstream.count()
+		first := run(a.bin, a.first...)
+		upBefore := atUpstream.count()
+		var sent [][]byte // the screenshot as the agent sent it (qwen-code re-encodes it as JPEG)
+		for _, b := range atUpstream.since(firstAt)[:upBefore-firstAt] {
+			sent = append(sent, base64Image.FindAll(b, -1)...)
 		}
-		if recalledBack(b, shot) {
-			back = true
+		second := run(a.bin, a.second...)
+		marker, back := "", false
+		for _, b := range atUpstream.since(upBefore) {
+			if m := handleIn.FindSubmatch(b); m != nil && marker == "" {
+				marker = string(m[1])
+			}
+			back = back || recalledBack(b, sent)
 		}
+		ok = ok && marker != "" && back && strings.Contains(second, "scripted upstream")
+		fmt.Printf("| %s | %q | %q | %q | %v | %q |\n", a.name, added, first, marker, back, second)
 	}
-	ok := marker != "" && back && strings.Contains(second, "scripted upstream")
-	fmt.Println("| claude-code 2.1.332 with imgctx's MCP server (`claude mcp add --transport http imgctx …/mcp`) | step | result |")
-	fmt.Println("|---|---|---|")
-	fmt.Printf("| | mcp add | %q |\n| | first session reads screenshot.png | %q |\n", added, first)
-	fmt.Printf("| | resumed: the marker's handle | %q |\n| | the recalled screenshot in the next tool result, byte for byte | %v |\n| | answer | %q |\n", marker, back, second)
 	return ok
 }
 
-// recalledBack: the body's last message is a tool result carrying data's
-// image.
-func recalledBack(body, data []byte) bool {
-	var req struct {
-		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-	}
-	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+// recalledBack: the body answers a recall call, and after it carries one
+// of the images the agent sent before, byte for byte (in the tool result,
+// or in the user message an OpenAI-wire agent relays a tool's image in).
+func recalledBack(body []byte, sent [][]byte) bool {
+	i := bytes.Index(body, []byte("_recall_"))
+	if i < 0 {
 		return false
 	}
-	last := req.Messages[len(req.Messages)-1].Content
-	want := base64.StdEncoding.EncodeToString(data)
-	return bytes.Contains(last, []byte(`"tool_result"`)) && bytes.Contains(last, []byte(`"data":"`+want+`"`))
+	for _, img := range sent {
+		if bytes.Contains(body[i:], img) {
+			return true
+		}
+	}
+	return false
 }
 
-func must(b []byte, err error) []byte {
-	if err != nil {
-		log.Fatal(err)
-	}
-	return b
-}
+// base64Image finds an image's data in a request body, either wire's.
+var base64Image = regexp.MustCompile(`("data":"|;base64,)[A-Za-z0-9+/=]{1000,}"`)
