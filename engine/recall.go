@@ -229,9 +229,6 @@ func (c *call) offersRecall() bool { return c.meta.Settings.Recall && c.recallRo
 // a tool error. It says whether the reply called other tools too: the
 // client answers those, and the turn goes back to it.
 func (c *call) answerRecalls(ctx context.Context, reply chat.Message) (answered int, others bool, err error) {
-	if !c.meta.Settings.Recall {
-		return 0, false, nil
-	}
 	var results []chat.Part
 	for _, p := range reply.Parts {
 		tc, ok := p.(chat.ToolCall)
@@ -246,12 +243,11 @@ func (c *call) answerRecalls(ctx context.Context, reply chat.Message) (answered 
 			Handle string `json:"handle"`
 		}
 		json.Unmarshal([]byte(tc.Arguments), &args)
-		parts, err := c.recallPart(ctx, args.Handle)
+		parts, found, err := c.recallPart(ctx, args.Handle)
 		if err != nil {
 			return 0, false, err
 		}
-		_, failed := parts[0].(chat.Text)
-		results = append(results, chat.ToolResult{CallID: tc.ID, Name: chat.RecallTool, IsError: failed && len(parts) == 1, Parts: parts})
+		results = append(results, chat.ToolResult{CallID: tc.ID, Name: chat.RecallTool, IsError: !found, Parts: parts})
 	}
 	if len(results) == 0 {
 		return 0, others, nil
@@ -263,37 +259,45 @@ func (c *call) answerRecalls(ctx context.Context, reply chat.Message) (answered 
 }
 
 // recallPart is what a recall call gets: a line saying what the image is
-// and the image, or a line saying why there is none. Only the session's
-// own markers answer: a handle from another conversation is unknown here.
-func (c *call) recallPart(ctx context.Context, handle string) ([]chat.Part, error) {
-	var found *chat.Marker
-	conv := c.conversation()
-	for _, m := range c.st.Live {
-		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
-			if mk, ok := p.(chat.Marker); ok && found == nil && mk.Of == "image" && mk.Ref.Valid() && RecallHandle(conv, mk.Ref) == handle {
-				found = &mk
+// and the image (found), or a line saying why there is none. Only the
+// session's own markers answer: a handle from another conversation is
+// unknown here.
+func (c *call) recallPart(ctx context.Context, handle string) (parts []chat.Part, found bool, err error) {
+	unknown := func(ref blob.Ref, why, text string) ([]chat.Part, bool, error) {
+		c.emit(Event{Kind: "recalled", Ref: ref, Reason: reason.Invalid, Detail: why})
+		return []chat.Part{chat.Text{Text: fmt.Sprintf("%s: %s", ErrUnknownHandle, text)}}, false, nil
+	}
+	var marker *chat.Marker
+	if ValidHandle(handle) {
+		conv := c.conversation()
+		for _, m := range c.st.Live {
+			chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+				if mk, ok := p.(chat.Marker); ok && mk.Of == "image" && mk.Ref.Valid() && RecallHandle(conv, mk.Ref) == handle {
+					marker = &mk
+				}
+				return marker == nil
+			})
+			if marker != nil {
+				break
 			}
-			return found == nil
-		})
+		}
 	}
-	if found == nil || !ValidHandle(handle) {
-		c.emit(Event{Kind: "recalled", Reason: reason.Invalid, Detail: "unknown handle " + clipHandle(handle)})
-		return []chat.Part{chat.Text{Text: fmt.Sprintf("%s: %q is not a handle of this conversation", ErrUnknownHandle, clipHandle(handle))}}, nil
+	if marker == nil {
+		return unknown(blob.Ref{}, "unknown handle "+clipHandle(handle), fmt.Sprintf("%q is not a handle of this conversation", clipHandle(handle)))
 	}
-	msgs, err := c.e.Ingest(ctx, c.tenant, []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.Image{URL: RefScheme + found.Ref.String(), Caption: found.Caption}}}})
+	msgs, err := c.e.Ingest(ctx, c.tenant, []chat.Message{{Role: chat.Tool, Parts: []chat.Part{chat.Image{URL: RefScheme + marker.Ref.String(), Caption: marker.Caption}}}})
 	if errors.Is(err, ErrUnknownRef) {
-		c.emit(Event{Kind: "recalled", Ref: found.Ref, Reason: reason.Invalid, Detail: handle + ": collected from the image store"})
-		return []chat.Part{chat.Text{Text: fmt.Sprintf("%s: %s no longer holds its image", ErrUnknownHandle, handle)}}, nil
+		return unknown(marker.Ref, handle+": collected from the image store", handle+" no longer holds its image")
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	img := msgs[0].Parts[0].(chat.Image)
 	img.Origin = chat.FromTool
-	about := fmt.Sprintf("Image %s (removed: %s)", handle, found.Reason)
-	if found.Caption != "" {
-		about += " — " + found.Caption
+	about := fmt.Sprintf("Image %s (removed: %s)", handle, marker.Reason)
+	if marker.Caption != "" {
+		about += " — " + marker.Caption
 	}
-	c.emit(Event{Kind: "recalled", Ref: found.Ref, Detail: handle})
-	return []chat.Part{chat.Text{Text: about}, img}, nil
+	c.emit(Event{Kind: "recalled", Ref: marker.Ref, Detail: handle})
+	return []chat.Part{chat.Text{Text: about}, img}, true, nil
 }

@@ -104,26 +104,38 @@ func run(t *testing.T, raw []byte, perTurn []int, rounds [][]int, shapes []int, 
 func TestGeminiRelayShapesGetTheSameDecisions(t *testing.T) {
 	raw, _ := samplePNG(t)
 	rapid.Check(t, func(rt *rapid.T) {
-		var perTurn []int
-		rounds := 0
-		for range rapid.IntRange(1, 3).Draw(rt, "turns") {
-			r := rapid.IntRange(1, 3).Draw(rt, "rounds")
-			perTurn = append(perTurn, r)
-			rounds += r
-		}
+		perTurn, rounds := drawTurns(rt)
 		beside := make([]bool, rounds)
 		for i := range beside {
 			beside[i] = rapid.Bool().Draw(rt, "beside")
 		}
 		keep := rapid.SampledFrom([]string{"on", "off"}).Draw(rt, "keep")
 		reference := geminiRun(t, raw, perTurn, make([]bool, rounds), keep)
-		if (keep == "off" || rounds > 1) && !strings.Contains(reference, "[image removed") {
-			rt.Fatalf("keep %s, %d rounds: no screenshot was removed, so the shapes were not compared on a decision:\n%s", keep, rounds, reference)
-		}
+		decided(rt, keep, rounds, reference)
 		if got := geminiRun(t, raw, perTurn, beside, keep); got != reference {
 			rt.Fatalf("beside %v, keep %s: the last request sends\n%s\nnested throughout it sends\n%s", beside, keep, got, reference)
 		}
 	})
+}
+
+// drawTurns draws 1 to 3 human turns of 1 to 3 tool rounds each, one
+// screenshot a round: the rounds of each turn, and how many in all.
+func drawTurns(rt *rapid.T) (perTurn []int, rounds int) {
+	for range rapid.IntRange(1, 3).Draw(rt, "turns") {
+		r := rapid.IntRange(1, 3).Draw(rt, "rounds")
+		perTurn = append(perTurn, r)
+		rounds += r
+	}
+	return perTurn, rounds
+}
+
+// decided fails a run whose reference removed no screenshot where the
+// budget (one screenshot) or keep off must have: the shapes would then be
+// compared on no decision at all.
+func decided(rt *rapid.T, keep string, rounds int, reference string) {
+	if (keep == "off" || rounds > 1) && !strings.Contains(reference, "[image removed") {
+		rt.Fatalf("keep %s, %d rounds: no screenshot was removed, so the shapes were not compared on a decision:\n%s", keep, rounds, reference)
+	}
 }
 
 var geminiSent = regexp.MustCompile(`"inlineData"|\[image removed: [^\]]*\]`)
@@ -161,22 +173,14 @@ func geminiRun(t *testing.T, raw []byte, perTurn []int, beside []bool, keep stri
 // output throughout.
 func TestResponsesRelayShapesGetTheSameDecisions(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		var perTurn []int
-		rounds := 0
-		for range rapid.IntRange(1, 3).Draw(rt, "turns") {
-			r := rapid.IntRange(1, 3).Draw(rt, "rounds")
-			perTurn = append(perTurn, r)
-			rounds += r
-		}
+		perTurn, rounds := drawTurns(rt)
 		shapes := make([]int, rounds)
 		for i := range shapes {
 			shapes[i] = rapid.IntRange(0, 2).Draw(rt, "shape")
 		}
 		keep := rapid.SampledFrom([]string{"on", "off"}).Draw(rt, "keep")
 		reference := responsesRun(t, perTurn, make([]int, rounds), keep)
-		if (keep == "off" || rounds > 1) && !strings.Contains(reference, "[image removed") {
-			rt.Fatalf("keep %s, %d rounds: no screenshot was removed, so the shapes were not compared on a decision:\n%s", keep, rounds, reference)
-		}
+		decided(rt, keep, rounds, reference)
 		if got := responsesRun(t, perTurn, shapes, keep); got != reference {
 			rt.Fatalf("shapes %v, keep %s: the last request sends\n%s\ninside the outputs throughout it sends\n%s", shapes, keep, got, reference)
 		}

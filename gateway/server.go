@@ -195,6 +195,7 @@ func (s *Server) Handler() http.Handler {
 	route("POST /v1/sessions/{id}/turn", "sessions_turn", openai.Dialect, s.turn)
 	route("GET /v1/sessions/{id}/export", "sessions_export", openai.Dialect, s.exportSession)
 	route("GET /v1/sessions/{id}/keepimg", "keepimg", openai.Dialect, s.keepimg)
+	route("POST /v1/sessions/{id}/keepimg/store", "keepimg_store", openai.Dialect, s.keepimgStore)
 	// The recall tools over MCP, for every method (the SDK answers GET
 	// and DELETE with 405: it keeps no session between requests).
 	tools := recall.Handler(s.engine, s.cfg.Version)
@@ -202,7 +203,6 @@ func (s *Server) Handler() http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, maxMCPBody)
 		tools.ServeHTTP(w, r.WithContext(recall.WithTenant(r.Context(), t)))
 	})
-	route("POST /v1/sessions/{id}/keepimg/store", "keepimg_store", openai.Dialect, s.keepimgStore)
 	for _, p := range []struct {
 		path string
 		sh   *wire.Dialect

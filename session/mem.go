@@ -263,7 +263,7 @@ func (m *Mem) ListRecalls(_ context.Context, tenant, conversation string) ([]Rec
 		}
 	}
 	m.mu.Unlock()
-	SortRecalls(out)
+	sortRecalls(out)
 	return out[:min(len(out), MaxRecallList)], nil
 }
 

@@ -31,9 +31,9 @@ type Recall struct {
 // MaxRecallList bounds what ListRecalls returns: the newest removals.
 const MaxRecallList = 200
 
-// SortRecalls orders recalls as ListRecalls returns them: newest removal
+// sortRecalls orders recalls as ListRecalls returns them: newest removal
 // first, then by handle.
-func SortRecalls(rs []Recall) {
+func sortRecalls(rs []Recall) {
 	slices.SortFunc(rs, func(a, b Recall) int {
 		if c := b.Removed.Compare(a.Removed); c != 0 {
 			return c
@@ -55,4 +55,22 @@ func DecodeRecall(b []byte) (Recall, error) {
 		return Recall{}, fmt.Errorf("decode recall: %w", err)
 	}
 	return r, nil
+}
+
+// LoadRecalls reads a SQL store's recall rows (the recall JSON, in
+// order): the list both SQL stores share.
+func LoadRecalls(rows Rows) ([]Recall, error) {
+	var out []Recall
+	for rows.Next() {
+		var b string
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("list recalls: %w", err)
+		}
+		r, err := DecodeRecall([]byte(b))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }

@@ -353,19 +353,7 @@ func (s *Store) ListRecalls(ctx context.Context, tenant, conversation string) ([
 		return nil, fmt.Errorf("list recalls: %w", err)
 	}
 	defer rows.Close()
-	var out []session.Recall
-	for rows.Next() {
-		var b string
-		if err := rows.Scan(&b); err != nil {
-			return nil, fmt.Errorf("list recalls: %w", err)
-		}
-		r, err := session.DecodeRecall([]byte(b))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return session.LoadRecalls(rows)
 }
 
 // Close closes the database.
