@@ -67,24 +67,33 @@ func scanAs(t *testing.T, format upstream.Format, body []byte) *wire.Spliced {
 }
 
 // Inline images and documents within the budget: the upstream gets the
-// client's body byte for byte, and each image or document is stored once.
+// client's body byte for byte, and each image or document is stored once,
+// with recall off and on.
 func TestCorpusPassesThroughByteForByte(t *testing.T) {
 	for name, body := range corpus(t) {
-		t.Run(name, func(t *testing.T) {
-			format, path := formatOf(name)
-			g := newGW(t, format, nil)
-			resp, answer := g.do(t, "POST", path, "", body)
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d: %s", resp.StatusCode, answer)
-			}
-			got := g.up.received()
-			if len(got) != 1 || !bytes.Equal(got[0], body) {
-				t.Fatalf("the upstream body differs from the client's:\n%s", firstDiff(body, got[0]))
-			}
-			if n := g.stored(t, "default"); n != 2 { // the screenshot and the PDF
-				t.Fatalf("stored %d; want the image and the document", n)
-			}
-		})
+		for _, recall := range []string{"off", "on"} {
+			t.Run(name+"/recall="+recall, func(t *testing.T) {
+				corpusPassesThrough(t, name, body, recall)
+			})
+		}
+	}
+}
+
+// corpusPassesThrough sends one corpus body with recall on or off (with
+// nothing removed, recall changes no byte either).
+func corpusPassesThrough(t *testing.T, name string, body []byte, recall string) {
+	format, path := formatOf(name)
+	g := newGW(t, format, nil)
+	resp, answer := g.do(t, "POST", path, "", body, "X-Imgctx-Recall", recall)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, answer)
+	}
+	got := g.up.received()
+	if len(got) != 1 || !bytes.Equal(got[0], body) {
+		t.Fatalf("the upstream body differs from the client's:\n%s", firstDiff(body, got[0]))
+	}
+	if n := g.stored(t, "default"); n != 2 { // the screenshot and the PDF
+		t.Fatalf("stored %d; want the image and the document", n)
 	}
 }
 
