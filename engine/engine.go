@@ -200,6 +200,10 @@ type Result struct {
 	Usage   *chat.Usage
 	Events  []Event
 	TurnEnd bool // the reply called no tool: the turn is over
+	// Record is the turn's line of the request log as the engine knows it:
+	// the session, model, usage priced, the images of the live context as
+	// last sent, first removals and replays.
+	Record session.Request
 }
 
 // Errors callers branch on.
@@ -392,6 +396,9 @@ func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incomin
 		return nil, fmt.Errorf("persist session: %w", err)
 	}
 	res.Events = c.events
+	res.Record = session.Request{Conversation: string(id), Model: snap.Meta.Settings.Model, Images: fatesOf(c.st.Live)}
+	priced(&res.Record, c.profile, res.Usage)
+	res.Record.Removed, res.Record.Replays = countEvents(c.events)
 	return res, nil
 }
 

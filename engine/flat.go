@@ -62,7 +62,7 @@ func (e *Engine) flat(ctx context.Context, c ProxyCall, key, model string, route
 	if len(recalls) > 0 && !c.Side {
 		e.recordRecalls(ctx, c.Tenant, key, recalls)
 	}
-	p := &Proxied{wire: d, Counts: counts}
+	p := &Proxied{wire: d, Counts: counts, Conversation: key, Model: model, Upstream: route.Name, profile: profile}
 	if c.Side {
 		n := tokens.CounterFor(profile.Tokenizer).Count(flatPrompt(system, rep, current, ""))
 		for _, a := range rep.Images {

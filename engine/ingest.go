@@ -59,7 +59,7 @@ func (e *Engine) ingestParts(ctx context.Context, tenant string, parts []chat.Pa
 				// the store refuses stays inline, ephemeral, for its turn
 				// only (relaying it stops keeping for the turn); it is a
 				// marker from the next turn on.
-				e.log().Warn("the image store refused a tool image: it is sent this turn only", "err", err)
+				e.log().WarnContext(ctx, "the image store refused a tool image: it is sent this turn only", "err", err)
 				parts[i] = p
 				continue
 			}

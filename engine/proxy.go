@@ -15,6 +15,7 @@ import (
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
@@ -64,11 +65,16 @@ type Proxied struct {
 	// has no endpoint for, a flat backend's answer in the client's wire.
 	Reply  *Reply
 	Counts ProxyCounts
+	// Conversation is the conversation's key ("" for a flat backend's
+	// without recall), Upstream the route's name.
+	Conversation, Model, Upstream string
 
-	fw     *proxyTurn
-	wire   *wire.Dialect
-	stream bool
-	strip  bool // the client did not ask for the usage event imgctx asked for
+	profile tokens.Profile // prices the usage
+	fw      *proxyTurn
+	sent    []chat.Message // what the last attempt sent
+	wire    *wire.Dialect
+	stream  bool
+	strip   bool // the client did not ask for the usage event imgctx asked for
 }
 
 // Reply is an answer imgctx writes itself.
@@ -146,7 +152,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	if c.Side {
 		fw.Discard()
 	}
-	p := &Proxied{fw: fw, wire: d, stream: sp.Stream, Counts: counts}
+	p := &Proxied{fw: fw, wire: d, stream: sp.Stream, Counts: counts, Conversation: key, Model: sp.Model, Upstream: route.Name, profile: profile}
 	var edits []wire.Edit
 	if d.AskUsage != nil && sp.Stream {
 		var ed *wire.Edit
@@ -168,6 +174,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		if c.Recall {
 			out = fw.recallable(ctx, out)
 		}
+		p.sent = out
 		body, err := e.splice(ctx, c.Tenant, d, sp, verbatim, msgs, out, edits)
 		if err != nil {
 			return nil, err
@@ -192,7 +199,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		}
 	}
 	p.countSent(rules, shrunk)
-	e.logRemovals(c.Tenant, sp.Model, fw)
+	e.logRemovals(ctx, c.Tenant, sp.Model, fw)
 	if c.Side && d.CountAnswer != nil && strings.HasSuffix(req.Path, d.CountPath) && errors.As(err, &we) && (we.Status == http.StatusNotFound || we.Status == http.StatusMethodNotAllowed) {
 		// The upstream has no token-count endpoint: imgctx's own estimate
 		// of the request it would send, said as such.
@@ -310,6 +317,70 @@ func (p *Proxied) close(ctx context.Context) error {
 	return nil
 }
 
+// Images are the request's images as its last attempt sent them, in the
+// client's order: each sent (under its own ref, or its shrunk copy's), or
+// not sent with the reason its marker gives.
+func (p *Proxied) Images() []session.ImageFate { return fatesOf(p.sent) }
+
+// fatesOf lists the images of messages as they are sent: each image, and
+// each image marker with its reason.
+func fatesOf(msgs []chat.Message) []session.ImageFate {
+	var out []session.ImageFate
+	eachPart(msgs, func(_ wire.Pos, part chat.Part) {
+		switch q := part.(type) {
+		case chat.Image:
+			out = append(out, session.ImageFate{Ref: q.Ref, Sent: true, Width: q.Width, Height: q.Height})
+		case chat.Marker:
+			if q.Of == "image" {
+				out = append(out, session.ImageFate{Ref: q.Ref, Reason: reason.Code(q.Reason)})
+			}
+		}
+	})
+	return out
+}
+
+// Record is the request's line of the request log as the engine knows
+// it, for the usage the answer reported (nil: none): the conversation,
+// model and upstream, the tokens and their price, each image's fate, the
+// first removals, the prefix break and the replay. The caller adds what
+// HTTP knows.
+func (p *Proxied) Record(u *chat.Usage) session.Request {
+	r := session.Request{Conversation: p.Conversation, Model: p.Model, Upstream: p.Upstream, Images: p.Images(),
+		GatewayMS: float64(p.Counts.Before.Microseconds()) / 1000}
+	priced(&r, p.profile, u)
+	if p.fw != nil {
+		r.Removed, r.Replays = countEvents(p.fw.Events)
+		r.BreakCause = p.fw.Break
+		r.Break = r.BreakCause != ""
+	}
+	return r
+}
+
+// priced puts the usage on the line, at the profile's prices.
+func priced(r *session.Request, p tokens.Profile, u *chat.Usage) {
+	r.Profile = p.Name
+	if u == nil {
+		return
+	}
+	r.Input, r.CacheRead, r.CacheWrite, r.Output = u.Prompt, u.CacheRead, u.CacheWrite, u.Output
+	if p.Prices != nil {
+		r.Dollars, r.Priced = p.Prices.Dollars(*u), true
+	}
+}
+
+// countEvents counts a request's first removals and its replays.
+func countEvents(evs []Event) (removed, replays int) {
+	for _, ev := range evs {
+		switch ev.Kind {
+		case "removed":
+			removed++
+		case "retried":
+			replays++
+		}
+	}
+	return removed, replays
+}
+
 // countSent counts a request's images once, as its last attempt sent
 // them: every one not sent with its reason (removed now or before), those
 // shrunk to a provider limit, those sent.
@@ -326,7 +397,7 @@ func (p *Proxied) countSent(rules []policy.Removal, shrunk int) {
 }
 
 // logRemovals writes one line for a request that removed images.
-func (e *Engine) logRemovals(tenant, model string, fw *proxyTurn) {
+func (e *Engine) logRemovals(ctx context.Context, tenant, model string, fw *proxyTurn) {
 	by := map[reason.Code]int{}
 	first := 0
 	for _, ev := range fw.Events {
@@ -342,7 +413,7 @@ func (e *Engine) logRemovals(tenant, model string, fw *proxyTurn) {
 	for code, n := range by {
 		attrs = append(attrs, "reason_"+string(code), n)
 	}
-	e.log().Info("proxy: images removed", attrs...)
+	e.log().InfoContext(ctx, "proxy: images removed", attrs...)
 }
 
 // clip bounds a client-supplied value for a log line.
@@ -455,7 +526,7 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 			// Seed keep-turn-images, "rangement refusé": a tool image the
 			// store refuses goes on as it came, ephemeral (relaying it
 			// finds it unstored and stops keeping for the turn).
-			e.log().Warn("the image store refused a tool image: it is sent as it came, this turn only", "err", err)
+			e.log().WarnContext(ctx, "the image store refused a tool image: it is sent as it came, this turn only", "err", err)
 		case stored:
 			counts.Stored++
 			counts.StoredBytes += in.Bytes

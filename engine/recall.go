@@ -84,7 +84,7 @@ func (e *Engine) recordRecalls(ctx context.Context, tenant, conversation string,
 		return
 	}
 	if err := e.Sessions.SaveRecalls(ctx, tenant, rs); err != nil {
-		e.log().Warn("recall handles not recorded; tried again at the next request", "handles", len(rs), "err", err)
+		e.log().WarnContext(ctx, "recall handles not recorded; tried again at the next request", "handles", len(rs), "err", err)
 		return
 	}
 	en.record(rs)

@@ -67,6 +67,10 @@ type proxyTurn struct {
 	kt     *policy.KeepTurn
 	ledger policy.Ledger // pricing removals, persisted with the keep state
 	turnAt int
+	idle   bool // the conversation was idle past the cache's lifetime
+	// Break is why the provider read less of its cache than the previous
+	// request left there ("image", "expired", "other"); "" when it did not.
+	Break  string
 	closed bool
 }
 
@@ -115,6 +119,7 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 	now := e.now()
 	cold := st.LastActivity.IsZero() || now.Sub(st.LastActivity) > e.cacheTTL() || (st.Model != "" && st.Model != r.Model)
 	f.st, f.ledger = st, st.Keep.Ledger
+	f.idle = !st.LastActivity.IsZero() && now.Sub(st.LastActivity) > e.cacheTTL()
 	f.turnAt = humanTurn(r.Messages)
 	live := f.applyDecisions()
 
@@ -541,8 +546,36 @@ func (f *proxyTurn) Observe(u *chat.Usage, cut bool) {
 		f.emit(Event{Kind: ev.Kind, Ref: ev.Ref, Reason: ev.Reason, Tokens: ev.Cost})
 	}
 	if u != nil {
+		f.Break = f.breakOf(*u)
 		f.st.LastUsage = *u
 	}
+}
+
+// breakOf says whether the answer's usage shows a prefix break, and its
+// cause: the provider read less of its cache than the previous request
+// read or wrote there (explicit caches), or than the previous prompt
+// (automatic ones, within two 128-token blocks of their granularity).
+func (f *proxyTurn) breakOf(u chat.Usage) string {
+	prev := f.st.LastUsage
+	expect, slack := prev.CacheRead+prev.CacheWrite, 0
+	if f.r.Profile.Cache.Breakpoints == 0 {
+		expect, slack = prev.Prompt, 256
+		if prev.Prompt < 1024 {
+			expect = 0 // too short to be cached
+		}
+	}
+	if expect == 0 || u.CacheRead+slack >= expect {
+		return ""
+	}
+	if f.idle {
+		return "expired" // removals at a cold start break nothing more
+	}
+	for _, ev := range f.Events {
+		if ev.Kind == "removed" {
+			return "image"
+		}
+	}
+	return "other"
 }
 
 // Overflow answers a prompt-too-long: the request without its kept images
@@ -597,7 +630,7 @@ func (f *proxyTurn) Close(ctx context.Context) error {
 		st.Images = append(st.Images, d)
 	})
 	if len(st.Images) > f.e.proxyMaxImages() {
-		f.e.log().Warn("proxied conversation over its decision cap: its decisions start over", "images", len(st.Images), "cap", f.e.proxyMaxImages())
+		f.e.log().WarnContext(ctx, "proxied conversation over its decision cap: its decisions start over", "images", len(st.Images), "cap", f.e.proxyMaxImages())
 		st = session.Proxied{TurnAt: -1, LastActivity: st.LastActivity}
 	}
 	f.en.mu.Lock()

@@ -3,9 +3,9 @@ package gateway
 import (
 	"strings"
 
-	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -20,6 +20,13 @@ type Metrics struct {
 	overflow    *prometheus.CounterVec
 	latency     prometheus.Histogram
 	scanned     *prometheus.CounterVec
+
+	dollars           *prometheus.CounterVec
+	upstreamTime      *prometheus.HistogramVec
+	firstByte         *prometheus.HistogramVec
+	breaks            *prometheus.CounterVec
+	requestLogRows    prometheus.Gauge
+	requestLogDropped prometheus.Counter
 }
 
 // NewMetrics registers the families on reg.
@@ -34,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_upstream_requests_total",
 			Help: "Requests sent upstream, by provider format and status code."}, []string{"provider", "status"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_tokens_total",
-			Help: "Tokens the upstream reported, by kind (input, cache_read, cache_write, output)."}, []string{"kind"}),
+			Help: "Tokens the upstream reported, by model profile and kind (input, cache_read, cache_write, output)."}, []string{"model", "kind"}),
 		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_compactions_total",
 			Help: "Compactions by kind (summary: a slimmed side query; summary_shared: on the cached live prefix; micro)."}, []string{"kind"}),
 		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_overflow_retries_total",
@@ -45,18 +52,50 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.scanned = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_proxy_messages_total",
 		Help: "Messages of proxied requests, by how they were read: scanned, or taken over from the conversation's previous request (resumed)."}, []string{"how"})
-	reg.MustRegister(m.requests, m.images, m.imageBytes, m.upstream, m.tokens, m.compactions, m.overflow, m.latency, m.scanned)
+	seconds := []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m.dollars = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_cost_dollars_total",
+		Help: "What the upstream's reported usage costs at the model profile's list prices, in US dollars, by model profile."}, []string{"model"})
+	m.upstreamTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "imgctx_upstream_duration_seconds",
+		Help: "Time of a request upstream (the answer read or streamed whole; the gateway's own time excluded), by upstream and model profile.", Buckets: seconds}, []string{"upstream", "model"})
+	m.firstByte = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "imgctx_time_to_first_byte_seconds",
+		Help: "Time from a request's arrival to the first byte of its answer, by route.", Buckets: seconds}, []string{"route"})
+	m.breaks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_cache_breaks_total",
+		Help: "Requests whose usage shows a prompt-cache prefix break, by cause (image: it removed images; expired: idle past the cache's lifetime; other)."}, []string{"cause"})
+	m.requestLogRows = prometheus.NewGauge(prometheus.GaugeOpts{Name: "imgctx_request_log_rows",
+		Help: "Lines in the request log, as of its last trim."})
+	m.requestLogDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "imgctx_request_log_dropped_total",
+		Help: "Request log lines not written: the writer's queue was full or the store refused them."})
+	reg.MustRegister(m.requests, m.images, m.imageBytes, m.upstream, m.tokens, m.compactions, m.overflow, m.latency, m.scanned,
+		m.dollars, m.upstreamTime, m.firstByte, m.breaks, m.requestLogRows, m.requestLogDropped)
 	return m
 }
 
-func (m *Metrics) usage(u *chat.Usage) {
-	if u == nil {
-		return
+// logged counts what one request's line says: tokens and dollars by model
+// profile (a bounded set: the profile table, "unknown" past it), the
+// upstream's time, the first byte, a cache break.
+func (m *Metrics) logged(r *session.Request) {
+	model := r.Profile
+	if model == "" {
+		model = "unknown"
 	}
-	m.tokens.WithLabelValues("input").Add(float64(u.Prompt))
-	m.tokens.WithLabelValues("cache_read").Add(float64(u.CacheRead))
-	m.tokens.WithLabelValues("cache_write").Add(float64(u.CacheWrite))
-	m.tokens.WithLabelValues("output").Add(float64(u.Output))
+	if r.Input+r.Output > 0 {
+		m.tokens.WithLabelValues(model, "input").Add(float64(r.Input))
+		m.tokens.WithLabelValues(model, "cache_read").Add(float64(r.CacheRead))
+		m.tokens.WithLabelValues(model, "cache_write").Add(float64(r.CacheWrite))
+		m.tokens.WithLabelValues(model, "output").Add(float64(r.Output))
+	}
+	if r.Priced {
+		m.dollars.WithLabelValues(model).Add(r.Dollars)
+	}
+	if r.Upstream != "" && r.Error == "" {
+		m.upstreamTime.WithLabelValues(r.Upstream, model).Observe(max(r.DurationMS-r.GatewayMS, 0) / 1000)
+	}
+	if r.FirstByteMS > 0 {
+		m.firstByte.WithLabelValues(r.Route).Observe(r.FirstByteMS / 1000)
+	}
+	if r.Break {
+		m.breaks.WithLabelValues(r.BreakCause).Inc()
+	}
 }
 
 // proxied counts what one proxied request did.

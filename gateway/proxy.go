@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/reason"
+	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 )
@@ -20,8 +22,10 @@ import (
 // (engine.Proxy), then relays the answer: the upstream's headers, status
 // and body or stream as they came, or the answer imgctx made itself.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d *wire.Dialect, side bool) {
+	rec := record(r.Context(), session.Request{Wire: d.Name})
 	body, err := s.readBodyInto(r, s.bodies.get)
 	if err != nil {
+		rec.Error = clip(err.Error())
 		s.fail(w, d, err)
 		return
 	}
@@ -43,12 +47,24 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		Routes:   s.upstreams(), Keep: s.keepFor(r), Recall: s.recallFor(r), Side: side, Readers: &readers,
 		MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts, MaxResponseBytes: s.cfg.MaxResponseBytes})
 	if err != nil {
+		rec.Error = clip(err.Error())
+		if we := (*wire.Error)(nil); errors.As(err, &we) && we.Header != nil {
+			rec.UpstreamID = upstreamID(we.Header)
+		}
 		s.fail(w, d, err)
 		return
 	}
+	var usage *chat.Usage
 	defer func() {
 		if err := p.Close(ctx); err != nil {
-			s.log.Error("proxy", "err", err)
+			s.log.ErrorContext(ctx, "proxy", "err", err)
+		}
+		// The line is the engine's account of the request, the answer's
+		// usage priced, with the provider's own id of it.
+		*rec = p.Record(usage)
+		rec.Wire = d.Name
+		if p.Response != nil {
+			rec.UpstreamID = upstreamID(p.Response.Header)
 		}
 	}()
 	s.metrics.proxied(p.Counts)
@@ -58,7 +74,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		}
 		w.WriteHeader(p.Reply.Status)
 		w.Write(p.Reply.Body)
-		s.metrics.usage(p.Reply.Usage)
+		usage = p.Reply.Usage
 		return
 	}
 	resp := p.Response
@@ -68,11 +84,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		w.Header().Set("X-Accel-Buffering", "no")
 		w.WriteHeader(resp.StatusCode)
 		flusher, _ := w.(http.Flusher)
-		s.metrics.usage(p.Relay(w, func() {
+		usage = p.Relay(w, func() {
 			if flusher != nil {
 				flusher.Flush()
 			}
-		}))
+		})
 		return
 	}
 	// Not a stream (asked for or not): the answer as it came.
@@ -95,7 +111,18 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		f.Flush() // the answer is the client's before the decisions are persisted
 	}
 	s.metrics.latency.Observe((p.Counts.Before + time.Since(post)).Seconds())
-	s.metrics.usage(p.Read(b))
+	usage = p.Read(b)
+}
+
+// upstreamID is the provider's id of a request, from its answer's headers
+// (OpenAI's x-request-id, Anthropic's request-id).
+func upstreamID(h http.Header) string {
+	for _, k := range []string{"X-Request-Id", "Request-Id"} {
+		if v := h.Get(k); v != "" {
+			return clip(v)
+		}
+	}
+	return ""
 }
 
 // keepFor is the keep-turn-images switch of a proxied request: on unless

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -41,6 +42,8 @@ type fakeUpstream struct {
 	// closes it (or 5 s pass, which gateTimedOut records).
 	gate         chan struct{}
 	gateTimedOut bool
+	// header is set on every answer (an upstream's own request id, say).
+	header http.Header
 }
 
 func newFake(t *testing.T, format upstream.Format) *fakeUpstream {
@@ -69,6 +72,9 @@ func (f *fakeUpstream) handle(w http.ResponseWriter, r *http.Request) {
 		tool, f.toolCalls = f.toolCalls[0], f.toolCalls[1:]
 	}
 	f.mu.Unlock()
+	for k, v := range f.header {
+		w.Header()[k] = v
+	}
 	if f.maxImages > 0 && countImages(body) > f.maxImages {
 		w.WriteHeader(400)
 		if f.format == upstream.Anthropic {
@@ -168,6 +174,11 @@ var tinyProfile = tokens.Profile{Name: "tiny", Match: []string{"tiny-*"}, Family
 	Tokenizer: "chars4", Image: tokens.ImageRule{Rule: "openai_tile", BaseTokens: 85, TileTokens: 170}}
 
 func newGW(t *testing.T, format upstream.Format, keys map[string]string) *gw {
+	return newGWWith(t, format, Config{Keys: keys, MaxBodyBytes: 8 << 20}, discardLogger())
+}
+
+// newGWWith is newGW with its config and log.
+func newGWWith(t *testing.T, format upstream.Format, cfg Config, log *slog.Logger) *gw {
 	g := &gw{up: newFake(t, format), images: &imagestore.Mem{}}
 	tbl, _ := tokens.Default().With(tinyProfile)
 	g.engine = &engine.Engine{
@@ -176,9 +187,10 @@ func newGW(t *testing.T, format upstream.Format, keys map[string]string) *gw {
 		Fetcher:  &media.Fetcher{Timeout: 2 * time.Second, AnyPort: true, Log: discardLogger()},
 		Shrinker: &media.Shrinker{},
 	}
-	g.server = New(Config{Keys: keys, MaxBodyBytes: 8 << 20}, g.engine, prometheus.NewRegistry(), discardLogger())
+	g.server = New(cfg, g.engine, prometheus.NewRegistry(), log)
 	g.srv = httptest.NewServer(g.server.Handler())
 	t.Cleanup(g.srv.Close)
+	t.Cleanup(g.server.Close)
 	return g
 }
 

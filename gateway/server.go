@@ -92,6 +92,13 @@ type Config struct {
 	// MaxResponseBytes bounds a non-streamed upstream answer; past it the
 	// client gets a 502 naming the limit, never a cut body. Default 64 MB.
 	MaxResponseBytes int64
+	// RequestLog keeps a line per request in the session store, written
+	// in batches by a goroutine Close stops (GET /v1/requests answers what
+	// was logged either way). RequestRetention and RequestMaxRows bound
+	// it: defaults 7 days and 100,000 lines.
+	RequestLog       bool
+	RequestRetention time.Duration
+	RequestMaxRows   int
 }
 
 // maxMCPBody bounds one MCP request: a tool call names a handle.
@@ -111,6 +118,15 @@ type Server struct {
 	mu       sync.Mutex
 	bodies   bodyPool
 	draining atomic.Bool
+	reqlog   *requestLog // nil when off
+}
+
+// Close writes the request log's last lines and stops its writer; the
+// routes still serve.
+func (s *Server) Close() {
+	if s.reqlog != nil {
+		s.reqlog.Close()
+	}
 }
 
 // Drain makes /readyz answer 503 (draining) from now on, while every route
@@ -142,20 +158,35 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = 64 << 20
 	}
+	if cfg.RequestRetention <= 0 {
+		cfg.RequestRetention = 7 * 24 * time.Hour
+	}
+	if cfg.RequestMaxRows <= 0 {
+		cfg.RequestMaxRows = 100_000
+	}
 	if log == nil {
 		log = slog.Default()
 	}
+	if _, ok := log.Handler().(idHandler); !ok {
+		log = slog.New(idHandler{log.Handler()})
+	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
 		perTenant: map[string]tenantLoad{}}
+	if cfg.RequestLog {
+		s.reqlog = newRequestLog(e.Sessions, cfg.RequestRetention, cfg.RequestMaxRows, log, s.metrics)
+	}
 	// Every attempt at an upstream is counted, retries included.
 	for _, up := range s.upstreams() {
 		if up.Client != nil {
 			up.Client.Attempted = s.attempted(up.Name, up.Client.Format)
 		}
 	}
-	// The engine logs where the gateway does, unless it has a log of its own.
+	// The engine logs where the gateway does, unless it has a log of its
+	// own; either way its lines carry the request's id.
 	if e.Log == nil {
 		e.Log = log
+	} else if _, ok := e.Log.Handler().(idHandler); !ok {
+		e.Log = slog.New(idHandler{e.Log.Handler()})
 	}
 	// Engine decisions feed the metrics, and still reach any sink the
 	// caller had set.
@@ -196,6 +227,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/sessions/{id}/export", "sessions_export", openai.Dialect, s.exportSession)
 	route("GET /v1/sessions/{id}/keepimg", "keepimg", openai.Dialect, s.keepimg)
 	route("POST /v1/sessions/{id}/keepimg/store", "keepimg_store", openai.Dialect, s.keepimgStore)
+	route("GET /v1/requests", "requests", openai.Dialect, s.listRequests)
 	// The recall tools over MCP, for every method (the SDK answers GET
 	// and DELETE with 405: it keeps no session between requests).
 	tools := recall.Handler(s.engine, s.cfg.Version)
@@ -286,18 +318,19 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	first  time.Time // the status line written
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
-		w.status = code
+		w.status, w.first = code, time.Now()
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.status, w.first = http.StatusOK, time.Now()
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
@@ -312,20 +345,35 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// wrap adds what every API route needs: a concurrency bound, a timeout,
-// authentication (when auth is true), and one structured log line.
+// wrap adds what every API route needs: a request id (X-Request-Id, the
+// client's kept), a concurrency bound, a timeout, authentication (when
+// auth is true), one structured log line, and the request log's line of a
+// request that called an upstream.
 func (s *Server) wrap(name string, sh *wire.Dialect, auth bool, h func(http.ResponseWriter, *http.Request, string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		tenant := ""
+		fl := &inFlight{id: requestID(r.Header.Get("X-Request-Id"))}
+		w.Header().Set("X-Request-Id", fl.id)
+		w.Header().Set("X-Imgctx-Request-Id", fl.id)
+		r = r.WithContext(withInFlight(r.Context(), fl))
 		defer func() {
 			if sw.status == 0 {
 				sw.status = http.StatusOK
 			}
+			took := time.Since(start)
 			s.metrics.requests.WithLabelValues(name, fmt.Sprint(sw.status)).Inc()
-			s.log.Info("request", "route", name, "method", r.Method, "path", clip(r.URL.Path), "status", sw.status,
-				"tenant", tenant, "bytes_in", r.ContentLength, "bytes_out", sw.bytes, "duration_ms", time.Since(start).Milliseconds())
+			s.log.InfoContext(r.Context(), "request", "route", name, "method", r.Method, "path", clip(r.URL.Path), "status", sw.status,
+				"tenant", tenant, "bytes_in", r.ContentLength, "bytes_out", sw.bytes, "duration_ms", took.Milliseconds())
+			if rec := fl.rec; rec != nil {
+				rec.ID, rec.Time, rec.Tenant, rec.Route, rec.Status = fl.id, start, tenant, name, sw.status
+				rec.DurationMS, rec.BytesIn, rec.BytesOut = ms(took), max(r.ContentLength, 0), sw.bytes
+				if !sw.first.IsZero() {
+					rec.FirstByteMS = ms(sw.first.Sub(start))
+				}
+				s.recorded(rec)
+			}
 		}()
 		// A body must arrive within its deadline: a client that stalls
 		// holds its slot for that long at most. Once it has arrived, the

@@ -73,12 +73,14 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request, tenant string) {
 		s.fail(w, openai.Dialect, reason.Wrap(reason.Invalid, "malformed turn", err))
 		return
 	}
+	rec := record(r.Context(), session.Request{Conversation: r.PathValue("id")})
 	res, err := s.engine.Call(r.Context(), tenant, session.ID(r.PathValue("id")), req.Messages)
 	if err != nil {
+		rec.Error = clip(err.Error())
 		s.fail(w, openai.Dialect, err)
 		return
 	}
-	s.metrics.usage(res.Usage)
+	*rec = res.Record
 	msg, _ := openai.EncodeMessage(res.Message, refURL)
 	events := make([]map[string]any, 0, len(res.Events))
 	for _, e := range res.Events {

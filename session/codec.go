@@ -105,6 +105,23 @@ type Rows interface {
 	Err() error
 }
 
+// loadJSONRows reads rows of one JSON text column, each decoded.
+func loadJSONRows[T any](rows Rows, what string, decode func([]byte) (T, error)) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		var b string
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		v, err := decode([]byte(b))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 // LoadSnapshot builds a snapshot from its meta, its state's JSON and its log's
 // rows (seq, at in Unix nanoseconds, body), read in order: the load both
 // SQL stores share.

@@ -22,6 +22,12 @@ type Mem struct {
 	sessions map[string]map[ID]*memSession
 	proxied  map[string]memProxied // by tenant + "/" + key
 	recalls  map[[2]string]Recall  // by tenant, handle
+	requests []memRequest          // oldest first
+}
+
+type memRequest struct {
+	at   time.Time
+	line []byte // EncodeRequest's
 }
 
 type memProxied struct {
@@ -265,6 +271,45 @@ func (m *Mem) ListRecalls(_ context.Context, tenant, conversation string) ([]Rec
 	m.mu.Unlock()
 	sortRecalls(out)
 	return out[:min(len(out), MaxRecallList)], nil
+}
+
+func (m *Mem) AppendRequests(_ context.Context, rs []Request) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range rs {
+		b, err := EncodeRequest(r)
+		if err != nil {
+			return err
+		}
+		m.requests = append(m.requests, memRequest{at: r.Time, line: b})
+	}
+	return nil
+}
+
+func (m *Mem) ListRequests(_ context.Context, f RequestFilter) ([]Request, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Request
+	for i := len(m.requests) - 1; i >= 0 && len(out) < f.Limited(); i-- {
+		r, err := DecodeRequest(m.requests[i].line)
+		if err != nil {
+			return nil, err
+		}
+		if f.Matches(r) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (m *Mem) TrimRequests(_ context.Context, before time.Time, keep int) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.requests = slices.DeleteFunc(m.requests, func(r memRequest) bool { return r.at.Before(before) })
+	if keep > 0 && len(m.requests) > keep {
+		m.requests = slices.Delete(m.requests, 0, len(m.requests)-keep)
+	}
+	return len(m.requests), nil
 }
 
 func (m *Mem) Close() error { return nil }

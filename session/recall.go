@@ -59,18 +59,4 @@ func DecodeRecall(b []byte) (Recall, error) {
 
 // LoadRecalls reads a SQL store's recall rows (the recall JSON, in
 // order): the list both SQL stores share.
-func LoadRecalls(rows Rows) ([]Recall, error) {
-	var out []Recall
-	for rows.Next() {
-		var b string
-		if err := rows.Scan(&b); err != nil {
-			return nil, fmt.Errorf("list recalls: %w", err)
-		}
-		r, err := DecodeRecall([]byte(b))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
+func LoadRecalls(rows Rows) ([]Recall, error) { return loadJSONRows(rows, "list recalls", DecodeRecall) }

@@ -107,6 +107,13 @@ type Store interface {
 	// ListRecalls returns a conversation's recallable images, newest
 	// removal first, at most MaxRecallList.
 	ListRecalls(ctx context.Context, tenant, conversation string) ([]Recall, error)
+	// AppendRequests adds lines to the request log.
+	AppendRequests(ctx context.Context, rs []Request) error
+	// ListRequests returns the lines a filter selects, newest first.
+	ListRequests(ctx context.Context, f RequestFilter) ([]Request, error)
+	// TrimRequests deletes the lines older than the time and, when keep is
+	// positive, all but the newest keep; it says how many are left.
+	TrimRequests(ctx context.Context, before time.Time, keep int) (left int, err error)
 	// Ping reports whether the store can serve, in constant time (a
 	// readiness probe calls it).
 	Ping(ctx context.Context) error

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imgctx/imgctx/chat"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -40,6 +41,18 @@ type Prices struct {
 	CacheRead    float64 `yaml:"cache_read" json:"cache_read"`
 	CacheWrite   float64 `yaml:"cache_write,omitempty" json:"cache_write,omitempty"`
 	CacheWrite1h float64 `yaml:"cache_write_1h,omitempty" json:"cache_write_1h,omitempty"`
+}
+
+// Dollars is what usage costs at these prices: the prompt tokens not read
+// from or written to the cache at the input price, cache writes at the
+// 5-minute write price (the input price when it has none).
+func (p *Prices) Dollars(u chat.Usage) float64 {
+	write := p.CacheWrite
+	if write == 0 {
+		write = p.Input
+	}
+	fresh := max(u.Prompt-u.CacheRead-u.CacheWrite, 0)
+	return (float64(fresh)*p.Input + float64(u.CacheRead)*p.CacheRead + float64(u.CacheWrite)*write + float64(u.Output)*p.Output) / 1e6
 }
 
 // ImageRule names an image-token rule and carries its parameters; which

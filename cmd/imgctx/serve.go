@@ -116,14 +116,15 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		UpstreamKeys: tenantKeys, Upstreams: routes, MaxResponseBytes: cfg.Upstream.MaxResponse,
 		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
 		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate,
-		ProxyKeepOff: !cfg.Proxy.KeepTurnImages, Recall: cfg.Proxy.Recall, Version: version}, e, reg, a.log)
+		ProxyKeepOff: !cfg.Proxy.KeepTurnImages, Recall: cfg.Proxy.Recall, Version: version,
+		RequestLog: cfg.RequestLog.Enabled, RequestRetention: cfg.RequestLog.Retention, RequestMaxRows: cfg.RequestLog.MaxRows}, e, reg, a.log)
 	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
 	stopFlush := every(time.Second, func() {
 		if err := e.FlushProxied(context.Background()); err != nil {
 			a.log.Error("writing proxied conversations' measurement bases", "err", err)
 		}
 	})
-	return srv, func() { stopExpiry(); stopFlush(); sessions.Close() }, nil
+	return srv, func() { stopExpiry(); stopFlush(); srv.Close(); sessions.Close() }, nil
 }
 
 // expireProxied deletes the decisions of proxied conversations idle past

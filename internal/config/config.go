@@ -45,6 +45,7 @@ type Config struct {
 	Micro      Micro            `yaml:"micro"`
 	Replay     Replay           `yaml:"replay"`
 	Log        Log              `yaml:"log"`
+	RequestLog RequestLog       `yaml:"request_log"`
 	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
 	Upstreams  []Route          `yaml:"upstreams" env:"-"`
 }
@@ -99,6 +100,13 @@ type Proxy struct {
 	IdleExpiry     time.Duration `yaml:"idle_expiry" doc:"a proxied conversation's decisions are deleted after this long without a request"`
 	MaxImages      int           `yaml:"max_images" doc:"image decisions kept per proxied conversation; past it they start over"`
 	Recall         bool          `yaml:"recall" doc:"image markers carry a handle for the imgctx_recall tool (MCP at /mcp); off: a model told of a tool its agent lacks tries it (a client may say X-Imgctx-Recall: on or off)"`
+}
+
+// RequestLog configures the request log (docs/api.md "Request log").
+type RequestLog struct {
+	Enabled   bool          `yaml:"enabled" doc:"keep a line per request (tokens, dollars, images sent and not sent, cache breaks; never message text) in the session store, for GET /v1/requests"`
+	Retention time.Duration `yaml:"retention" doc:"lines older than this are deleted"`
+	MaxRows   int           `yaml:"max_rows" doc:"lines kept at most, the newest"`
 }
 
 // Store configures the image store.
@@ -253,7 +261,8 @@ func Defaults() Config {
 		Replay:     Replay{MaxHistoryImages: 4, MaxHistoryImageBytes: 1_600_000},
 		Micro: Micro{IdleAfter: 60 * time.Minute, KeepRecentTool: 1, KeepRecentMedia: 1, KeepRecentNestedMedia: 1,
 			CompactableTools: "read_file,read_many_files,grep,glob,ls,shell,web_fetch,web_search"},
-		Log: Log{Level: "info", Format: "text"},
+		Log:        Log{Level: "info", Format: "text"},
+		RequestLog: RequestLog{Enabled: true, Retention: 7 * 24 * time.Hour, MaxRows: 100_000},
 	}
 }
 
@@ -500,6 +509,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("server.drain_delay: must not be negative (0: shut down at once)"))
 	}
 	positive("proxy.idle_expiry", int64(c.Proxy.IdleExpiry))
+	positive("request_log.retention", int64(c.RequestLog.Retention))
+	positive("request_log.max_rows", int64(c.RequestLog.MaxRows))
 	positive("proxy.max_images", int64(c.Proxy.MaxImages))
 	if _, err := c.APIKeys(); err != nil {
 		errs = append(errs, err)

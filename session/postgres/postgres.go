@@ -406,6 +406,48 @@ func (s *Store) ListRecalls(ctx context.Context, tenant, conversation string) ([
 	return session.LoadRecalls(rows)
 }
 
+func (s *Store) AppendRequests(ctx context.Context, rs []session.Request) error {
+	var batch pgx.Batch
+	for _, r := range rs {
+		b, err := session.EncodeRequest(r)
+		if err != nil {
+			return err
+		}
+		batch.Queue(`INSERT INTO requests (tenant, id, upstream_id, conversation, model, at, line) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			r.Tenant, r.ID, r.UpstreamID, r.Conversation, r.Model, r.Time.UnixNano(), string(b))
+	}
+	if err := s.pool.SendBatch(ctx, &batch).Close(); err != nil {
+		return fmt.Errorf("append requests: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) ListRequests(ctx context.Context, f session.RequestFilter) ([]session.Request, error) {
+	where, args := f.Where(func(n int) string { return "$" + strconv.Itoa(n) })
+	rows, err := s.pool.Query(ctx, `SELECT line FROM requests WHERE `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list requests: %w", err)
+	}
+	defer rows.Close()
+	return session.LoadRequests(rows)
+}
+
+func (s *Store) TrimRequests(ctx context.Context, before time.Time, keep int) (int, error) {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM requests WHERE at < $1`, before.UnixNano()); err != nil {
+		return 0, fmt.Errorf("trim requests: %w", err)
+	}
+	if keep > 0 {
+		if _, err := s.pool.Exec(ctx, `DELETE FROM requests WHERE seq <= (SELECT seq FROM requests ORDER BY seq DESC LIMIT 1 OFFSET $1)`, keep); err != nil {
+			return 0, fmt.Errorf("trim requests: %w", err)
+		}
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM requests`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count requests: %w", err)
+	}
+	return n, nil
+}
+
 // Ping runs one constant-time query.
 func (s *Store) Ping(ctx context.Context) error {
 	var one int

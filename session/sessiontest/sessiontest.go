@@ -383,6 +383,74 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("the request log answers within its tenant, newest first, and trims by age and rows", func(t *testing.T) {
+		s := h.New(t)
+		at := time.Unix(0, time.Now().Add(-time.Hour).UnixNano()).UTC()
+		line := func(i int, tenant, conv, model string) session.Request {
+			return session.Request{ID: fmt.Sprintf("r%d", i), UpstreamID: fmt.Sprintf("up%d", i), Time: at.Add(time.Duration(i) * time.Minute),
+				Tenant: tenant, Conversation: conv, Route: "messages", Wire: "anthropic", Model: model, Status: 200, DurationMS: 12.5,
+				Input: 1000 + i, CacheRead: 800, CacheWrite: 100, Output: 50, Dollars: 0.0042, Priced: true, BytesIn: 4096, BytesOut: 512,
+				Images:  []session.ImageFate{{Ref: blob.Of([]byte("a")), Sent: true, Width: 1280, Height: 800}, {Ref: blob.Of([]byte("b")), Reason: "budget"}},
+				Removed: 1, Break: true, BreakCause: "image"}
+		}
+		var all []session.Request
+		for i := range 6 {
+			conv, model := "k1", "claude-sonnet-4-6"
+			if i%2 == 1 {
+				conv, model = "k2", "gpt-4o"
+			}
+			all = append(all, line(i, "alpha", conv, model))
+		}
+		all = append(all, line(6, "beta", "k1", "gpt-4o"))
+		if err := s.AppendRequests(ctx, all[:3]); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendRequests(ctx, all[3:]); err != nil {
+			t.Fatal(err)
+		}
+		ids := func(rs []session.Request) string {
+			out := ""
+			for _, r := range rs {
+				out += r.ID + " "
+			}
+			return out
+		}
+		for _, c := range []struct {
+			f    session.RequestFilter
+			want string
+		}{
+			{session.RequestFilter{Tenant: "alpha"}, "r5 r4 r3 r2 r1 r0 "},
+			{session.RequestFilter{Tenant: "beta"}, "r6 "},
+			{session.RequestFilter{Tenant: "gamma"}, ""},
+			{session.RequestFilter{Tenant: "alpha", Conversation: "k1"}, "r4 r2 r0 "},
+			{session.RequestFilter{Tenant: "alpha", Model: "gpt-4o"}, "r5 r3 r1 "},
+			{session.RequestFilter{Tenant: "alpha", Since: at.Add(3 * time.Minute)}, "r5 r4 r3 "},
+			{session.RequestFilter{Tenant: "alpha", ID: "up2"}, "r2 "},
+			{session.RequestFilter{Tenant: "alpha", ID: "r6"}, ""},
+			{session.RequestFilter{Tenant: "alpha", Limit: 2}, "r5 r4 "},
+		} {
+			got, err := s.ListRequests(ctx, c.f)
+			if err != nil || ids(got) != c.want {
+				t.Errorf("%+v: %v %q, want %q", c.f, err, ids(got), c.want)
+			}
+		}
+		got, _ := s.ListRequests(ctx, session.RequestFilter{Tenant: "alpha", ID: "r4"})
+		if len(got) != 1 || !reflect.DeepEqual(got[0], all[4]) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", got, all[4])
+		}
+		left, err := s.TrimRequests(ctx, at.Add(2*time.Minute), 0)
+		if err != nil || left != 5 {
+			t.Fatalf("trim by age: %v, %d left, want 5", err, left)
+		}
+		left, err = s.TrimRequests(ctx, time.Time{}, 3)
+		if err != nil || left != 3 {
+			t.Fatalf("trim by rows: %v, %d left, want 3", err, left)
+		}
+		if got, _ := s.ListRequests(ctx, session.RequestFilter{Tenant: "alpha"}); ids(got) != "r5 r4 " {
+			t.Fatalf("after trimming, alpha has %q, want the newest: r5 r4", ids(got))
+		}
+	})
+
 	if h.Reopen != nil {
 		t.Run("a restarted process resumes exactly", func(t *testing.T) {
 			s := h.New(t)

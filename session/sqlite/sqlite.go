@@ -356,6 +356,54 @@ func (s *Store) ListRecalls(ctx context.Context, tenant, conversation string) ([
 	return session.LoadRecalls(rows)
 }
 
+func (s *Store) AppendRequests(ctx context.Context, rs []session.Request) error {
+	tx, err := s.proxied.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("append requests: %w", err)
+	}
+	defer tx.Rollback()
+	for _, r := range rs {
+		b, err := session.EncodeRequest(r)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO requests (tenant, id, upstream_id, conversation, model, at, line) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			r.Tenant, r.ID, r.UpstreamID, r.Conversation, r.Model, r.Time.UnixNano(), string(b)); err != nil {
+			return fmt.Errorf("append requests: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("append requests: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) ListRequests(ctx context.Context, f session.RequestFilter) ([]session.Request, error) {
+	where, args := f.Where(func(int) string { return "?" })
+	rows, err := s.proxied.QueryContext(ctx, `SELECT line FROM requests WHERE `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list requests: %w", err)
+	}
+	defer rows.Close()
+	return session.LoadRequests(rows)
+}
+
+func (s *Store) TrimRequests(ctx context.Context, before time.Time, keep int) (int, error) {
+	if _, err := s.proxied.ExecContext(ctx, `DELETE FROM requests WHERE at < ?`, before.UnixNano()); err != nil {
+		return 0, fmt.Errorf("trim requests: %w", err)
+	}
+	if keep > 0 {
+		if _, err := s.proxied.ExecContext(ctx, `DELETE FROM requests WHERE seq <= (SELECT seq FROM requests ORDER BY seq DESC LIMIT 1 OFFSET ?)`, keep); err != nil {
+			return 0, fmt.Errorf("trim requests: %w", err)
+		}
+	}
+	var n int
+	if err := s.proxied.QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count requests: %w", err)
+	}
+	return n, nil
+}
+
 // Close closes the database.
 func (s *Store) Close() error { return errors.Join(s.proxied.Close(), s.db.Close()) }
 

@@ -1,0 +1,148 @@
+package session
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/reason"
+)
+
+// Request is one line of the request log: what one request to the
+// gateway sent upstream, what it cost and what became of its images. It
+// never holds message text.
+type Request struct {
+	ID string `json:"id"`
+	// UpstreamID is the provider's own id of the request, when it gave one.
+	UpstreamID string    `json:"upstream_id,omitempty"`
+	Time       time.Time `json:"time"`
+	Tenant     string    `json:"tenant"`
+	// Conversation is a proxied conversation's key or a session's id.
+	Conversation string `json:"conversation,omitempty"`
+	Route        string `json:"route"`
+	Wire         string `json:"wire,omitempty"`
+	Model        string `json:"model,omitempty"`
+	// Profile is the model profile that priced it.
+	Profile    string  `json:"profile,omitempty"`
+	Upstream   string  `json:"upstream,omitempty"`
+	Status     int     `json:"status"`
+	DurationMS float64 `json:"duration_ms"`
+	// GatewayMS is imgctx's own time before the upstream was called.
+	GatewayMS float64 `json:"gateway_ms,omitempty"`
+	// FirstByteMS is the time to the answer's first byte; 0 when none came.
+	FirstByteMS float64 `json:"first_byte_ms,omitempty"`
+	// Tokens are the provider's usage: input is every prompt token, cache
+	// read and write are parts of it.
+	Input      int `json:"input_tokens"`
+	CacheRead  int `json:"cache_read_tokens"`
+	CacheWrite int `json:"cache_write_tokens"`
+	Output     int `json:"output_tokens"`
+	// Dollars is the usage at the model's list prices; Priced is false when
+	// its profile has none (or the upstream reported no usage).
+	Dollars  float64 `json:"dollars"`
+	Priced   bool    `json:"priced"`
+	BytesIn  int64   `json:"bytes_in"`
+	BytesOut int64   `json:"bytes_out"`
+	// Images are the request's images as it sent them: each one sent, or
+	// not sent with its reason.
+	Images []ImageFate `json:"images,omitempty"`
+	// Removed counts the images this request removed for the first time:
+	// the ones that changed what the provider had cached.
+	Removed int `json:"removed,omitempty"`
+	// Break says the provider read less of its cache than the previous
+	// request left there; BreakCause is "image" (this request removed
+	// images), "expired" (idle past the cache's lifetime) or "other".
+	Break      bool   `json:"prefix_break,omitempty"`
+	BreakCause string `json:"break_cause,omitempty"`
+	Replays    int    `json:"replays,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// ImageFate is one image occurrence of a request: sent, or replaced by a
+// marker with the reason.
+type ImageFate struct {
+	Ref    blob.Ref    `json:"ref"`
+	Sent   bool        `json:"sent"`
+	Reason reason.Code `json:"reason,omitempty"`
+	Width  int         `json:"width,omitempty"`
+	Height int         `json:"height,omitempty"`
+}
+
+// RequestFilter selects request log lines, always within one tenant.
+// Empty fields select everything; Limit bounds the answer (at most
+// MaxRequestList, the newest first).
+type RequestFilter struct {
+	Tenant       string
+	ID           string // the request's id or the provider's
+	Conversation string
+	Model        string
+	Since        time.Time
+	Limit        int
+}
+
+// MaxRequestList bounds what ListRequests returns.
+const MaxRequestList = 1000
+
+// Limited is the filter's limit, within MaxRequestList.
+func (f RequestFilter) Limited() int {
+	if f.Limit <= 0 || f.Limit > MaxRequestList {
+		return MaxRequestList
+	}
+	return f.Limit
+}
+
+// Matches reports whether r is selected by f (the in-memory store's query).
+func (f RequestFilter) Matches(r Request) bool {
+	return r.Tenant == f.Tenant && (f.ID == "" || r.ID == f.ID || r.UpstreamID == f.ID) &&
+		(f.Conversation == "" || r.Conversation == f.Conversation) && (f.Model == "" || r.Model == f.Model) &&
+		!r.Time.Before(f.Since)
+}
+
+// EncodeRequest writes a request log line as JSON, its time in UTC.
+func EncodeRequest(r Request) ([]byte, error) {
+	r.Time = time.Unix(0, r.Time.UnixNano()).UTC()
+	return json.Marshal(r)
+}
+
+// DecodeRequest reads what EncodeRequest wrote.
+func DecodeRequest(b []byte) (Request, error) {
+	var r Request
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Request{}, fmt.Errorf("decode request log line: %w", err)
+	}
+	return r, nil
+}
+
+// LoadRequests reads a SQL store's request rows (the line's JSON, in
+// order).
+func LoadRequests(rows Rows) ([]Request, error) {
+	return loadJSONRows(rows, "list requests", DecodeRequest)
+}
+
+// Where is the filter as a SQL condition on the requests table, its
+// arguments numbered by ph (SQLite's "?" or PostgreSQL's "$n"), and the
+// limit last.
+func (f RequestFilter) Where(ph func(n int) string) (string, []any) {
+	args := []any{f.Tenant}
+	cond := "tenant = " + ph(1)
+	add := func(clause string, v any) {
+		args = append(args, v)
+		cond += " AND " + fmt.Sprintf(clause, ph(len(args)))
+	}
+	if f.ID != "" {
+		args = append(args, f.ID, f.ID)
+		cond += fmt.Sprintf(" AND (id = %s OR upstream_id = %s)", ph(len(args)-1), ph(len(args)))
+	}
+	if f.Conversation != "" {
+		add("conversation = %s", f.Conversation)
+	}
+	if f.Model != "" {
+		add("model = %s", f.Model)
+	}
+	if !f.Since.IsZero() {
+		add("at >= %s", f.Since.UnixNano())
+	}
+	args = append(args, f.Limited())
+	return cond + " ORDER BY seq DESC LIMIT " + ph(len(args)), args
+}
