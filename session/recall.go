@@ -59,4 +59,6 @@ func DecodeRecall(b []byte) (Recall, error) {
 
 // LoadRecalls reads a SQL store's recall rows (the recall JSON, in
 // order): the list both SQL stores share.
-func LoadRecalls(rows Rows) ([]Recall, error) { return loadJSONRows(rows, "list recalls", DecodeRecall) }
+func LoadRecalls(rows Rows) ([]Recall, error) {
+	return loadJSONRows(rows, "list recalls", DecodeRecall)
+}

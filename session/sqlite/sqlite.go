@@ -362,13 +362,19 @@ func (s *Store) AppendRequests(ctx context.Context, rs []session.Request) error 
 		return fmt.Errorf("append requests: %w", err)
 	}
 	defer tx.Rollback()
+	// One statement prepared for the batch: parsing it per line cost more
+	// than the insert.
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO requests (tenant, id, upstream_id, conversation, model, at, line) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("append requests: %w", err)
+	}
+	defer ins.Close()
 	for _, r := range rs {
 		b, err := session.EncodeRequest(r)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO requests (tenant, id, upstream_id, conversation, model, at, line) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			r.Tenant, r.ID, r.UpstreamID, r.Conversation, r.Model, r.Time.UnixNano(), string(b)); err != nil {
+		if _, err := ins.ExecContext(ctx, r.Tenant, r.ID, r.UpstreamID, r.Conversation, r.Model, r.Time.UnixNano(), string(b)); err != nil {
 			return fmt.Errorf("append requests: %w", err)
 		}
 	}

@@ -1,10 +1,13 @@
 package sqlite
 
 import (
+	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sessiontest"
@@ -63,4 +66,27 @@ func TestDatabaseIsOwnerOnly(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
+}
+
+// BenchmarkAppendRequests writes the request log as the gateway does: a
+// batch of 256 lines of a text request (no images) in one transaction.
+func BenchmarkAppendRequests(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "imgctx.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	batch := make([]session.Request, 256)
+	for i := range batch {
+		batch[i] = session.Request{ID: fmt.Sprintf("req_%024d", i), Time: time.Now(), Tenant: "default", Conversation: "e208cda9febccd82f9652565e3cf43f229c65c4682cbabc91cd6c20763800e71",
+			Route: "chat_completions", Wire: "openai", Model: "gpt-4o", Profile: "gpt-4o", Upstream: "default", Status: 200, DurationMS: 0.5,
+			Input: 120, Output: 5, Dollars: 0.0003, Priced: true, BytesIn: 1010, BytesOut: 300}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.AppendRequests(context.Background(), batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(batch)), "µs/line")
 }
