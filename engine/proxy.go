@@ -19,6 +19,10 @@ import (
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxModelName bounds a model name: no provider has a longer one, and the
@@ -112,7 +116,13 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	start := time.Now()
 	d := c.Wire
+	_, scanned := startSpan(ctx, "imgctx.scan")
 	sp, keys, rk, prev, err := e.scan(c)
+	if sp != nil {
+		scanned.SetAttributes(attribute.Int("imgctx.messages", len(sp.Marks)), attribute.Int("imgctx.messages.resumed", sp.Resumed),
+			attribute.Int("imgctx.slots", len(sp.Slots)))
+	}
+	scanned.End()
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +141,11 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		}
 		return e.flat(ctx, c, key, sp.Model, route, counts)
 	}
-	msgs, verbatim, keys, err := e.ingestSlots(ctx, c.Tenant, sp, keys, &counts)
+	ictx, ingested := startSpan(ctx, "imgctx.ingest")
+	msgs, verbatim, keys, err := e.ingestSlots(ictx, c.Tenant, sp, keys, &counts)
+	ingested.SetAttributes(attribute.Int("imgctx.images.stored", counts.Stored), attribute.Int64("imgctx.images.stored_bytes", counts.StoredBytes),
+		attribute.Int("imgctx.images.deduplicated", counts.Deduplicated))
+	ingested.End()
 	if err != nil {
 		e.sink(Event{Kind: "refused", Reason: reason.Of(err)})
 		return nil, err
@@ -143,9 +157,14 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	e.spans.keepResume(rk, resumed{res: sp.Resume(), keys: keys, convKey: key, convID: id, opening: opening})
 	profile := e.ProfileWith(sp.Model, route.Hints)
-	fw, err := e.decide(ctx, proxyRequest{Tenant: c.Tenant, Key: key,
+	dctx, decided := startSpan(ctx, "imgctx.decide")
+	fw, err := e.decide(dctx, proxyRequest{Tenant: c.Tenant, Key: key,
 		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
+	if fw != nil {
+		decided.SetAttributes(attribute.Int("imgctx.images.not_sent", len(fw.NotSent)))
+	}
+	decided.End()
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +202,25 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		if c.Readers != nil {
 			req.Body = body.Tracked(c.Readers)
 		}
-		return route.Client.Send(ctx, req)
+		uctx, call := startSpan(ctx, "imgctx.upstream", trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("imgctx.upstream", route.Name), attribute.Int("http.request.body.size", body.Len())))
+		defer call.End()
+		if call.SpanContext().IsValid() {
+			req.Header = req.Header.Clone()
+			traceContext.Inject(uctx, propagation.HeaderCarrier(req.Header))
+		}
+		resp, err := route.Client.Send(uctx, req)
+		var we *wire.Error
+		switch {
+		case err == nil:
+			call.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+		case errors.As(err, &we):
+			call.SetAttributes(attribute.Int("http.response.status_code", we.Status))
+			call.SetStatus(codes.Error, http.StatusText(we.Status))
+		default:
+			call.SetStatus(codes.Error, "upstream unreachable")
+		}
+		return resp, err
 	}
 	p.Counts.Before = time.Since(start)
 	resp, err := send()

@@ -15,6 +15,7 @@ import (
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // proxy serves a drop-in route: it reads the body and hands it, with its
@@ -84,11 +85,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		w.Header().Set("X-Accel-Buffering", "no")
 		w.WriteHeader(resp.StatusCode)
 		flusher, _ := w.(http.Flusher)
+		_, span := s.tracer.Start(ctx, "imgctx.stream")
 		usage = p.Relay(w, func() {
 			if flusher != nil {
 				flusher.Flush()
 			}
 		})
+		span.SetAttributes(attribute.Bool("imgctx.stream.complete", usage != nil))
+		span.End()
 		return
 	}
 	// Not a stream (asked for or not): the answer as it came.

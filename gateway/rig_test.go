@@ -43,7 +43,14 @@ type fakeUpstream struct {
 	gate         chan struct{}
 	gateTimedOut bool
 	// header is set on every answer (an upstream's own request id, say).
-	header http.Header
+	header  http.Header
+	parents []string // the traceparent of each request received
+}
+
+func (f *fakeUpstream) traceparents() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.parents...)
 }
 
 func newFake(t *testing.T, format upstream.Format) *fakeUpstream {
@@ -67,6 +74,9 @@ func (f *fakeUpstream) handle(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	f.mu.Lock()
 	f.bodies = append(f.bodies, body)
+	if tp := r.Header.Get("Traceparent"); tp != "" {
+		f.parents = append(f.parents, tp)
+	}
 	tool := ""
 	if len(f.toolCalls) > 0 {
 		tool, f.toolCalls = f.toolCalls[0], f.toolCalls[1:]

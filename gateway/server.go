@@ -40,6 +40,7 @@ import (
 	"github.com/imgctx/imgctx/wire/responses"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config tunes the gateway. Zero fields take the defaults.
@@ -96,7 +97,11 @@ type Config struct {
 	// in batches by a goroutine Close stops (GET /v1/requests answers what
 	// was logged either way). RequestRetention and RequestMaxRows bound
 	// it: defaults 7 days and 100,000 lines.
-	RequestLog       bool
+	RequestLog bool
+	// Tracer, when set, traces every request: a server span continuing the
+	// client's traceparent, with the engine's spans as children and the
+	// upstream call's traceparent its own.
+	Tracer           trace.TracerProvider
 	RequestRetention time.Duration
 	RequestMaxRows   int
 }
@@ -119,6 +124,7 @@ type Server struct {
 	bodies   bodyPool
 	draining atomic.Bool
 	reqlog   *requestLog // nil when off
+	tracer   trace.Tracer
 }
 
 // Close writes the request log's last lines and stops its writer; the
@@ -171,7 +177,7 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 		log = slog.New(idHandler{log.Handler()})
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
-		perTenant: map[string]tenantLoad{}}
+		perTenant: map[string]tenantLoad{}, tracer: tracerOf(cfg.Tracer)}
 	if cfg.RequestLog {
 		s.reqlog = newRequestLog(e.Sessions, cfg.RequestRetention, cfg.RequestMaxRows, log, s.metrics)
 	}
@@ -357,7 +363,8 @@ func (s *Server) wrap(name string, sh *wire.Dialect, auth bool, h func(http.Resp
 		fl := &inFlight{id: requestID(r.Header.Get("X-Request-Id"))}
 		w.Header().Set("X-Request-Id", fl.id)
 		w.Header().Set("X-Imgctx-Request-Id", fl.id)
-		r = r.WithContext(withInFlight(r.Context(), fl))
+		ctx, span := s.startRequest(r, name, fl.id)
+		r = r.WithContext(withInFlight(ctx, fl))
 		defer func() {
 			if sw.status == 0 {
 				sw.status = http.StatusOK
@@ -374,6 +381,7 @@ func (s *Server) wrap(name string, sh *wire.Dialect, auth bool, h func(http.Resp
 				}
 				s.recorded(rec)
 			}
+			endRequest(span, sw.status, fl.rec)
 		}()
 		// A body must arrive within its deadline: a client that stalls
 		// holds its slot for that long at most. Once it has arrived, the

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func newServeCmd(a *app) *cobra.Command {
@@ -109,6 +110,16 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 			}
 		}
 	}
+	tp, stopTrace, err := tracerProvider(ctx, cfg.Trace)
+	if err != nil {
+		sessions.Close()
+		return nil, nil, err
+	}
+	var tracer trace.TracerProvider
+	if tp != nil {
+		tracer = tp
+		a.log.Info("tracing", "endpoint", endpointShown(cfg.Trace.Endpoint), "sample_ratio", cfg.Trace.SampleRatio)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := gateway.New(gateway.Config{Keys: keys, PassClientKey: cfg.Auth.PassClientKey, MaxBodyBytes: cfg.Server.MaxBodyBytes,
@@ -117,14 +128,15 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		MaxMessages: cfg.Server.MaxMessages, MaxParts: cfg.Server.MaxParts, MaxConcurrentPerTenant: cfg.Server.MaxPerTenant,
 		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate,
 		ProxyKeepOff: !cfg.Proxy.KeepTurnImages, Recall: cfg.Proxy.Recall, Version: version,
-		RequestLog: cfg.RequestLog.Enabled, RequestRetention: cfg.RequestLog.Retention, RequestMaxRows: cfg.RequestLog.MaxRows}, e, reg, a.log)
+		RequestLog: cfg.RequestLog.Enabled, RequestRetention: cfg.RequestLog.Retention, RequestMaxRows: cfg.RequestLog.MaxRows,
+		Tracer: tracer}, e, reg, a.log)
 	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
 	stopFlush := every(time.Second, func() {
 		if err := e.FlushProxied(context.Background()); err != nil {
 			a.log.Error("writing proxied conversations' measurement bases", "err", err)
 		}
 	})
-	return srv, func() { stopExpiry(); stopFlush(); srv.Close(); sessions.Close() }, nil
+	return srv, func() { stopExpiry(); stopFlush(); srv.Close(); stopTrace(); sessions.Close() }, nil
 }
 
 // expireProxied deletes the decisions of proxied conversations idle past

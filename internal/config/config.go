@@ -46,6 +46,7 @@ type Config struct {
 	Replay     Replay           `yaml:"replay"`
 	Log        Log              `yaml:"log"`
 	RequestLog RequestLog       `yaml:"request_log"`
+	Trace      Trace            `yaml:"trace"`
 	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
 	Upstreams  []Route          `yaml:"upstreams" env:"-"`
 }
@@ -107,6 +108,13 @@ type RequestLog struct {
 	Enabled   bool          `yaml:"enabled" doc:"keep a line per request (tokens, dollars, images sent and not sent, cache breaks; never message text) in the session store, for GET /v1/requests"`
 	Retention time.Duration `yaml:"retention" doc:"lines older than this are deleted"`
 	MaxRows   int           `yaml:"max_rows" doc:"lines kept at most, the newest"`
+}
+
+// Trace configures OpenTelemetry traces (docs/api.md "Traces").
+type Trace struct {
+	Endpoint    string  `yaml:"endpoint" doc:"OTLP/HTTP traces URL of a collector (http://127.0.0.1:4318/v1/traces); empty: no traces"`
+	SampleRatio float64 `yaml:"sample_ratio" doc:"share of requests traced when the client sent no sampled traceparent, in [0, 1]"`
+	ServiceName string  `yaml:"service_name" doc:"service.name of the spans"`
 }
 
 // Store configures the image store.
@@ -263,6 +271,7 @@ func Defaults() Config {
 			CompactableTools: "read_file,read_many_files,grep,glob,ls,shell,web_fetch,web_search"},
 		Log:        Log{Level: "info", Format: "text"},
 		RequestLog: RequestLog{Enabled: true, Retention: 7 * 24 * time.Hour, MaxRows: 100_000},
+		Trace:      Trace{SampleRatio: 1, ServiceName: "imgctx"},
 	}
 }
 
@@ -511,6 +520,9 @@ func (c Config) Validate() error {
 	positive("proxy.idle_expiry", int64(c.Proxy.IdleExpiry))
 	positive("request_log.retention", int64(c.RequestLog.Retention))
 	positive("request_log.max_rows", int64(c.RequestLog.MaxRows))
+	if c.Trace.SampleRatio < 0 || c.Trace.SampleRatio > 1 || math.IsNaN(c.Trace.SampleRatio) {
+		errs = append(errs, fmt.Errorf("trace.sample_ratio: must be between 0 and 1 (got %v)", c.Trace.SampleRatio))
+	}
 	positive("proxy.max_images", int64(c.Proxy.MaxImages))
 	if _, err := c.APIKeys(); err != nil {
 		errs = append(errs, err)
