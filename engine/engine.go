@@ -174,6 +174,7 @@ type Engine struct {
 
 	once        sync.Once
 	decodeSlots *pixelSlots
+	thumbs      *thumbCache
 	locks       sessionLocks
 	b64         *base64Cache
 	meta        *metaCache
@@ -234,6 +235,7 @@ func (e *Engine) init() {
 		at = 100_000_000
 	}
 	e.decodeSlots = &pixelSlots{size: at}
+	e.thumbs = newThumbCache()
 }
 
 func (e *Engine) now() time.Time {
@@ -396,10 +398,22 @@ func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incomin
 		return nil, fmt.Errorf("persist session: %w", err)
 	}
 	res.Events = c.events
-	res.Record = session.Request{Conversation: string(id), Model: snap.Meta.Settings.Model, Images: fatesOf(c.st.Live)}
+	res.Record = session.Request{Conversation: string(id), Model: snap.Meta.Settings.Model, Images: fatesOf(c.st.Live, c.profile),
+		Window: c.profile.ContextWindow, Outline: foldedOf(c.st.Live)}
 	priced(&res.Record, c.profile, res.Usage)
 	res.Record.Removed, res.Record.Replays = countEvents(c.events)
 	return res, nil
+}
+
+// foldedOf outlines a live context: each message's role and the bytes of
+// its text (the sessions API's lines outline it whole: compaction rewrites
+// it, and the window bounds it).
+func foldedOf(msgs []chat.Message) []session.Folded {
+	out := make([]session.Folded, len(msgs))
+	for i, m := range msgs {
+		out[i] = session.Folded{Role: string(m.Role), Bytes: len(m.TextContent())}
+	}
+	return out
 }
 
 func (c *call) keepTurn() policy.Turn {

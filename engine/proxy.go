@@ -73,12 +73,14 @@ type Proxied struct {
 	// without recall), Upstream the route's name.
 	Conversation, Model, Upstream string
 
-	profile tokens.Profile // prices the usage
-	fw      *proxyTurn
-	sent    []chat.Message // what the last attempt sent
-	wire    *wire.Dialect
-	stream  bool
-	strip   bool // the client did not ask for the usage event imgctx asked for
+	profile     tokens.Profile // prices the usage
+	outlineFrom int            // the first message not the previous request's
+	outline     []session.Folded
+	fw          *proxyTurn
+	sent        []chat.Message // what the last attempt sent
+	wire        *wire.Dialect
+	stream      bool
+	strip       bool // the client did not ask for the usage event imgctx asked for
 }
 
 // Reply is an answer imgctx writes itself.
@@ -171,7 +173,8 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	if c.Side {
 		fw.Discard()
 	}
-	p := &Proxied{fw: fw, wire: d, stream: sp.Stream, Counts: counts, Conversation: key, Model: sp.Model, Upstream: route.Name, profile: profile}
+	p := &Proxied{fw: fw, wire: d, stream: sp.Stream, Counts: counts, Conversation: key, Model: sp.Model, Upstream: route.Name, profile: profile,
+		outlineFrom: sp.Resumed, outline: outlineOf(sp, sp.Resumed)}
 	var edits []wire.Edit
 	if d.AskUsage != nil && sp.Stream {
 		var ed *wire.Edit
@@ -357,22 +360,40 @@ func (p *Proxied) close(ctx context.Context) error {
 // Images are the request's images as its last attempt sent them, in the
 // client's order: each sent (under its own ref, or its shrunk copy's), or
 // not sent with the reason its marker gives.
-func (p *Proxied) Images() []session.ImageFate { return fatesOf(p.sent) }
+func (p *Proxied) Images() []session.ImageFate { return fatesOf(p.sent, p.profile) }
 
-// fatesOf lists the images of messages as they are sent: each image, and
-// each image marker with its reason.
-func fatesOf(msgs []chat.Message) []session.ImageFate {
+// fatesOf lists the images of messages as they are sent: each image with
+// its cost, and each image marker with its reason and caption.
+func fatesOf(msgs []chat.Message, profile tokens.Profile) []session.ImageFate {
 	var out []session.ImageFate
-	eachPart(msgs, func(_ wire.Pos, part chat.Part) {
+	eachPart(msgs, func(at wire.Pos, part chat.Part) {
 		switch q := part.(type) {
 		case chat.Image:
-			out = append(out, session.ImageFate{Ref: q.Ref, Sent: true, Width: q.Width, Height: q.Height})
+			f := session.ImageFate{Ref: q.Ref, Msg: at.Msg, Sent: true, Width: q.Width, Height: q.Height, Tokens: q.Cost}
+			if f.Tokens == 0 {
+				f.Tokens, _ = tokens.ImageTokens(profile, q.Width, q.Height, q.Detail)
+			}
+			out = append(out, f)
 		case chat.Marker:
 			if q.Of == "image" {
-				out = append(out, session.ImageFate{Ref: q.Ref, Reason: reason.Code(q.Reason)})
+				out = append(out, session.ImageFate{Ref: q.Ref, Msg: at.Msg, Reason: reason.Code(q.Reason), Caption: q.Caption})
 			}
 		}
 	})
+	return out
+}
+
+// outlineOf folds the messages of a scanned request from the first one on:
+// each its role and its bytes, inline image data left out.
+func outlineOf(sp *wire.Spliced, first int) []session.Folded {
+	out := make([]session.Folded, 0, max(len(sp.Marks)-first, 0))
+	for i := first; i < len(sp.Marks); i++ {
+		n := sp.Marks[i].End - sp.Marks[i].Start
+		for _, sl := range sp.Slots[sp.Marks[i].Slots:slotsBefore(sp, i+1)] {
+			n -= sl.Data.End - sl.Data.Start
+		}
+		out = append(out, session.Folded{Role: string(sp.Messages[i].Role), Bytes: n})
+	}
 	return out
 }
 
@@ -383,7 +404,8 @@ func fatesOf(msgs []chat.Message) []session.ImageFate {
 // HTTP knows.
 func (p *Proxied) Record(u *chat.Usage) session.Request {
 	r := session.Request{Conversation: p.Conversation, Model: p.Model, Upstream: p.Upstream, Images: p.Images(),
-		GatewayMS: float64(p.Counts.Before.Microseconds()) / 1000}
+		GatewayMS: float64(p.Counts.Before.Microseconds()) / 1000, Window: p.profile.ContextWindow,
+		OutlineFrom: p.outlineFrom, Outline: p.outline}
 	priced(&r, p.profile, u)
 	if p.fw != nil {
 		r.Removed, r.Replays = countEvents(p.fw.Events)

@@ -259,6 +259,7 @@ type agentRig struct {
 	sight    float64 // policy.KeepConfig.Sight
 	recall   bool    // Config.Recall
 	keys     map[string]string
+	cfg      Config       // the rest of the gateway's config
 	log      *slog.Logger // nil: discarded
 	clock    func() time.Time
 	server   *Server
@@ -287,7 +288,10 @@ func (a *agentRig) restart(t testing.TB) {
 	if log == nil {
 		log = discardLogger()
 	}
-	a.server = New(Config{MaxBodyBytes: 64 << 20, Recall: a.recall, Keys: a.keys}, e, a.reg, log)
+	cfg := a.cfg
+	cfg.MaxBodyBytes, cfg.Recall, cfg.Keys = 64<<20, a.recall, a.keys
+	a.server = New(cfg, e, a.reg, log)
+	t.Cleanup(a.server.Close)
 	a.srv = httptest.NewServer(a.server.Handler())
 	t.Cleanup(a.srv.Close)
 }

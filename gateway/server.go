@@ -98,6 +98,10 @@ type Config struct {
 	// was logged either way). RequestRetention and RequestMaxRows bound
 	// it: defaults 7 days and 100,000 lines.
 	RequestLog bool
+	// UI serves the dashboard at /ui to loopback clients (their tenant's,
+	// with auth.keys set), and to anyone with UIAdminKey (every tenant).
+	UI         bool
+	UIAdminKey string
 	// Tracer, when set, traces every request: a server span continuing the
 	// client's traceparent, with the engine's spans as children and the
 	// upstream call's traceparent its own.
@@ -234,6 +238,9 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/sessions/{id}/keepimg", "keepimg", openai.Dialect, s.keepimg)
 	route("POST /v1/sessions/{id}/keepimg/store", "keepimg_store", openai.Dialect, s.keepimgStore)
 	route("GET /v1/requests", "requests", openai.Dialect, s.listRequests)
+	if s.cfg.UI {
+		s.uiRoutes(mux)
+	}
 	// The recall tools over MCP, for every method (the SDK answers GET
 	// and DELETE with 405: it keeps no session between requests).
 	tools := recall.Handler(s.engine, s.cfg.Version)

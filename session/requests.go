@@ -44,9 +44,17 @@ type Request struct {
 	Priced   bool    `json:"priced"`
 	BytesIn  int64   `json:"bytes_in"`
 	BytesOut int64   `json:"bytes_out"`
+	// Window is the model's context window, for the share the prompt used.
+	Window int `json:"window,omitempty"`
 	// Images are the request's images as it sent them: each one sent, or
 	// not sent with its reason.
 	Images []ImageFate `json:"images,omitempty"`
+	// Outline is the conversation as sent with its text folded: the
+	// messages from OutlineFrom on (those before are the previous line's
+	// of the conversation), each its role and the bytes of its text. A
+	// request's whole view is rebuilt from its conversation's lines.
+	OutlineFrom int      `json:"outline_from,omitempty"`
+	Outline     []Folded `json:"outline,omitempty"`
 	// Removed counts the images this request removed for the first time:
 	// the ones that changed what the provider had cached.
 	Removed int `json:"removed,omitempty"`
@@ -63,10 +71,38 @@ type Request struct {
 // marker with the reason.
 type ImageFate struct {
 	Ref    blob.Ref    `json:"ref"`
+	Msg    int         `json:"msg"` // the message it is in
 	Sent   bool        `json:"sent"`
 	Reason reason.Code `json:"reason,omitempty"`
-	Width  int         `json:"width,omitempty"`
-	Height int         `json:"height,omitempty"`
+	// Caption is what its marker says of it, when not sent.
+	Caption string `json:"caption,omitempty"`
+	Width   int    `json:"width,omitempty"`
+	Height  int    `json:"height,omitempty"`
+	// Tokens is what it costs as sent: measured when the engine measured
+	// it, else the profile's estimate.
+	Tokens int `json:"tokens,omitempty"`
+}
+
+// Folded is one message of a request's outline.
+type Folded struct {
+	Role  string `json:"role"`
+	Bytes int    `json:"bytes"` // its text and framing, inline image data left out
+}
+
+// View rebuilds the outline of lines[last] from its conversation's lines,
+// oldest first: each line's outline replaces the messages from its
+// OutlineFrom on. ok is false when a line it needs is missing (trimmed,
+// or dropped).
+func View(lines []Request, last int) (view []Folded, ok bool) {
+	ok = true
+	for _, l := range lines[:last+1] {
+		if l.OutlineFrom > len(view) {
+			ok = false
+			view = append(view, make([]Folded, l.OutlineFrom-len(view))...)
+		}
+		view = append(view[:l.OutlineFrom], l.Outline...)
+	}
+	return view, ok
 }
 
 // RequestFilter selects request log lines, always within one tenant.

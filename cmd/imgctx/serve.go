@@ -129,7 +129,7 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		MaxInflightBytes: cfg.Server.MaxInflight, BodyTimeout: cfg.Server.BodyTimeout, MinBodyRate: cfg.Server.MinBodyRate,
 		ProxyKeepOff: !cfg.Proxy.KeepTurnImages, Recall: cfg.Proxy.Recall, Version: version,
 		RequestLog: cfg.RequestLog.Enabled, RequestRetention: cfg.RequestLog.Retention, RequestMaxRows: cfg.RequestLog.MaxRows,
-		Tracer: tracer}, e, reg, a.log)
+		Tracer: tracer, UI: cfg.UI.Enabled, UIAdminKey: cfg.UI.AdminKey}, e, reg, a.log)
 	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
 	stopFlush := every(time.Second, func() {
 		if err := e.FlushProxied(context.Background()); err != nil {

@@ -47,6 +47,7 @@ type Config struct {
 	Log        Log              `yaml:"log"`
 	RequestLog RequestLog       `yaml:"request_log"`
 	Trace      Trace            `yaml:"trace"`
+	UI         UI               `yaml:"ui"`
 	Profiles   []tokens.Profile `yaml:"profiles" env:"-"`
 	Upstreams  []Route          `yaml:"upstreams" env:"-"`
 }
@@ -108,6 +109,12 @@ type RequestLog struct {
 	Enabled   bool          `yaml:"enabled" doc:"keep a line per request (tokens, dollars, images sent and not sent, cache breaks; never message text) in the session store, for GET /v1/requests"`
 	Retention time.Duration `yaml:"retention" doc:"lines older than this are deleted"`
 	MaxRows   int           `yaml:"max_rows" doc:"lines kept at most, the newest"`
+}
+
+// UI configures the dashboard (docs/api.md "Dashboard").
+type UI struct {
+	Enabled  bool   `yaml:"enabled" doc:"serve the dashboard at /ui to loopback clients (with auth.keys, the tenant of the key given as the Basic-auth password)"`
+	AdminKey string `yaml:"admin_key" doc:"key that opens the dashboard from anywhere, every tenant (the Basic-auth password or a Bearer token); never logged"`
 }
 
 // Trace configures OpenTelemetry traces (docs/api.md "Traces").
@@ -272,6 +279,7 @@ func Defaults() Config {
 		Log:        Log{Level: "info", Format: "text"},
 		RequestLog: RequestLog{Enabled: true, Retention: 7 * 24 * time.Hour, MaxRows: 100_000},
 		Trace:      Trace{SampleRatio: 1, ServiceName: "imgctx"},
+		UI:         UI{Enabled: true},
 	}
 }
 

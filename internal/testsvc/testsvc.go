@@ -1,5 +1,6 @@
-// Package testsvc finds the servers the scale-out tests run against: a
-// PostgreSQL server and an S3-compatible object store, started by
+// Package testsvc finds the servers the scale-out tests run against — a
+// PostgreSQL server and an S3-compatible object store — and the browser
+// the dashboard's test drives, started or installed by
 // scripts/testservices (which .ci/run calls) and named by environment
 // variables. Outside CI a test without them skips and says how to start
 // them; in CI (IMGCTXTEST_CI set) their absence fails the test.
@@ -24,7 +25,18 @@ const (
 	PostgresEnv = "IMGCTXTEST_POSTGRES" // a DSN with rights to create schemas
 	S3Env       = "IMGCTXTEST_S3"       // endpoint,access key,secret key (http, path-style)
 	CIEnv       = "IMGCTXTEST_CI"
+	ChromiumEnv = "IMGCTXTEST_CHROMIUM" // a headless-capable Chromium binary
 )
+
+// Chromium returns the browser binary, or skips.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv(ChromiumEnv)
+	if path == "" {
+		missing(t, "Chromium browser", ChromiumEnv)
+	}
+	return path
+}
 
 const howTo = "start them with `eval \"$(scripts/testservices start)\"` (installs PostgreSQL from Debian and versitygw from the Go module proxy when missing)"
 
