@@ -13,15 +13,39 @@ import (
 // WriteTable prints the report side by side: one column a policy, one row
 // a measure, then what the numbers say.
 func (r *Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "imgctx simulate: %s on %s (profile %s, %s wire): %d steps, %d distinct images in %d attachments, %s bytes an image on average\n\n",
-		r.Workload, r.Model, r.Profile, r.Format, r.Steps, r.Images, r.Occurrences, thousands(r.ImageBytes))
+	fmt.Fprintf(w, "%s\n\n", r.title())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, cells := range r.rows() {
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	tw.Flush()
+	if f := r.Frontier; f != nil && len(f.Points) > 0 {
+		fmt.Fprintf(w, "\nhindsight frontier (%s; a distance in parentheses is a row's that failed requests, which are not billed):\n", f.Assumes)
+		for _, p := range f.Points {
+			fmt.Fprintf(w, "  %6.1f images per request: $%.2f (%d removal batches)\n", p.Images, p.Dollars, p.Batches)
+		}
+	}
+	fmt.Fprintln(w)
+	for _, line := range r.Notes {
+		fmt.Fprintln(w, line)
+	}
+}
+
+func (r *Report) title() string {
+	return fmt.Sprintf("imgctx simulate: %s on %s (profile %s, %s wire): %d steps, %d distinct images in %d attachments, %s bytes an image on average",
+		r.Workload, r.Model, r.Profile, r.Format, r.Steps, r.Images, r.Occurrences, thousands(r.ImageBytes))
+}
+
+// rows are the table: a header row of the policies, then one row a
+// measure, its name first.
+func (r *Report) rows() [][]string {
+	var out [][]string
 	row := func(name string, f func(p PolicyReport) string) {
 		cells := []string{name}
 		for _, p := range r.Policies {
 			cells = append(cells, f(p))
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		out = append(out, cells)
 	}
 	row("", func(p PolicyReport) string { return p.Policy })
 	row("requests", func(p PolicyReport) string { return fmt.Sprint(p.Requests) })
@@ -60,17 +84,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(reasons)) {
 		row("images removed: "+k, func(p PolicyReport) string { return fmt.Sprint(p.Removed[k]) })
 	}
-	tw.Flush()
-	if f := r.Frontier; f != nil && len(f.Points) > 0 {
-		fmt.Fprintf(w, "\nhindsight frontier (%s; a distance in parentheses is a row's that failed requests, which are not billed):\n", f.Assumes)
-		for _, p := range f.Points {
-			fmt.Fprintf(w, "  %6.1f images per request: $%.2f (%d removal batches)\n", p.Images, p.Dollars, p.Batches)
-		}
-	}
-	fmt.Fprintln(w)
-	for _, line := range r.Notes {
-		fmt.Fprintln(w, line)
-	}
+	return out
 }
 
 // Reading is what the table says about imgctx, in plain sentences: its

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
@@ -15,12 +16,12 @@ import (
 
 func newSimulateCmd(a *app) *cobra.Command {
 	var (
-		workload, model, policies, from, svg, prices, size, sights, recall string
-		asJSON                                                             bool
-		n, chunk, keepNewest                                               int
-		noFrontier                                                         bool
-		compactAt                                                          float64
-		p                                                                  = sim.DefaultParams("computer-use")
+		workload, model, policies, from, svg, page, prices, size, sights, recall string
+		asJSON                                                                   bool
+		n, chunk, keepNewest                                                     int
+		noFrontier                                                               bool
+		compactAt                                                                float64
+		p                                                                        = sim.DefaultParams("computer-use")
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -128,15 +129,12 @@ func newSimulateCmd(a *app) *cobra.Command {
 				return err
 			}
 			if svg != "" {
-				f, err := os.Create(svg)
-				if err != nil {
+				if err := writeFile(svg, rep.WriteSVG); err != nil {
 					return err
 				}
-				if err := rep.WriteSVG(f); err != nil {
-					f.Close()
-					return err
-				}
-				if err := f.Close(); err != nil {
+			}
+			if page != "" {
+				if err := writeFile(page, rep.WriteHTML); err != nil {
 					return err
 				}
 			}
@@ -149,6 +147,9 @@ func newSimulateCmd(a *app) *cobra.Command {
 			if svg != "" {
 				fmt.Fprintf(a.stdout, "\nchart: %s\n", svg)
 			}
+			if page != "" {
+				fmt.Fprintf(a.stdout, "page: %s\n", page)
+			}
 			return nil
 		},
 	}
@@ -159,6 +160,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 	f.StringVar(&from, "from", "", "replay a recording byte for byte: one request body a line (Anthropic, OpenAI Chat, Responses, Gemini; bare or as {\"path\",\"time\",\"headers\",\"body\"}), or a sessions export (JSONL); --model defaults to the recorded one")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&svg, "svg", "", "write cumulative cost and prompt size per step, one line per policy, to this SVG file")
+	f.StringVar(&page, "html", "", "write the report as one self-contained HTML page (the table, the frontier, the chart) to this file")
 	f.StringVar(&prices, "prices", "", "override prices, USD per million tokens: input=3,output=15,cache_read=0.3,cache_write=3.75,cache_write_1h=6")
 	f.IntVar(&p.Turns, "turns", p.Turns, "human turns")
 	f.IntVar(&p.ImagesPerTurn, "images-per-turn", p.ImagesPerTurn, "screenshots per turn (computer-use, mixed); pasted diagrams in all (doc-review)")
@@ -252,4 +254,17 @@ func joinSights(v []float64) string {
 		parts = append(parts, strconv.FormatFloat(f, 'g', -1, 64))
 	}
 	return strings.Join(parts, ",")
+}
+
+// writeFile writes a file with write, closing it whatever happens.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,8 +28,8 @@ func TestSimulateDefaultScenario(t *testing.T) {
 		}
 	}
 
-	svg := filepath.Join(t.TempDir(), "cost.svg")
-	r = imgctx(t, "simulate", "--json", "--svg", svg)
+	svg, page := filepath.Join(t.TempDir(), "cost.svg"), filepath.Join(t.TempDir(), "report.html")
+	r = imgctx(t, "simulate", "--json", "--svg", svg, "--html", page)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -115,6 +116,17 @@ func TestSimulateDefaultScenario(t *testing.T) {
 	}
 	if b, err := os.ReadFile(svg); err != nil || !strings.Contains(string(b), "<polyline") {
 		t.Fatalf("--svg wrote %d bytes, %v", len(b), err)
+	}
+	// The page says what the table says: each policy and its cost, the
+	// chart inline.
+	b, err := os.ReadFile(page)
+	if err != nil || !strings.Contains(string(b), `<table id="policies">`) || !strings.Contains(string(b), "<polyline") {
+		t.Fatalf("--html wrote %d bytes, %v", len(b), err)
+	}
+	for _, p := range rep.Policies {
+		if !strings.Contains(string(b), ">"+p.Policy+"<") || !strings.Contains(string(b), fmt.Sprintf(">$%.2f<", p.Dollars)) {
+			t.Errorf("the page lacks %s at $%.2f", p.Policy, p.Dollars)
+		}
 	}
 }
 
