@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/internal/bodies"
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/session/sqlite"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -346,4 +348,29 @@ func BenchmarkGatewayPeakMemory(b *testing.B) {
 			b.ReportMetric(perRequest/float64(len(body)), "peak×body")
 		})
 	}
+}
+
+// BenchmarkGatewayRequestLog is the request log's cost on a 1 KB text
+// request: the log off, and on over a SQLite file (its lines written in
+// batches off the request path), beside ReverseProxy in the same run.
+func BenchmarkGatewayRequestLog(b *testing.B) {
+	up := benchUpstream(b)
+	body := textRequest()
+	gateway := func(log bool) string {
+		store, err := sqlite.Open(filepath.Join(b.TempDir(), "imgctx.db"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { store.Close() })
+		e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: store, Profiles: tokens.Default(),
+			Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}}
+		s := New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 1024, RequestLog: log}, e, prometheus.NewRegistry(), discardLogger())
+		b.Cleanup(s.Close)
+		srv := httptest.NewServer(s.Handler())
+		b.Cleanup(srv.Close)
+		return srv.URL
+	}
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+chatPath, body) })
+	b.Run("log=off", func(b *testing.B) { p50(b, gateway(false)+chatPath, body) })
+	b.Run("log=on", func(b *testing.B) { p50(b, gateway(true)+chatPath, body) })
 }

@@ -69,7 +69,7 @@ func uiGet(t *testing.T, rig *agentRig, path string, header ...string) (*http.Re
 // thumbnails, a request through a proxy needs the admin key, and with
 // auth.keys a key is asked for.
 func TestUIAccess(t *testing.T) {
-	rig, _ := uiRig(t)
+	rig, g := uiRig(t)
 	lines, _ := rig.sessions.ListRequests(t.Context(), session.RequestFilter{Tenant: "alpha"})
 	if len(lines) == 0 {
 		t.Fatal("no lines for alpha")
@@ -80,6 +80,12 @@ func TestUIAccess(t *testing.T) {
 		if img.Sent {
 			ref = img.Ref.String()
 		}
+	}
+	// What the model saw at the last request: as many messages as it sent,
+	// its one image and its markers in place.
+	_, saw := uiGet(t, rig, "/ui/conversations/"+conv+"/requests/"+lines[0].ID, "Authorization", basic("key-a"))
+	if n, want := strings.Count(saw, `<li class="msg `), len(g.msgs)-1; n != want || strings.Count(saw, `class="thumb"`) != 1 || strings.Count(saw, "image removed") != 5 {
+		t.Errorf("what the model saw: %d messages (it sent %d), %d images, %d markers", n, want, strings.Count(saw, `class="thumb"`), strings.Count(saw, "image removed"))
 	}
 	for _, c := range []struct {
 		path   string
