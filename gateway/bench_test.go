@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -30,6 +31,8 @@ import (
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Run with: go test ./gateway -run XXX -bench Gateway -benchtime 2s
@@ -356,7 +359,7 @@ func BenchmarkGatewayPeakMemory(b *testing.B) {
 func BenchmarkGatewayRequestLog(b *testing.B) {
 	up := benchUpstream(b)
 	body := textRequest()
-	gateway := func(log bool) string {
+	gateway := func(log bool, tp trace.TracerProvider) string {
 		store, err := sqlite.Open(filepath.Join(b.TempDir(), "imgctx.db"))
 		if err != nil {
 			b.Fatal(err)
@@ -364,13 +367,23 @@ func BenchmarkGatewayRequestLog(b *testing.B) {
 		b.Cleanup(func() { store.Close() })
 		e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: store, Profiles: tokens.Default(),
 			Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}}
-		s := New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 1024, RequestLog: log}, e, prometheus.NewRegistry(), discardLogger())
+		s := New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 1024, RequestLog: log, Tracer: tp}, e, prometheus.NewRegistry(), discardLogger())
 		b.Cleanup(s.Close)
 		srv := httptest.NewServer(s.Handler())
 		b.Cleanup(srv.Close)
 		return srv.URL
 	}
 	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+chatPath, body) })
-	b.Run("log=off", func(b *testing.B) { p50(b, gateway(false)+chatPath, body) })
-	b.Run("log=on", func(b *testing.B) { p50(b, gateway(true)+chatPath, body) })
+	b.Run("log=off", func(b *testing.B) { p50(b, gateway(false, nil)+chatPath, body) })
+	b.Run("log=on", func(b *testing.B) { p50(b, gateway(true, nil)+chatPath, body) })
+	// Every request traced, its spans batched to an exporter that drops them.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
+	b.Cleanup(func() { tp.Shutdown(context.Background()) })
+	b.Run("log=on,traces=on", func(b *testing.B) { p50(b, gateway(true, tp)+chatPath, body) })
 }
+
+// discardSpans is a span exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }

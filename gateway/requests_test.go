@@ -240,3 +240,27 @@ func TestRequestLogHasSessionTurns(t *testing.T) {
 		t.Fatalf("another tenant sees the session's lines: %+v", other)
 	}
 }
+
+// A client's X-Request-Id reaches logs, the request log and a response
+// header: it is kept only as a plain token, and anything else gets a
+// fresh id of the same plain shape.
+func FuzzRequestID(f *testing.F) {
+	for _, s := range []string{"", "client-7f3a", "a b", "x\r\nSet-Cookie: y", strings.Repeat("a", 129), "ü", "req_0123456789abcdef01234567"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, client string) {
+		id := requestID(client)
+		if len(id) == 0 || len(id) > MaxRequestID {
+			t.Fatalf("%q → %q", client, id)
+		}
+		for i := 0; i < len(id); i++ {
+			c := id[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-+=/@", c) >= 0) {
+				t.Fatalf("%q → %q: byte %q", client, id, c)
+			}
+		}
+		if id != client && !strings.HasPrefix(id, "req_") {
+			t.Fatalf("%q → %q: neither kept nor fresh", client, id)
+		}
+	})
+}

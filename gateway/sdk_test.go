@@ -52,7 +52,7 @@ func TestOpenAISDKInlineImagesStoredOnce(t *testing.T) {
 			t.Fatalf("request %d: the upstream did not get the image byte-exact", i)
 		}
 	}
-	if m := metric(t, g, "imgctx_tokens_total"); !strings.Contains(m, `kind="input"} 10500`) {
+	if m := metric(t, g, "imgctx_tokens_total"); !strings.Contains(m, `kind="input",model="gpt-4o"} 10500`) {
 		t.Fatalf("usage not in /metrics:\n%s", m)
 	}
 }
@@ -243,7 +243,7 @@ func TestAnthropicSDKImagesToolResultsAndStreaming(t *testing.T) {
 	if events != 7 || acc.Content[0].Text != "A login form." {
 		t.Fatalf("%d events, %+v", events, acc.Content)
 	}
-	if m := metric(t, g, "imgctx_tokens_total"); !strings.Contains(m, `kind="cache_read"} 1000`) {
+	if m := metric(t, g, "imgctx_tokens_total"); !strings.Contains(m, `kind="cache_read",model="claude-standard"} 1000`) {
 		t.Fatalf("metrics:\n%s", m)
 	}
 }

@@ -199,21 +199,28 @@ func counted(m map[string]int) []uiCount {
 	return out
 }
 
+// uiOverview sums the tenant's whole log (by model and hour, in the
+// store); the reasons and causes come from its newest lines.
 func (s *Server) uiOverview(w http.ResponseWriter, r *http.Request, v *uiView) {
 	lines, err := s.uiLines(r, v, "")
 	if err != nil {
 		s.fail(w, openai.Dialect, err)
 		return
 	}
+	totals, err := s.engine.Sessions.SumRequests(r.Context(), v.Tenant, time.Time{})
+	if err != nil {
+		s.fail(w, openai.Dialect, err)
+		return
+	}
 	o := &uiOverview{}
 	models, hours := map[string]*uiModel{}, map[string]*uiHour{}
-	reasons, causes := map[string]int{}, map[string]int{}
-	input, read := 0, 0
-	for _, l := range lines {
-		o.Requests++
-		o.Dollars += l.Dollars
-		input, read = input+l.Input, read+l.CacheRead
-		name := l.Model
+	var input, read int64
+	for _, t := range totals {
+		o.Requests += int(t.Requests)
+		o.Dollars += t.Dollars
+		o.Sent, o.NotSentTotal, o.Breaks = o.Sent+int(t.Sent), o.NotSentTotal+int(t.NotSent), o.Breaks+int(t.Breaks)
+		input, read = input+t.Input, read+t.CacheRead
+		name := t.Model
 		if name == "" {
 			name = "(none)"
 		}
@@ -223,29 +230,18 @@ func (s *Server) uiOverview(w http.ResponseWriter, r *http.Request, v *uiView) {
 			models[name] = m
 			o.Models = append(o.Models, m)
 		}
-		m.Requests++
-		m.Input, m.CacheRead, m.CacheWrite, m.Output, m.Dollars = m.Input+l.Input, m.CacheRead+l.CacheRead, m.CacheWrite+l.CacheWrite, m.Output+l.Output, m.Dollars+l.Dollars
-		for _, img := range l.Images {
-			if img.Sent {
-				o.Sent++
-			} else {
-				o.NotSentTotal++
-				reasons[string(img.Reason)]++
-			}
-		}
-		if l.Break {
-			o.Breaks++
-			causes[l.BreakCause]++
-		}
-		hk := l.Time.UTC().Format("2006-01-02 15:00")
+		m.Requests += int(t.Requests)
+		m.Input, m.CacheRead, m.CacheWrite, m.Output = m.Input+int(t.Input), m.CacheRead+int(t.CacheRead), m.CacheWrite+int(t.CacheWrite), m.Output+int(t.Output)
+		m.Dollars += t.Dollars
+		hk := t.Hour.Format("2006-01-02 15:00")
 		h := hours[hk]
 		if h == nil {
 			h = &uiHour{Name: hk}
 			hours[hk] = h
 			o.Hours = append(o.Hours, h)
 		}
-		h.Requests++
-		h.Dollars += l.Dollars
+		h.Requests += int(t.Requests)
+		h.Dollars += t.Dollars
 	}
 	if input > 0 {
 		o.HitRate = float64(read) / float64(input)
@@ -256,6 +252,17 @@ func (s *Server) uiOverview(w http.ResponseWriter, r *http.Request, v *uiView) {
 	}
 	for _, h := range o.Hours {
 		h.Width = 100 * h.Requests / most
+	}
+	reasons, causes := map[string]int{}, map[string]int{}
+	for _, l := range lines {
+		for _, img := range l.Images {
+			if !img.Sent {
+				reasons[string(img.Reason)]++
+			}
+		}
+		if l.Break {
+			causes[l.BreakCause]++
+		}
 	}
 	o.Reasons, o.Causes = counted(reasons), counted(causes)
 	v.Title, v.O = "Overview", o

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,5 +196,26 @@ func TestUIInABrowser(t *testing.T) {
 	}
 	if sawMarkers == 0 {
 		t.Errorf("what the model saw at the last request shows no marker")
+	}
+}
+
+// A client that is not on this machine gets a 403 without the admin key,
+// whatever tenant key it shows; with it, the dashboard.
+func TestUIRefusesRemoteClients(t *testing.T) {
+	rig, _ := uiRig(t)
+	h := rig.server.Handler()
+	for _, c := range []struct {
+		key    string
+		status int
+	}{{"key-a", 403}, {"", 403}, {"admin-secret", 200}} {
+		req := httptest.NewRequest("GET", "/ui?tenant=alpha", nil) // from 192.0.2.1
+		if c.key != "" {
+			req.Header.Set("Authorization", basic(c.key))
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.status {
+			t.Errorf("remote client with key %q: %d, want %d", c.key, rec.Code, c.status)
+		}
 	}
 }

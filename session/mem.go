@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -300,6 +301,40 @@ func (m *Mem) ListRequests(_ context.Context, f RequestFilter) ([]Request, error
 		}
 	}
 	return out, nil
+}
+
+func (m *Mem) SumRequests(_ context.Context, tenant string, since time.Time) ([]Totals, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	by := map[[2]string]*Totals{}
+	var out []*Totals
+	for _, mr := range m.requests {
+		r, err := DecodeRequest(mr.line)
+		if err != nil {
+			return nil, err
+		}
+		if r.Tenant != tenant || r.Time.Before(since) {
+			continue
+		}
+		hour := r.Time.UTC().Truncate(time.Hour)
+		k := [2]string{r.Model, hour.Format(time.RFC3339)}
+		if by[k] == nil {
+			by[k] = &Totals{Model: r.Model, Hour: hour}
+			out = append(out, by[k])
+		}
+		by[k].Add(r)
+	}
+	slices.SortFunc(out, func(a, b *Totals) int {
+		if c := a.Hour.Compare(b.Hour); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Model, b.Model)
+	})
+	totals := make([]Totals, len(out))
+	for i, t := range out {
+		totals[i] = *t
+	}
+	return totals, nil
 }
 
 func (m *Mem) TrimRequests(_ context.Context, before time.Time, keep int) (int, error) {

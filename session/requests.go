@@ -182,3 +182,61 @@ func (f RequestFilter) Where(ph func(n int) string) (string, []any) {
 	args = append(args, f.Limited())
 	return cond + " ORDER BY seq DESC LIMIT " + ph(len(args)), args
 }
+
+// Totals sums the request log's lines of one model in one hour.
+type Totals struct {
+	Model                                          string
+	Hour                                           time.Time // its start, UTC
+	Requests, Input, CacheRead, CacheWrite, Output int64
+	Dollars                                        float64
+	Sent, NotSent, Breaks                          int64
+}
+
+// Counted are the numbers of a line the stores sum: images sent and not
+// sent, and 1 for a prefix break.
+func (r Request) Counted() (sent, notSent, brk int) {
+	for _, img := range r.Images {
+		if img.Sent {
+			sent++
+		} else {
+			notSent++
+		}
+	}
+	if r.Break {
+		brk = 1
+	}
+	return sent, notSent, brk
+}
+
+// SumSQL is the query both SQL stores sum the log with, by model and hour,
+// its placeholders numbered by ph (tenant, since).
+func SumSQL(ph func(n int) string) string {
+	return `SELECT model, at / 3600000000000, count(*), sum(input), sum(cache_read), sum(cache_write), sum(output), sum(dollars),
+		sum(sent), sum(not_sent), sum(brk) FROM requests WHERE tenant = ` + ph(1) + ` AND at >= ` + ph(2) + `
+		GROUP BY model, at / 3600000000000 ORDER BY 2, 1`
+}
+
+// LoadTotals reads SumSQL's rows.
+func LoadTotals(rows Rows) ([]Totals, error) {
+	var out []Totals
+	for rows.Next() {
+		var t Totals
+		var hour int64
+		if err := rows.Scan(&t.Model, &hour, &t.Requests, &t.Input, &t.CacheRead, &t.CacheWrite, &t.Output, &t.Dollars, &t.Sent, &t.NotSent, &t.Breaks); err != nil {
+			return nil, fmt.Errorf("sum requests: %w", err)
+		}
+		t.Hour = time.Unix(hour*3600, 0).UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Add counts a line into its model's and hour's totals (the in-memory
+// store's sum).
+func (t *Totals) Add(r Request) {
+	sent, notSent, brk := r.Counted()
+	t.Requests++
+	t.Input, t.CacheRead, t.CacheWrite, t.Output = t.Input+int64(r.Input), t.CacheRead+int64(r.CacheRead), t.CacheWrite+int64(r.CacheWrite), t.Output+int64(r.Output)
+	t.Dollars += r.Dollars
+	t.Sent, t.NotSent, t.Breaks = t.Sent+int64(sent), t.NotSent+int64(notSent), t.Breaks+int64(brk)
+}

@@ -111,6 +111,9 @@ type Store interface {
 	AppendRequests(ctx context.Context, rs []Request) error
 	// ListRequests returns the lines a filter selects, newest first.
 	ListRequests(ctx context.Context, f RequestFilter) ([]Request, error)
+	// SumRequests sums the tenant's lines since the time, by model and
+	// hour, oldest first.
+	SumRequests(ctx context.Context, tenant string, since time.Time) ([]Totals, error)
 	// TrimRequests deletes the lines older than the time and, when keep is
 	// positive, all but the newest keep; it says how many are left.
 	TrimRequests(ctx context.Context, before time.Time, keep int) (left int, err error)

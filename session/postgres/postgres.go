@@ -413,8 +413,10 @@ func (s *Store) AppendRequests(ctx context.Context, rs []session.Request) error 
 		if err != nil {
 			return err
 		}
-		batch.Queue(`INSERT INTO requests (tenant, id, upstream_id, conversation, model, at, line) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			r.Tenant, r.ID, r.UpstreamID, r.Conversation, r.Model, r.Time.UnixNano(), string(b))
+		sent, notSent, brk := r.Counted()
+		batch.Queue(`INSERT INTO requests (tenant, id, upstream_id, conversation, model, at, input, cache_read, cache_write, output, dollars, sent, not_sent, brk, line)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+			r.Tenant, r.ID, r.UpstreamID, r.Conversation, r.Model, r.Time.UnixNano(), r.Input, r.CacheRead, r.CacheWrite, r.Output, r.Dollars, sent, notSent, brk, string(b))
 	}
 	if err := s.pool.SendBatch(ctx, &batch).Close(); err != nil {
 		return fmt.Errorf("append requests: %w", err)
@@ -430,6 +432,15 @@ func (s *Store) ListRequests(ctx context.Context, f session.RequestFilter) ([]se
 	}
 	defer rows.Close()
 	return session.LoadRequests(rows)
+}
+
+func (s *Store) SumRequests(ctx context.Context, tenant string, since time.Time) ([]session.Totals, error) {
+	rows, err := s.pool.Query(ctx, session.SumSQL(func(n int) string { return "$" + strconv.Itoa(n) }), tenant, since.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("sum requests: %w", err)
+	}
+	defer rows.Close()
+	return session.LoadTotals(rows)
 }
 
 func (s *Store) TrimRequests(ctx context.Context, before time.Time, keep int) (int, error) {

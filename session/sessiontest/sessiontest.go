@@ -438,6 +438,34 @@ func Run(t *testing.T, h Harness) {
 		if len(got) != 1 || !reflect.DeepEqual(got[0], all[4]) {
 			t.Fatalf("round trip:\n got %+v\nwant %+v", got, all[4])
 		}
+		// The sums, by model (the lines may straddle an hour: summed here).
+		totals, err := s.SumRequests(ctx, "alpha", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		by := map[string]session.Totals{}
+		for i, tot := range totals {
+			if i > 0 && tot.Hour.Before(totals[i-1].Hour) || tot.Hour.Minute() != 0 {
+				t.Fatalf("sums not by hour, oldest first: %+v", totals)
+			}
+			b := by[tot.Model]
+			b.Requests, b.Input, b.CacheRead, b.CacheWrite, b.Output = b.Requests+tot.Requests, b.Input+tot.Input, b.CacheRead+tot.CacheRead, b.CacheWrite+tot.CacheWrite, b.Output+tot.Output
+			b.Dollars, b.Sent, b.NotSent, b.Breaks = b.Dollars+tot.Dollars, b.Sent+tot.Sent, b.NotSent+tot.NotSent, b.Breaks+tot.Breaks
+			by[tot.Model] = b
+		}
+		for model, input := range map[string]int64{"claude-sonnet-4-6": 1000 + 1002 + 1004, "gpt-4o": 1001 + 1003 + 1005} {
+			b := by[model]
+			if b.Requests != 3 || b.Input != input || b.CacheRead != 2400 || b.CacheWrite != 300 || b.Output != 150 ||
+				b.Sent != 3 || b.NotSent != 3 || b.Breaks != 3 || b.Dollars < 0.0125 || b.Dollars > 0.0127 {
+				t.Errorf("%s: %+v", model, b)
+			}
+		}
+		if totals, _ := s.SumRequests(ctx, "alpha", at.Add(5*time.Minute)); len(totals) != 1 || totals[0].Requests != 1 || totals[0].Model != "gpt-4o" {
+			t.Errorf("since the 6th line: %+v", totals)
+		}
+		if totals, _ := s.SumRequests(ctx, "gamma", time.Time{}); len(totals) != 0 {
+			t.Errorf("another tenant's sums: %+v", totals)
+		}
 		left, err := s.TrimRequests(ctx, at.Add(2*time.Minute), 0)
 		if err != nil || left != 5 {
 			t.Fatalf("trim by age: %v, %d left, want 5", err, left)

@@ -364,7 +364,8 @@ func (s *Store) AppendRequests(ctx context.Context, rs []session.Request) error 
 	defer tx.Rollback()
 	// One statement prepared for the batch: parsing it per line cost more
 	// than the insert.
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO requests (tenant, id, upstream_id, conversation, model, at, line) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO requests (tenant, id, upstream_id, conversation, model, at, input, cache_read, cache_write, output, dollars, sent, not_sent, brk, line)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("append requests: %w", err)
 	}
@@ -374,7 +375,9 @@ func (s *Store) AppendRequests(ctx context.Context, rs []session.Request) error 
 		if err != nil {
 			return err
 		}
-		if _, err := ins.ExecContext(ctx, r.Tenant, r.ID, r.UpstreamID, r.Conversation, r.Model, r.Time.UnixNano(), string(b)); err != nil {
+		sent, notSent, brk := r.Counted()
+		if _, err := ins.ExecContext(ctx, r.Tenant, r.ID, r.UpstreamID, r.Conversation, r.Model, r.Time.UnixNano(),
+			r.Input, r.CacheRead, r.CacheWrite, r.Output, r.Dollars, sent, notSent, brk, string(b)); err != nil {
 			return fmt.Errorf("append requests: %w", err)
 		}
 	}
@@ -392,6 +395,15 @@ func (s *Store) ListRequests(ctx context.Context, f session.RequestFilter) ([]se
 	}
 	defer rows.Close()
 	return session.LoadRequests(rows)
+}
+
+func (s *Store) SumRequests(ctx context.Context, tenant string, since time.Time) ([]session.Totals, error) {
+	rows, err := s.proxied.QueryContext(ctx, session.SumSQL(func(int) string { return "?" }), tenant, since.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("sum requests: %w", err)
+	}
+	defer rows.Close()
+	return session.LoadTotals(rows)
 }
 
 func (s *Store) TrimRequests(ctx context.Context, before time.Time, keep int) (int, error) {

@@ -8,6 +8,15 @@ CREATE TABLE requests (
     conversation TEXT    NOT NULL,
     model        TEXT    NOT NULL,
     at           BIGINT  NOT NULL, -- unix nanoseconds, UTC
+    -- the numbers the dashboard sums over the whole log
+    input        BIGINT NOT NULL,
+    cache_read   BIGINT NOT NULL,
+    cache_write  BIGINT NOT NULL,
+    output       BIGINT NOT NULL,
+    dollars      DOUBLE PRECISION NOT NULL,
+    sent         BIGINT NOT NULL, -- images sent
+    not_sent     BIGINT NOT NULL,
+    brk          BIGINT NOT NULL, -- 1: a prefix break
     line         TEXT    NOT NULL  -- JSON: session.Request
 );
 CREATE INDEX requests_at ON requests (at);

@@ -8,6 +8,15 @@ CREATE TABLE requests (
     conversation TEXT    NOT NULL,
     model        TEXT    NOT NULL,
     at           INTEGER NOT NULL, -- unix nanoseconds, UTC
+    -- the numbers the dashboard sums over the whole log
+    input        INTEGER NOT NULL,
+    cache_read   INTEGER NOT NULL,
+    cache_write  INTEGER NOT NULL,
+    output       INTEGER NOT NULL,
+    dollars      REAL NOT NULL,
+    sent         INTEGER NOT NULL, -- images sent
+    not_sent     INTEGER NOT NULL,
+    brk          INTEGER NOT NULL, -- 1: a prefix break
     line         TEXT    NOT NULL  -- JSON: session.Request
 );
 CREATE INDEX requests_at ON requests (at);
