@@ -74,8 +74,15 @@ func (e *Engine) flat(ctx context.Context, c ProxyCall, key, model string, route
 		p.Reply.Header.Set("X-Imgctx-Token-Count", "estimated")
 		return p, nil
 	}
+	for _, a := range rep.Images {
+		t, _ := tokens.ImageTokens(profile, a.Image.Width, a.Image.Height, a.Image.Detail)
+		p.flat = append(p.flat, session.ImageFate{Ref: a.Image.Ref, Sent: true, Width: a.Image.Width, Height: a.Image.Height, Tokens: t})
+	}
 	for code, n := range rep.Counts.Dropped {
 		p.Counts.NotSent[code] += n
+		for range n {
+			p.flat = append(p.flat, session.ImageFate{Reason: code}) // the replay counts them, by reason only
+		}
 	}
 	p.Counts.Sent = len(rep.Images)
 	images := make([]string, len(rep.Images))

@@ -69,13 +69,13 @@ type Proxied struct {
 	// has no endpoint for, a flat backend's answer in the client's wire.
 	Reply  *Reply
 	Counts ProxyCounts
-	// Conversation is the conversation's key ("" for a flat backend's
-	// without recall), Upstream the route's name.
+	// Conversation is the conversation's key, Upstream the route's name.
 	Conversation, Model, Upstream string
 
 	profile     tokens.Profile // prices the usage
 	outlineFrom int            // the first message not the previous request's
 	outline     []session.Folded
+	flat        []session.ImageFate // a flat backend's: its image list, then what it left out
 	fw          *proxyTurn
 	sent        []chat.Message // what the last attempt sent
 	wire        *wire.Dialect
@@ -137,10 +137,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		return nil, err
 	}
 	if route.Client.Format.Flat() {
-		key := ""
-		if c.Recall {
-			key, _ = conversationKey(c.Tenant, d, conversationID(c.Header, sp), sp)
-		}
+		key, _ := conversationKey(c.Tenant, d, conversationID(c.Header, sp), sp)
 		return e.flat(ctx, c, key, sp.Model, route, counts)
 	}
 	ictx, ingested := startSpan(ctx, "imgctx.ingest")
@@ -360,7 +357,12 @@ func (p *Proxied) close(ctx context.Context) error {
 // Images are the request's images as its last attempt sent them, in the
 // client's order: each sent (under its own ref, or its shrunk copy's), or
 // not sent with the reason its marker gives.
-func (p *Proxied) Images() []session.ImageFate { return fatesOf(p.sent, p.profile) }
+func (p *Proxied) Images() []session.ImageFate {
+	if p.fw == nil {
+		return p.flat
+	}
+	return fatesOf(p.sent, p.profile)
+}
 
 // fatesOf lists the images of messages as they are sent: each image with
 // its cost, and each image marker with its reason and caption.
@@ -369,7 +371,7 @@ func fatesOf(msgs []chat.Message, profile tokens.Profile) []session.ImageFate {
 	eachPart(msgs, func(at wire.Pos, part chat.Part) {
 		switch q := part.(type) {
 		case chat.Image:
-			f := session.ImageFate{Ref: q.Ref, Msg: at.Msg, Sent: true, Width: q.Width, Height: q.Height, Tokens: q.Cost}
+			f := session.ImageFate{Ref: q.Ref, Msg: at.Msg, Sent: true, Keep: string(q.Keep), Width: q.Width, Height: q.Height, Tokens: q.Cost}
 			if f.Tokens == 0 {
 				f.Tokens, _ = tokens.ImageTokens(profile, q.Width, q.Height, q.Detail)
 			}

@@ -134,8 +134,10 @@ func newFlatRig(t *testing.T, format upstream.Format, replay *policy.ReplayConfi
 	r.serve = func(cfg Config) {
 		cfg.MaxBodyBytes, cfg.Upstreams = 64<<20, ups
 		r.reg = prometheus.NewRegistry()
-		srv := httptest.NewServer(New(cfg, e, r.reg, discardLogger()).Handler())
+		s := New(cfg, e, r.reg, discardLogger())
+		srv := httptest.NewServer(s.Handler())
 		t.Cleanup(srv.Close)
+		t.Cleanup(s.Close)
 		r.url = srv.URL
 	}
 	r.serve(Config{})
@@ -407,5 +409,39 @@ func TestFlatFetchesTheCurrentImageByURL(t *testing.T) {
 	prompt, images, _ = r.up.last()
 	if len(images) != 0 || !strings.Contains(prompt, "(fetch_failed)]") || r.count("not_sent", "fetch_failed") != 1 {
 		t.Fatalf("%d images, %d fetch_failed:\n%s", len(images), r.count("not_sent", "fetch_failed"), prompt)
+	}
+}
+
+// A flat backend's request has its line: the images of its list sent,
+// those the replay left out by reason, the backend's tokens.
+func TestFlatRequestLog(t *testing.T) {
+	r := newFlatRig(t, upstream.LlamaCpp, nil, nil)
+	r.serve(Config{RequestLog: true})
+	r.chat(t, r.history(6)...)
+	var lines []session.Request
+	for deadline := time.Now().Add(5 * time.Second); len(lines) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(r.url + "/v1/requests")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct{ Data []session.Request }
+		json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		lines = list.Data
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d lines", len(lines))
+	}
+	sent, capped := 0, 0
+	for _, img := range lines[0].Images {
+		switch {
+		case img.Sent && img.Ref.Valid() && img.Tokens > 0:
+			sent++
+		case !img.Sent && img.Reason == "cap":
+			capped++
+		}
+	}
+	if l := lines[0]; sent != 4 || capped != 2 || l.Conversation == "" || l.Upstream != "local" || l.Input == 0 || l.Status != 200 {
+		t.Fatalf("%d sent, %d capped: %+v", sent, capped, l)
 	}
 }

@@ -70,9 +70,13 @@ type Request struct {
 // ImageFate is one image occurrence of a request: sent, or replaced by a
 // marker with the reason.
 type ImageFate struct {
-	Ref    blob.Ref    `json:"ref"`
-	Msg    int         `json:"msg"` // the message it is in
-	Sent   bool        `json:"sent"`
+	Ref  blob.Ref `json:"ref"`
+	Msg  int      `json:"msg"` // the message it is in
+	Sent bool     `json:"sent"`
+	// Keep is how a tool image sent is held: kept (its measured cost in
+	// the history), trial (until measured), ephemeral (this turn only);
+	// empty for the user's own images.
+	Keep   string      `json:"keep,omitempty"`
 	Reason reason.Code `json:"reason,omitempty"`
 	// Caption is what its marker says of it, when not sent.
 	Caption string `json:"caption,omitempty"`
