@@ -14,6 +14,9 @@ package engine
 
 import (
 	"container/list"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -360,7 +363,26 @@ func (c *call) removed(rs []policy.Removal) {
 // messages — a user message to start a turn, or the results of the tools
 // the last reply called. It returns the assistant's reply.
 func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incoming []chat.Message) (*Result, error) {
+	return e.CallOnce(ctx, tenant, id, "", incoming)
+}
+
+// ErrKeyReused: an idempotency key came again with other messages.
+var ErrKeyReused = errors.New("this Idempotency-Key was used for other messages")
+
+// MaxIdempotencyKey bounds an idempotency key.
+const MaxIdempotencyKey = 255
+
+// CallOnce is Call with an idempotency key (none: ""): a retry of the
+// session's last turn with the same key and the same messages gets that
+// turn's answer again — the model is not called, nothing is appended —
+// with one event, "replayed"; the same key with other messages is
+// ErrKeyReused. Only the last turn's key is kept, in the session's state,
+// so a retry on another replica finds it too.
+func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key string, incoming []chat.Message) (*Result, error) {
 	e.once.Do(e.init)
+	if len(key) > MaxIdempotencyKey {
+		return nil, reason.New(reason.Invalid, fmt.Sprintf("Idempotency-Key of %d bytes: the limit is %d", len(key), MaxIdempotencyKey))
+	}
 	if e.invalid != nil {
 		return nil, e.invalid
 	}
@@ -373,7 +395,25 @@ func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incomin
 	if err != nil {
 		return nil, err
 	}
+	digest := ""
+	if key != "" {
+		b, err := json.Marshal(incoming)
+		if err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(b)
+		digest = hex.EncodeToString(sum[:])
+		if a := snap.State.Answered; a != nil && a.Key == key {
+			if a.Digest != digest {
+				return nil, ErrKeyReused
+			}
+			res := &Result{Message: a.Reply, Usage: a.Usage, TurnEnd: a.TurnEnd, Events: []Event{{Session: id, Kind: "replayed", Detail: "the answer to this Idempotency-Key's first request; the model was not called again"}}}
+			res.Record = session.Request{Conversation: string(id), Model: snap.Meta.Settings.Model}
+			return res, nil
+		}
+	}
 	c := &call{e: e, tenant: tenant, meta: snap.Meta, st: snap.State}
+	c.st.Answered = nil
 	c.profile = e.Profile(snap.Meta.Settings.Model)
 	if len(incoming) == 0 {
 		return nil, fmt.Errorf("%w: no messages", ErrBadTurn)
@@ -394,6 +434,9 @@ func (e *Engine) Call(ctx context.Context, tenant string, id session.ID, incomin
 	}
 	// Persist the turn: entries and the state that goes with them, at once.
 	c.st.LastActivity = e.now().UTC()
+	if key != "" {
+		c.st.Answered = &session.Answered{Key: key, Digest: digest, Reply: res.Message, Usage: res.Usage, TurnEnd: res.TurnEnd}
+	}
 	if _, err := e.Sessions.Append(ctx, tenant, id, c.entries, c.st); err != nil {
 		return nil, fmt.Errorf("persist session: %w", err)
 	}

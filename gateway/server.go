@@ -612,6 +612,8 @@ func classify(err error) (int, string) {
 		return http.StatusBadRequest, "context_length_exceeded"
 	case errors.Is(err, engine.ErrBadTurn):
 		return http.StatusConflict, "invalid_request_error"
+	case errors.Is(err, engine.ErrKeyReused):
+		return http.StatusUnprocessableEntity, "invalid_request_error"
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout_error"
 	case errors.Is(err, errBodyTimeout):

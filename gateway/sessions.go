@@ -74,13 +74,16 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request, tenant string) {
 		return
 	}
 	rec := record(r.Context(), session.Request{Conversation: r.PathValue("id")})
-	res, err := s.engine.Call(r.Context(), tenant, session.ID(r.PathValue("id")), req.Messages)
+	res, err := s.engine.CallOnce(r.Context(), tenant, session.ID(r.PathValue("id")), r.Header.Get("Idempotency-Key"), req.Messages)
 	if err != nil {
 		rec.Error = clip(err.Error())
 		s.fail(w, openai.Dialect, err)
 		return
 	}
 	*rec = res.Record
+	if len(res.Events) == 1 && res.Events[0].Kind == "replayed" {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	msg, _ := openai.EncodeMessage(res.Message, refURL)
 	events := make([]map[string]any, 0, len(res.Events))
 	for _, e := range res.Events {

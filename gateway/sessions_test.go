@@ -6,10 +6,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/upstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func decodeJSON(t *testing.T, b []byte) map[string]any {
@@ -259,5 +264,54 @@ func TestSessionsCountARemovalOnce(t *testing.T) {
 	m := metric(t, g, "imgctx_images_total")
 	if !strings.Contains(m, `event="removed",reason="budget"} 1`) || !strings.Contains(m, `event="ephemeral",reason="budget"} 1`) || !strings.Contains(m, `event="kept",reason=""} 2`) {
 		t.Fatalf("metrics:\n%s", m)
+	}
+}
+
+// A sessions turn retried with its Idempotency-Key gets its first answer
+// again — from this replica or another one over the same store — and the
+// model is not called twice; the key with other messages is a 422.
+func TestSessionsIdempotencyKey(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, map[string]string{"k": "acme"})
+	_, body := g.do(t, "POST", "/v1/sessions", "k", []byte(`{"model":"gpt-4o"}`))
+	id := decodeJSON(t, body)["id"].(string)
+	turn := []byte(`{"messages":[{"role":"user","content":"Open the login page."}]}`)
+	resp, first := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", turn, "Idempotency-Key", "turn-1")
+	if resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("%d %s", resp.StatusCode, first)
+	}
+	calls := len(g.up.received())
+	resp, again := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", turn, "Idempotency-Key", "turn-1")
+	if resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "true" || len(g.up.received()) != calls {
+		t.Fatalf("retry: %d, replayed %q, %d upstream calls (was %d): %s", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), len(g.up.received()), calls, again)
+	}
+	if a, b := decodeJSON(t, first), decodeJSON(t, again); fmt.Sprint(a["message"]) != fmt.Sprint(b["message"]) || fmt.Sprint(a["usage"]) != fmt.Sprint(b["usage"]) {
+		t.Fatalf("the retry's answer differs:\n%s\n%s", first, again)
+	}
+	// Another replica over the same session store finds the key too.
+	other := &engine.Engine{Images: g.engine.Images, Sessions: g.engine.Sessions, Profiles: g.engine.Profiles, Upstream: g.engine.Upstream}
+	srv := httptest.NewServer(New(Config{Keys: map[string]string{"k": "acme"}}, other, prometheus.NewRegistry(), discardLogger()).Handler())
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/sessions/"+id+"/turn", bytes.NewReader(turn))
+	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Idempotency-Key", "turn-1")
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != 200 || r2.Header.Get("Idempotent-Replayed") != "true" || len(g.up.received()) != calls {
+		t.Fatalf("on another replica: %d, replayed %q, %d upstream calls", r2.StatusCode, r2.Header.Get("Idempotent-Replayed"), len(g.up.received()))
+	}
+	// The same key with other messages is refused; the log has one turn.
+	if resp, b := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", []byte(`{"messages":[{"role":"user","content":"Something else."}]}`), "Idempotency-Key", "turn-1"); resp.StatusCode != 422 || !strings.Contains(string(b), "Idempotency-Key") {
+		t.Fatalf("a reused key: %d %s", resp.StatusCode, b)
+	}
+	snap, _ := g.engine.Sessions.Load(t.Context(), "acme", session.ID(id))
+	if len(snap.Log) != 2 {
+		t.Fatalf("%d log entries, want the turn's 2 (user, assistant)", len(snap.Log))
+	}
+	// A new key is a new turn.
+	if resp, b := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", []byte(`{"messages":[{"role":"user","content":"Something else."}]}`), "Idempotency-Key", "turn-2"); resp.StatusCode != 200 || len(g.up.received()) != calls+1 {
+		t.Fatalf("a new key: %d %s", resp.StatusCode, b)
 	}
 }

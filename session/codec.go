@@ -23,11 +23,12 @@ type stateJSON struct {
 	TurnStart    int                  `json:"turn_start"`
 	TurnOpen     bool                 `json:"turn_open"`
 	Turn         *policy.TurnSnapshot `json:"turn,omitempty"`
+	Answered     *Answered            `json:"answered,omitempty"`
 }
 
 // EncodeState writes a state as versioned JSON.
 func EncodeState(s State) ([]byte, error) {
-	return json.Marshal(stateJSON{Version, s.Live, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn})
+	return json.Marshal(stateJSON{Version, s.Live, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn, s.Answered})
 }
 
 // DecodeState reads what EncodeState wrote.
@@ -39,7 +40,7 @@ func DecodeState(b []byte) (State, error) {
 	if j.Version != Version {
 		return State{}, fmt.Errorf("session state version %d not supported", j.Version)
 	}
-	return State{Live: j.Live, Keep: j.Keep, LastUsage: j.LastUsage, LastActivity: j.LastActivity, TurnStart: j.TurnStart, TurnOpen: j.TurnOpen, Turn: j.Turn}, nil
+	return State{Live: j.Live, Keep: j.Keep, LastUsage: j.LastUsage, LastActivity: j.LastActivity, TurnStart: j.TurnStart, TurnOpen: j.TurnOpen, Turn: j.Turn, Answered: j.Answered}, nil
 }
 
 // entryBody is an entry's payload, without its sequence number and time.

@@ -62,6 +62,18 @@ type State struct {
 	TurnOpen     bool      // a turn is in progress (the last reply called tools)
 	// Turn is the keep-images state of the open turn, nil between turns.
 	Turn *policy.TurnSnapshot
+	// Answered is the last turn's answer when its request carried an
+	// idempotency key: a retry with the same key gets it again.
+	Answered *Answered
+}
+
+// Answered is a turn's answer kept for a retry of its request.
+type Answered struct {
+	Key     string       `json:"key"`
+	Digest  string       `json:"digest"` // SHA-256 of the request's messages
+	Reply   chat.Message `json:"reply"`
+	Usage   *chat.Usage  `json:"usage,omitempty"`
+	TurnEnd bool         `json:"turn_end"`
 }
 
 // Snapshot is everything stored about a session.
