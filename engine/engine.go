@@ -14,10 +14,10 @@ package engine
 
 import (
 	"container/list"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
