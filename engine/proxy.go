@@ -205,7 +205,8 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		uctx, call := startSpan(ctx, "imgctx.upstream", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("imgctx.upstream", route.Name), attribute.Int("http.request.body.size", body.Len())))
 		defer call.End()
-		if call.SpanContext().IsValid() {
+		if call.SpanContext().SpanID() != trace.SpanContextFromContext(ctx).SpanID() {
+			// A span of ours (untraced, the client's traceparent passes as it came).
 			req.Header = req.Header.Clone()
 			traceContext.Inject(uctx, propagation.HeaderCarrier(req.Header))
 		}

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/imgctx/imgctx/session"
@@ -109,7 +108,6 @@ type requestLog struct {
 	stop     chan struct{}
 	stopped  sync.WaitGroup
 	closing  sync.Once
-	dropped  atomic.Int64
 	flushNow chan chan struct{}
 }
 
@@ -132,7 +130,6 @@ func (l *requestLog) add(r session.Request) {
 	select {
 	case l.queue <- r:
 	default:
-		l.dropped.Add(1)
 		l.metrics.requestLogDropped.Inc()
 	}
 }

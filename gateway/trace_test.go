@@ -150,3 +150,15 @@ func TestTracesReachACollector(t *testing.T) {
 		}
 	}
 }
+
+// Untraced, the client's traceparent reaches the upstream as it came.
+func TestUntracedTraceparentPassesThrough(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if resp, b := g.do(t, "POST", "/v1/chat/completions", "", textRequest(), "traceparent", tp); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if got := g.up.traceparents(); len(got) != 1 || got[0] != tp {
+		t.Fatalf("the upstream saw %q, want the client's %s", got, tp)
+	}
+}

@@ -27,12 +27,7 @@ var uiPages = template.Must(template.New("ui").Funcs(template.FuncMap{
 	"percent": func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
 	"ms":      func(v float64) string { return fmt.Sprintf("%.1f ms", v) },
 	"when":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
-	"short": func(s string) string {
-		if len(s) > 16 {
-			return s[:16] + "…"
-		}
-		return s
-	},
+	"short":   short,
 	"bytes": func(n int) string {
 		if n >= 1<<10 {
 			return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
@@ -304,14 +299,7 @@ func (s *Server) uiConversations(w http.ResponseWriter, r *http.Request, v *uiVi
 		c.Requests++
 		c.Dollars += l.Dollars
 		c.Model, c.Last = l.Model, l.Time
-		c.Sent, c.NotSent = 0, 0
-		for _, img := range l.Images {
-			if img.Sent {
-				c.Sent++
-			} else {
-				c.NotSent++
-			}
-		}
+		c.Sent, c.NotSent, _ = l.Counted()
 	}
 	slices.SortFunc(order, func(a, b *uiConversation) int { return b.Last.Compare(a.Last) })
 	for _, c := range order {
@@ -389,13 +377,14 @@ func (s *Server) uiConversation(w http.ResponseWriter, r *http.Request, v *uiVie
 		t.Model = l.Model
 		t.Rows = append(t.Rows, row)
 	}
-	v.Title, v.T = "Conversation "+shortID(id), t
+	v.Title, v.T = "Conversation "+short(id), t
 	s.uiRender(w, r, "conversation.html", v)
 }
 
-func shortID(s string) string {
-	if len(s) > 12 {
-		return s[:12] + "…"
+// short is a conversation's id as pages name it: its first 16 bytes.
+func short(s string) string {
+	if len(s) > 16 {
+		return s[:16] + "…"
 	}
 	return s
 }
@@ -430,15 +419,11 @@ func (s *Server) uiSaw(w http.ResponseWriter, r *http.Request, v *uiView) {
 	view, complete := session.View(lines, at)
 	l := lines[at]
 	sw := &uiSaw{Request: l, N: at + 1, Complete: complete}
+	sw.Sent, sw.NotSent, _ = l.Counted()
 	for _, f := range view {
 		sw.Messages = append(sw.Messages, uiSawMsg{Role: f.Role, Bytes: f.Bytes})
 	}
 	for _, img := range l.Images {
-		if img.Sent {
-			sw.Sent++
-		} else {
-			sw.NotSent++
-		}
 		for img.Msg >= len(sw.Messages) {
 			sw.Messages = append(sw.Messages, uiSawMsg{Role: "?"})
 		}
