@@ -352,7 +352,10 @@ type Usage struct {
 	Prompt     int `json:"prompt"`
 	CacheRead  int `json:"cache_read,omitempty"`
 	CacheWrite int `json:"cache_write,omitempty"`
-	Output     int `json:"output"`
+	// CacheWriteHour is the part of CacheWrite written to keep for an
+	// hour, at its own price (Anthropic's "ttl": "1h").
+	CacheWriteHour int `json:"cache_write_1h,omitempty"`
+	Output         int `json:"output"`
 }
 
 // RelaysTool reports whether msgs[i] is a user message relaying what a

@@ -473,6 +473,9 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 	switch {
 	case !c.st.TurnOpen && first == chat.User, !c.st.TurnOpen && first == chat.System:
 		if idle := c.e.now().Sub(c.st.LastActivity); !c.st.LastActivity.IsZero() {
+			if idle > c.e.cacheTTL() && idle <= time.Hour {
+				c.st.Keep.Ledger.LongGaps++
+			}
 			live, stats := policy.Microcompact(c.st.Live, idle, len(c.st.Live), c.e.micro())
 			if live2 := live; len(stats.Removed) > 0 || stats.Tool > 0 {
 				c.st.Live = live2

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/policy"
@@ -24,7 +25,7 @@ func (c *call) exchange(ctx context.Context) (*Result, error) {
 	if err := c.relieve(ctx); err != nil {
 		return nil, err
 	}
-	live, removed = policy.ImageLimit(c.st.Live, c.profile.Limits.MaxImages, c.e.lowWater(), reason.ProviderLimit)
+	live, removed = c.e.imageLimit(c.st.Live, c.profile, c.cacheWarm(), c.st.TurnStart, c.st.Keep.Ledger, nil)
 	c.evicted(live, removed)
 	var resp *response
 	var err error
@@ -108,7 +109,8 @@ func addUsage(u *chat.Usage, v chat.Usage) *chat.Usage {
 	if u == nil {
 		return &v
 	}
-	sum := chat.Usage{Prompt: u.Prompt + v.Prompt, CacheRead: u.CacheRead + v.CacheRead, CacheWrite: u.CacheWrite + v.CacheWrite, Output: u.Output + v.Output}
+	sum := chat.Usage{Prompt: u.Prompt + v.Prompt, CacheRead: u.CacheRead + v.CacheRead, CacheWrite: u.CacheWrite + v.CacheWrite,
+		CacheWriteHour: u.CacheWriteHour + v.CacheWriteHour, Output: u.Output + v.Output}
 	return &sum
 }
 
@@ -212,9 +214,22 @@ func (c *call) evicted(live []chat.Message, removed []policy.Removal) {
 }
 
 // cacheWarm says whether the provider still caches the last request's
-// prefix: it was sent within the cache TTL.
+// prefix: it was sent within the cache TTL (an hour, up to the last
+// turn's end, where the breakpoints keep that long).
 func (c *call) cacheWarm() bool {
-	return !c.st.LastActivity.IsZero() && c.e.now().Sub(c.st.LastActivity) <= c.e.cacheTTL()
+	ttl := c.e.cacheTTL()
+	if c.hourCache() {
+		ttl = max(ttl, time.Hour)
+	}
+	return !c.st.LastActivity.IsZero() && c.e.now().Sub(c.st.LastActivity) <= ttl
+}
+
+// hourCache says whether this session's breakpoints keep for an hour: the
+// provider offers that lifetime (a price for its writes) and the
+// conversation's pace pays for it (policy.Ledger.HourPays).
+func (c *call) hourCache() bool {
+	p := c.profile
+	return c.e.Keep.HourCache && p.Cache.Breakpoints > 0 && p.Prices != nil && p.Prices.CacheWrite1h > 0 && c.st.Keep.Ledger.HourPays()
 }
 
 // estimate is the next prompt's size: the last measured prompt plus an

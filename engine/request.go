@@ -111,17 +111,44 @@ func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool
 	}
 	if breakpoints {
 		r.CacheSystem = len(msgs) > 0 && msgs[0].Role == chat.System
-		for i := min(len(msgs), c.st.TurnStart) - 1; i >= 0; i-- {
-			if holdsKept(msgs[i]) {
-				r.CacheMessages = append(r.CacheMessages, i)
-				break
+		if c.hourCache() {
+			// The ends of the two turns before this one keep for an hour:
+			// the next turn, coming after the default lifetime, reads the
+			// conversation back to the last one; the one before it is
+			// where this turn's first request found it.
+			r.CacheHour = true
+			end := min(len(msgs), c.st.TurnStart)
+			for range 2 {
+				if end <= 0 || (end == 1 && r.CacheSystem) {
+					break
+				}
+				r.CacheMessages = append([]int{end - 1}, r.CacheMessages...)
+				end = turnBefore(msgs, end-1)
+			}
+		} else {
+			for i := min(len(msgs), c.st.TurnStart) - 1; i >= 0; i-- {
+				if holdsKept(msgs[i]) {
+					r.CacheMessages = append(r.CacheMessages, i)
+					break
+				}
 			}
 		}
-		if n := len(msgs) - 1; n >= 0 && (len(r.CacheMessages) == 0 || r.CacheMessages[0] != n) {
+		if n := len(msgs) - 1; n >= 0 && (len(r.CacheMessages) == 0 || r.CacheMessages[len(r.CacheMessages)-1] != n) {
 			r.CacheMessages = append(r.CacheMessages, n)
 		}
 	}
 	return c.e.sessionWire().EncodeSession(r)
+}
+
+// turnBefore is where the turn holding message i starts: its human
+// message (a user message), or 0.
+func turnBefore(msgs []chat.Message, i int) int {
+	for ; i > 0; i-- {
+		if msgs[i].Role == chat.User {
+			return i
+		}
+	}
+	return 0
 }
 
 func holdsKept(m chat.Message) bool {

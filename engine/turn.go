@@ -145,7 +145,7 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 	live = f.kt.Rewritten(live)
 	live = f.priced(live, cold)
 	live = f.relieve(live)
-	live = f.imageLimit(live)
+	live = f.imageLimit(live, cold)
 	live = f.byteLimit(live)
 	f.send(live)
 	return f, nil
@@ -320,18 +320,7 @@ func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, st *policy.Ke
 // priced lets price decide, at each request, whether the kept images of
 // earlier turns leave, all in one batch (policy.Priced at keep.sight).
 func (f *proxyTurn) priced(live []chat.Message, cold bool) []chat.Message {
-	suffix := func(i int) int {
-		if i == 0 {
-			return f.estimate(live) // from the measured base
-		}
-		n := 0
-		if f.r.Estimate != nil {
-			n = f.r.Estimate(i)
-		}
-		eachImage(live[i:], func(_ wire.Pos, img chat.Image) { n += f.imageCost(img) })
-		return n
-	}
-	live, removed, ledger := f.e.priced(live, f.r.Profile, !cold, f.turnAt, f.ledger, suffix)
+	live, removed, ledger := f.e.priced(live, f.r.Profile, !cold, f.turnAt, f.ledger, f.suffix(live))
 	f.ledger = ledger
 	if len(removed) > 0 {
 		f.removed(removed)
@@ -340,14 +329,46 @@ func (f *proxyTurn) priced(live []chat.Message, cold bool) []chat.Message {
 	return live
 }
 
+// suffix estimates the prompt's tokens from message i of live on.
+func (f *proxyTurn) suffix(live []chat.Message) func(i int) int {
+	return func(i int) int {
+		if i == 0 {
+			n, _ := f.estimate(live) // from the measured base
+			return n
+		}
+		n := 0
+		if f.r.Estimate != nil {
+			n = f.r.Estimate(i)
+		}
+		eachImage(live[i:], func(_ wire.Pos, img chat.Image) { n += f.imageCost(img) })
+		return n
+	}
+}
+
 // priced is the removal by price both paths share: only where images are
 // held (KeepConfig.Holds); until is where the human's current turn starts.
 func (e *Engine) priced(live []chat.Message, p tokens.Profile, warm bool, until int, l policy.Ledger, suffix func(int) int) ([]chat.Message, []policy.Removal, policy.Ledger) {
 	if !e.Keep.Holds(p) {
 		return live, nil, l
 	}
+	return e.pricing(p, warm, until, suffix).Decide(live, l)
+}
+
+func (e *Engine) pricing(p tokens.Profile, warm bool, until int, suffix func(int) int) policy.Priced {
 	costs, _ := policy.CostsOf(p)
-	return policy.Priced{Sight: e.Keep.Sight, Costs: costs, Warm: warm, Until: until, Limit: p.Limits.MaxImages, Suffix: suffix}.Decide(live, l)
+	return policy.Priced{Sight: e.Keep.Sight, Costs: costs, Warm: warm, Until: until, Limit: p.Limits.MaxImages, Suffix: suffix}
+}
+
+// imageLimit keeps the request under the provider's image limit, in one
+// batch down to the low-water mark of the limit, or where images are held,
+// as price says (policy.Priced.UnderLimit).
+func (e *Engine) imageLimit(live []chat.Message, p tokens.Profile, warm bool, until int, l policy.Ledger, suffix func(int) int) ([]chat.Message, []policy.Removal) {
+	limit := p.Limits.MaxImages
+	keep := int(e.lowWater() * float64(limit))
+	if e.Keep.Holds(p) {
+		return e.pricing(p, warm, until, suffix).UnderLimit(live, l, keep)
+	}
+	return policy.ImageLimit(live, limit, keep, reason.ProviderLimit)
 }
 
 // relayTurn hands the tool images of the current turn to keeping: one seen
@@ -370,9 +391,15 @@ func (f *proxyTurn) relayTurn(live []chat.Message) []chat.Message {
 // the low-water mark. The proxy cannot summarise (the client owns the
 // history): what is still too long is the upstream's to refuse.
 func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
-	est := f.estimate(live)
+	est, measured := f.estimate(live)
 	limit := f.e.proxyThreshold(f.r.Profile.ContextWindow)
-	if est <= limit {
+	if est <= limit || !measured {
+		// Without a measured prompt to add to (the client cut its history
+		// — a compaction's summary request, say — or a batch just changed
+		// it), the estimate counts the JSON's characters and runs well
+		// over the real count: a removal on it broke the cached prefix of
+		// the client's summary request, which rewrote the conversation.
+		// What is really too long the reactive net answers (Overflow).
 		return live
 	}
 	budget := f.budget()
@@ -410,8 +437,8 @@ func (e *Engine) proxyThreshold(window int) int {
 
 // imageLimit keeps the request under the provider's image count, in
 // batches (policy.ImageLimit).
-func (f *proxyTurn) imageLimit(live []chat.Message) []chat.Message {
-	live, removed := policy.ImageLimit(live, f.r.Profile.Limits.MaxImages, f.e.lowWater(), reason.ProviderLimit)
+func (f *proxyTurn) imageLimit(live []chat.Message, cold bool) []chat.Message {
+	live, removed := f.e.imageLimit(live, f.r.Profile, !cold, f.turnAt, f.ledger, f.suffix(live))
 	if len(removed) > 0 {
 		f.removed(removed)
 		f.kt.InvalidateBase()
@@ -492,17 +519,17 @@ func (f *proxyTurn) removeImages(live []chat.Message, pick func(wire.Pos, chat.I
 }
 
 // estimate is the next prompt's size: the last measured prompt plus what
-// was appended since, or an estimate of it all.
-func (f *proxyTurn) estimate(live []chat.Message) int {
-	from, n := 0, 0
+// was appended since (measured), or an estimate of it all.
+func (f *proxyTurn) estimate(live []chat.Message) (n int, measured bool) {
+	from := 0
 	if b := f.kt.Snapshot().Base; b.Valid && b.Messages <= len(live) {
-		from, n = b.Messages, b.Prompt
+		from, n, measured = b.Messages, b.Prompt, true
 	}
 	if f.r.Estimate != nil {
 		n += f.r.Estimate(from)
 	}
 	eachImage(live[from:], func(_ wire.Pos, img chat.Image) { n += f.imageCost(img) })
-	return n
+	return n, measured
 }
 
 // send records the request about to go out for measurement.

@@ -66,10 +66,15 @@ func RemoveKept(msgs []chat.Message, why reason.Code) ([]chat.Message, []Removal
 // EvictOldest removes the n oldest kept images in one batch, each with why
 // (the provider's image limit, say).
 func EvictOldest(msgs []chat.Message, n int, why reason.Code) ([]chat.Message, []Removal) {
+	return evictOldest(msgs, len(msgs), n, why)
+}
+
+// evictOldest is EvictOldest over the messages before until.
+func evictOldest(msgs []chat.Message, until, n int, why reason.Code) ([]chat.Message, []Removal) {
 	var removed []Removal
 	out := edit(msgs, func(i int, part chat.Part, _ int) ([]chat.Part, bool) {
 		img, ok := part.(chat.Image)
-		if !ok || img.Keep != chat.Kept || len(removed) >= n {
+		if !ok || img.Keep != chat.Kept || i >= until || len(removed) >= n {
 			return nil, false
 		}
 		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: why, Message: i, Cost: img.Cost})
@@ -79,10 +84,11 @@ func EvictOldest(msgs []chat.Message, n int, why reason.Code) ([]chat.Message, [
 }
 
 // ImageLimit keeps a request under a provider's image count: past limit,
-// the oldest kept images leave in one batch, down to lowWater of the limit,
-// each with why — rather than one a request at the limit, which would
-// break the cached prefix on every request. limit 0 means none.
-func ImageLimit(msgs []chat.Message, limit int, lowWater float64, why reason.Code) ([]chat.Message, []Removal) {
+// the oldest kept images leave in one batch, down to keep images (a low
+// water mark, or Priced.LimitKeep), each with why — rather than one a
+// request at the limit, which would break the cached prefix on every
+// request. limit 0 means none.
+func ImageLimit(msgs []chat.Message, limit, keep int, why reason.Code) ([]chat.Message, []Removal) {
 	if limit <= 0 {
 		return msgs, nil
 	}
@@ -90,7 +96,7 @@ func ImageLimit(msgs []chat.Message, limit int, lowWater float64, why reason.Cod
 	if n <= limit {
 		return msgs, nil
 	}
-	return EvictOldest(msgs, n-int(lowWater*float64(limit)), why)
+	return EvictOldest(msgs, n-min(keep, limit), why)
 }
 
 // countImages counts the images msgs carries, in tool results too.

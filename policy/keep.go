@@ -35,6 +35,11 @@ type KeepConfig struct {
 	// past cold starts when the conversation's pace says they will be
 	// read long enough. Only with Hold.
 	Sight float64
+	// HourCache lets the sessions API, which owns its requests' cache
+	// breakpoints, give them the provider's one-hour lifetime (Anthropic)
+	// once the conversation's pace pays for it: a turn that came after the
+	// default lifetime and within the hour (Ledger.LongGaps).
+	HourCache bool
 }
 
 // Holds says whether images over the budget are held, and leave by price,

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"math"
+
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/tokens"
@@ -11,6 +13,20 @@ import (
 // the cache is warm, and none is kept past a cold start, where holding it
 // would mean writing it again.
 const DefaultSight = 1.0
+
+// worthHalfLife is how many newer images halve a kept image's worth: the
+// newest is worth Sight, the 21st newest half that. An agent needs the
+// screens it just saw more than the ones before them; and were every image
+// worth the same, the best schedule would be all or nothing — carry every
+// image over a cold start or none — and the dial would jump between the
+// two.
+const worthHalfLife = 20
+
+// worth is what showing the k-th newest kept image (k from 1) for one more
+// request is worth, in multiples of reading it.
+func worth(sight float64, k int) float64 {
+	return sight * math.Exp2(-float64(k-1)/worthHalfLife)
+}
 
 // Costs are the prices a removal decision weighs, in US dollars per token.
 type Costs struct {
@@ -53,6 +69,38 @@ type Ledger struct {
 	Run      int `json:"run,omitempty"`
 	Runs     int `json:"runs,omitempty"`
 	RunTotal int `json:"run_total,omitempty"`
+	// Turns counts the human's turns, TurnAt is where the last one
+	// started: requests per turn, for the wait until the next turn start.
+	Turns  int `json:"turns,omitempty"`
+	TurnAt int `json:"turn_at,omitempty"`
+	// LongGaps counts the turns that came after the cache's default
+	// lifetime had run out, within an hour: each read the conversation
+	// again from a one-hour cache instead of writing it (KeepConfig.HourCache).
+	LongGaps int `json:"long_gaps,omitempty"`
+}
+
+// HourPays says whether the one-hour cache lifetime pays for a
+// conversation: one of its turns came after the default lifetime ran out
+// and within the hour, where reading the conversation back from the cache
+// (a tenth of the input price) replaces writing it again (1.25×); a
+// one-hour write costs 2× instead of 1.25×, and only what the previous
+// turn added is written so, so a conversation paced faster than the
+// default lifetime never uses it.
+func (l Ledger) HourPays() bool { return l.LongGaps > 0 }
+
+// remaining is how many more requests the current warm run is expected to
+// last: what the mean run has left, or — before any run ended — as many
+// as it has lasted so far.
+func (l Ledger) remaining() int {
+	if l.Runs > 0 {
+		return max(0, l.RunTotal/l.Runs-l.Run)
+	}
+	return l.Run
+}
+
+// turnLength is how many requests a turn has taken, on average.
+func (l Ledger) turnLength() float64 {
+	return float64(max(1, l.RunTotal+l.Run)) / float64(max(1, l.Turns))
 }
 
 // expectedRun is how many requests a warm cache is expected to last: the
@@ -64,33 +112,17 @@ func (l Ledger) expectedRun() int {
 	return max(1, l.Run)
 }
 
-// readFor is how many requests images held past a cold start are expected
-// to be read: the expected warm run, or fewer when the provider's image
-// limit will force a batch before it ends, at the pace images have come.
-func (p Priced) readFor(msgs []chat.Message, l Ledger) int {
-	run := l.expectedRun()
-	if p.Limit <= 0 {
-		return run
-	}
-	n := countImages(msgs)
-	requests := l.RunTotal + max(l.Run, 1)
-	if n == 0 {
-		return run
-	}
-	return max(1, min(run, (p.Limit-n)*requests/n))
-}
-
 // Priced is one request's removal decision by price.
 type Priced struct {
-	Sight float64 // keep.sight: what showing a kept image for one request is worth, in multiples of reading it
+	Sight float64 // keep.sight: what showing the newest kept image for one request is worth, in multiples of reading it
 	Costs Costs
 	Warm  bool // the provider still caches the conversation's prefix
 	// Until is the message the human's current turn starts at: kept
 	// images before it may leave, the current turn's stay.
 	Until int
 	// Limit is the provider's image limit (0: none): past it a batch is
-	// forced, so an image held past a cold start is read until then at
-	// most.
+	// forced, so images are carried over a cold start only as far as the
+	// expected run leaves room for.
 	Limit int
 	// Suffix, when set, estimates the prompt's tokens from message i on,
 	// kept images at their cost (a proxy knows text only by its span);
@@ -98,21 +130,73 @@ type Priced struct {
 	Suffix func(i int) int
 }
 
+// held is the kept images of earlier turns, the ones price may remove.
+type held struct {
+	costs []int // oldest first
+	ranks []int // each one's place among the request's images, 1 the newest
+	first int   // the message of the oldest
+}
+
+func (p Priced) held(msgs []chat.Message) held {
+	h := held{first: -1}
+	n := 0
+	for i, m := range msgs {
+		chat.Walk(m.Parts, func(part chat.Part, _ int) bool {
+			img, ok := part.(chat.Image)
+			if !ok {
+				return true
+			}
+			n++
+			if i < p.Until && img.Keep == chat.Kept {
+				h.costs = append(h.costs, img.Cost)
+				h.ranks = append(h.ranks, n)
+				if h.first < 0 {
+					h.first = i
+				}
+			}
+			return true
+		})
+	}
+	for j := range h.ranks {
+		h.ranks[j] = n + 1 - h.ranks[j]
+	}
+	return h
+}
+
+// warmWorth is what showing the image ranked k is worth while the cache is
+// warm. On an automatic prefix cache a break rewrites only from the first
+// image removed, so the images older than those worth their read leave by
+// price — a few newest kept, the rest in batches; on explicit breakpoints a
+// break rewrites the whole conversation, and every kept image is worth the
+// same, Sight, until a cold start or a forced batch.
+func (p Priced) warmWorth(k int) float64 {
+	if p.Costs.Whole || p.Sight <= 1 {
+		return p.Sight
+	}
+	return worth(p.Sight, k)
+}
+
 // Decide weighs, at one request, holding the kept images of earlier turns
-// against removing them all in one batch, and returns the history, what
-// left (reason priced) and the ledger to keep.
+// against removing them, and returns the history, what left (reason
+// priced) and the ledger to keep.
 //
-// Removing breaks the cached prefix at the oldest of them: everything after
-// it is written again (or billed at the input price) once; removing all of
-// them at once is the cheapest break, since what stays is all that is
-// rewritten. Holding costs each image its tokens at the read price on every
-// request, less what seeing it is worth (Sight times that). While the cache
-// is warm, holding is paid into the ledger and the batch runs when the
-// ledger reaches the break's cost — the rent-or-buy rule, which never pays
-// more than twice the better of the two in hindsight and, for images that
-// arrive at a steady pace, removes at the period that balances the two. At
-// a cold start the break is free: the images leave unless seeing them for
-// the expected warm run pays for writing them again.
+// While the cache is warm a removal breaks the cached prefix: everything
+// it rewrites is written again (or billed at the input price) once, so a
+// batch takes all of them. Holding costs each image its tokens at the read
+// price on every request, less what seeing it is worth; below a sight of 1
+// that is a loss, paid into the ledger, and the batch runs once the loss
+// has paid for one break (the rent-or-buy rule, which for images arriving
+// at a steady pace balances holding against breaking as the economic
+// order quantity does). A turn's start, before its first image, is the
+// cheapest place to break — the turn's images are not rewritten — so the
+// batch runs there when the loss until the next turn's start would pay
+// for it. From a sight of 1 no break is ever paid to stop reading an
+// image.
+//
+// At a cold start the break is free and every kept image would be written
+// again: the newest stay as long as seeing them for the expected warm run
+// pays for that, as far as the provider's image limit leaves room at the
+// pace images come; the rest leave.
 func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal, Ledger) {
 	if !p.Warm {
 		if l.Run > 0 {
@@ -122,49 +206,159 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 		l.Run = 0
 	}
 	l.Run++
-	if p.Warm && p.Sight >= 1 && l.Owed == 0 {
+	if p.Until != l.TurnAt || l.Turns == 0 {
+		l.Turns++
+		l.TurnAt = p.Until
+	}
+	if p.Warm && p.Sight >= 1 && p.Costs.Whole && l.Owed == 0 {
 		return msgs, nil, l // holding is worth its read: no break is ever paid while warm
 	}
-	held, first := 0, -1
-	for i := 0; i < p.Until && i < len(msgs); i++ {
-		chat.Walk(msgs[i].Parts, func(part chat.Part, _ int) bool {
-			if img, ok := part.(chat.Image); ok && img.Keep == chat.Kept {
-				held += img.Cost
-				if first < 0 {
-					first = i
+	h := p.held(msgs)
+	leave := 0
+	if p.Warm {
+		// The oldest images, worth less than their read, leave together.
+		tokens, net := 0, 0.0
+		for leave < len(h.costs) && p.warmWorth(h.ranks[leave]) < 1 {
+			c := h.costs[leave]
+			tokens += c
+			net += float64(c) * p.Costs.Read * (1 - p.warmWorth(h.ranks[leave]))
+			leave++
+		}
+		if leave == 0 {
+			l.Owed = 0
+			return msgs, nil, l
+		}
+		l.Owed += net
+		due := l.Owed
+		if p.turnStart(msgs) {
+			// A turn's start, before its first image: the cheapest break
+			// until the next one, so the batch runs now when the holding
+			// would have paid for it by then.
+			due += net * l.turnLength()
+		}
+		if due < p.breakCost(msgs, h.first, tokens) {
+			return msgs, nil, l
+		}
+	} else if leave = len(h.costs) - p.carried(msgs, h, l); leave == 0 {
+		return msgs, nil, l
+	}
+	out, removed := evictOldest(msgs, p.Until, leave, reason.Priced)
+	l.Owed = 0
+	return out, removed, l
+}
+
+// carried is how many of the newest held images stay over a cold start:
+// each is written again now and read for the expected run, so it stays
+// when its worth over that run pays for the write — and the run has room
+// for it under the provider's image limit, at the pace images came.
+func (p Priced) carried(msgs []chat.Message, h held, l Ledger) int {
+	if p.Sight <= 1 {
+		return 0
+	}
+	run := float64(l.expectedRun())
+	room := len(h.costs)
+	if p.Limit > 0 {
+		room = min(room, p.Limit-(countImages(msgs)-len(h.costs))-int(math.Ceil(p.pace(msgs, l)*run)))
+	}
+	pays := 1 + (p.Costs.Rewrite-p.Costs.Read)/(run*p.Costs.Read)
+	k := 0
+	for k < room && worth(p.Sight, h.ranks[len(h.ranks)-1-k]) >= pays {
+		k++
+	}
+	return k
+}
+
+// UnderLimit keeps the request under the provider's image limit: past it,
+// the oldest kept images leave in one batch (reason provider_limit), down
+// to LimitKeep of low.
+func (p Priced) UnderLimit(msgs []chat.Message, l Ledger, low int) ([]chat.Message, []Removal) {
+	n := countImages(msgs)
+	if p.Limit <= 0 || n <= p.Limit {
+		return msgs, nil
+	}
+	return EvictOldest(msgs, n-p.LimitKeep(msgs, l, low), reason.ProviderLimit)
+}
+
+// turnStart reports whether the request is a turn's start, before the
+// turn's first image.
+func (p Priced) turnStart(msgs []chat.Message) bool {
+	return countImages(msgs[min(p.Until, len(msgs)):]) == 0
+}
+
+// LimitKeep is how many images a request keeps when the provider's image
+// limit forces a batch, given low, the keep.low_water floor: that floor at
+// a sight of 1 or less, where an image is worth no more than its read and
+// a deeper batch puts the next one further off. Above it the newest images
+// are kept while what showing them is worth over reading them pays for the
+// more frequent batches a higher floor brings (a sawtooth between the kept
+// images and the limit: a batch every (limit − kept) / pace requests), and
+// at least as many as leaves room for the rest of the expected warm run.
+func (p Priced) LimitKeep(msgs []chat.Message, l Ledger, low int) int {
+	if p.Sight <= 1 || p.Limit <= 0 {
+		return low
+	}
+	h := p.held(msgs)
+	if len(h.costs) == 0 {
+		return low
+	}
+	fixed := countImages(msgs) - len(h.costs)
+	tokens := 0
+	for _, c := range h.costs {
+		tokens += c
+	}
+	pace := p.pace(msgs, l)
+	brk := p.breakCost(msgs, h.first, tokens)
+	keep := max(low, fixed)
+	for k := 1; k <= len(h.costs) && fixed+k < p.Limit; k++ {
+		c := float64(h.costs[len(h.costs)-k])
+		gap := float64(p.Limit - fixed - k)
+		if (worth(p.Sight, h.ranks[len(h.ranks)-k])-1)*p.Costs.Read*c*gap*gap < 2*brk*pace {
+			break
+		}
+		keep = max(keep, fixed+k)
+	}
+	if room := p.Limit - int(math.Ceil(pace*float64(l.remaining()))); room > keep {
+		for k := keep - fixed + 1; fixed+k <= room && k <= len(h.costs) && worth(p.Sight, h.ranks[len(h.ranks)-k]) >= 1; k++ {
+			keep = fixed + k
+		}
+	}
+	return min(keep, p.Limit)
+}
+
+// pace is the images a request has brought, on average: those the history
+// carries and those removed from it (their markers), over its requests.
+func (p Priced) pace(msgs []chat.Message, l Ledger) float64 {
+	n := 0
+	for _, m := range msgs {
+		chat.Walk(m.Parts, func(part chat.Part, _ int) bool {
+			switch x := part.(type) {
+			case chat.Image:
+				n++
+			case chat.Marker:
+				if x.Of == "image" {
+					n++
 				}
 			}
 			return true
 		})
 	}
-	if held == 0 {
-		l.Owed = 0
-		return msgs, nil, l
-	}
-	net := float64(held) * p.Costs.Read * (1 - p.Sight) // a request's holding, less its worth
-	remove := false
-	if p.Warm {
-		l.Owed = max(0, l.Owed+net)
-		remove = net > 0 && l.Owed >= p.breakCost(msgs, first, held)
-	} else {
-		// Kept, they are written again now and read for the expected run.
-		hold := float64(held)*(p.Costs.Rewrite-p.Costs.Read) + float64(p.readFor(msgs, l))*net
-		remove = hold > 0
-	}
-	if !remove {
-		return msgs, nil, l
-	}
-	out, removed := removeKept(msgs, p.Until, reason.Priced)
-	l.Owed = 0
-	return out, removed, l
+	return float64(n) / float64(max(1, l.RunTotal+l.Run))
 }
 
-// breakCost is what removing the kept images before Until costs while the
-// cache is warm: the prompt from the oldest of them on (or from the start:
-// Costs.Whole), without them, rewritten instead of read.
+// lookback is how many blocks an explicit-breakpoint cache reads back from
+// a breakpoint for a prefix it holds (Anthropic: 20).
+const lookback = 20
+
+// breakCost is what removing the kept images from message first on costs
+// while the cache is warm: the prompt from the edit on, without them,
+// rewritten instead of read. On an automatic cache that is from the first
+// removed image. With explicit breakpoints the cache reads back from the
+// request's last block for at most lookback blocks, to a prefix an earlier
+// request cached — at its own end, a user message —: an edit within reach
+// rewrites from that prefix on; past it, from the conversation's start.
 func (p Priced) breakCost(msgs []chat.Message, first, held int) float64 {
 	if p.Costs.Whole {
-		first = 0
+		first = reachable(msgs, first)
 	}
 	suffix := 0
 	if p.Suffix != nil {
@@ -183,17 +377,17 @@ func (p Priced) breakCost(msgs []chat.Message, first, held int) float64 {
 	return float64(max(suffix-held, 0)) * (p.Costs.Rewrite - p.Costs.Read)
 }
 
-// removeKept replaces every kept image of the messages before until by a
-// marker with why, in one batch.
-func removeKept(msgs []chat.Message, until int, why reason.Code) ([]chat.Message, []Removal) {
-	var removed []Removal
-	out := edit(msgs, func(i int, part chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := part.(chat.Image)
-		if !ok || img.Keep != chat.Kept || i >= until {
-			return nil, false
+// reachable is where an explicit-breakpoint cache reads up to once the
+// messages from first on change: after the latest user message before
+// first (an earlier request's end, cached there) that lies within lookback
+// blocks of the request's end; else the start.
+func reachable(msgs []chat.Message, first int) int {
+	blocks := 0
+	for j := len(msgs) - 1; j >= 0 && blocks <= lookback; j-- {
+		if j < first && (msgs[j].Role == chat.User || msgs[j].Role == chat.Tool) {
+			return j + 1
 		}
-		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: why, Message: i, Cost: img.Cost})
-		return markerFor(img, why), true
-	})
-	return out, removed
+		blocks += max(1, len(msgs[j].Parts))
+	}
+	return 0
 }

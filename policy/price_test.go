@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -203,9 +204,10 @@ func TestCostsOfProfiles(t *testing.T) {
 }
 
 // Invariants over random conversations and dial positions: the history
-// passed in is never modified; a request removes nothing or every kept
-// image of earlier turns, each counted with reason priced and its cost;
-// the current turn's images always stay; the ledger is never negative.
+// passed in is never modified; a request removes the oldest kept images of
+// earlier turns (every one of them at a sight of 1 or less, or while warm
+// on an explicit cache), each counted with reason priced and its cost; the
+// current turn's images always stay; the ledger is never negative.
 func TestPricedInvariants(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		msgs, until := history(rapid.IntRange(1, 5).Draw(t, "turns"), rapid.IntRange(0, 6).Draw(t, "shots"),
@@ -214,13 +216,18 @@ func TestPricedInvariants(t *testing.T) {
 		l := Ledger{}
 		before := kept(msgs, 0, len(msgs))
 		for i := range rapid.IntRange(1, 40).Draw(t, "requests") {
-			p := Priced{Sight: rapid.Float64Range(0, 3).Draw(t, "sight"), Costs: costs, Warm: rapid.Bool().Draw(t, fmt.Sprint("warm", i)), Until: until}
+			p := Priced{Sight: rapid.Float64Range(0, 3).Draw(t, "sight"), Costs: costs, Warm: rapid.Bool().Draw(t, fmt.Sprint("warm", i)), Until: until,
+				Limit: rapid.SampledFrom([]int{0, 20, 100}).Draw(t, "limit")}
 			out, removed, next := p.Decide(msgs, l)
 			if kept(msgs, 0, len(msgs)) != before {
 				t.Fatal("the history passed in was modified")
 			}
-			if n := len(removed); n != 0 && n != kept(msgs, 0, until) {
+			all := p.Sight <= 1 || (p.Warm && costs.Whole)
+			if n := len(removed); n != 0 && all && n != kept(msgs, 0, until) {
 				t.Fatalf("removed %d of %d earlier-turn images: want none or all", n, kept(msgs, 0, until))
+			}
+			if n := len(removed); n > 0 && kept(out, 0, until) > 0 && lastMessage(removed) > firstKept(out) {
+				t.Fatal("a newer image left before an older one")
 			}
 			if kept(out, until, len(out)) != kept(msgs, until, len(msgs)) {
 				t.Fatal("an image of the current turn was removed")
@@ -239,4 +246,166 @@ func TestPricedInvariants(t *testing.T) {
 			l = next
 		}
 	})
+}
+
+// lastMessage is the message of the newest removal.
+func lastMessage(rs []Removal) int {
+	n := -1
+	for _, r := range rs {
+		n = max(n, r.Message)
+	}
+	return n
+}
+
+// firstKept is the message of the oldest kept image.
+func firstKept(msgs []chat.Message) int {
+	for i := range msgs {
+		if kept(msgs, i, i+1) > 0 {
+			return i
+		}
+	}
+	return len(msgs)
+}
+
+// removedOldest checks that removals took the oldest kept images of msgs
+// before until, in order, and returns how many stayed there.
+func removedOldest(t *testing.T, msgs []chat.Message, until int, removed []Removal) int {
+	t.Helper()
+	var at []int
+	for i := range msgs[:until] {
+		for range kept(msgs, i, i+1) {
+			at = append(at, i)
+		}
+	}
+	for i, r := range removed {
+		if r.Message != at[i] {
+			t.Fatalf("removal %d in message %d: want the oldest first (%d)", i, r.Message, at[i])
+		}
+	}
+	return len(at) - len(removed)
+}
+
+// At a cold start the newest images are carried over as far as seeing them
+// for the expected run pays for writing them again — more of them the
+// higher the dial — and only as far as the provider's image limit leaves
+// room for the run at the pace images came; at a sight of 1 none.
+func TestColdStartCarriesTheNewest(t *testing.T) {
+	msgs, until := history(5, 8, 1334, 400) // 32 images of earlier turns, 8 in the current one
+	carried := func(sight float64, limit int) int {
+		p := Priced{Sight: sight, Costs: claude, Until: until, Limit: limit}
+		_, removed, _ := p.Decide(msgs, Ledger{Run: 90})
+		return removedOldest(t, msgs, until, removed)
+	}
+	if n := carried(1, 100); n != 0 {
+		t.Fatalf("sight 1 carried %d: want none", n)
+	}
+	low, high := carried(1.5, 1000), carried(3, 1000)
+	if low <= 0 || low >= high || high > 32 {
+		t.Fatalf("sight 1.5 carried %d, sight 3 %d: want some, more with the dial", low, high)
+	}
+	// 40 images in 90 requests: a run of 90 brings 40 more; under a limit
+	// of 60 the request has room for 60 − 8 − 40 = 12.
+	if n := carried(3, 60); n != 12 {
+		t.Fatalf("limit 60: carried %d, want the 12 the run has room for", n)
+	}
+	if n := carried(3, 40); n != 0 {
+		t.Fatalf("limit 40: carried %d, want none (the run alone reaches it)", n)
+	}
+}
+
+// A turn's start, before its first image, is the cheapest break: the batch
+// runs there when the holding expected until the next turn's start would
+// pay for it, where the same history one image into the turn waits for the
+// ledger.
+func TestATurnStartIsWhereTheBatchRuns(t *testing.T) {
+	msgs, until := history(3, 4, 1334, 400)
+	start := append(slices.Clone(msgs[:until]), chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "next"}}})
+	mid := append(slices.Clone(start), msgs[until+1:until+3]...)
+	l := Ledger{Run: 10, Turns: 1, TurnAt: 0}
+	for _, c := range []struct {
+		name string
+		msgs []chat.Message
+		now  bool
+	}{{"turn start", start, true}, {"one image into the turn", mid, false}} {
+		p := Priced{Sight: 0, Costs: claude, Warm: true, Until: until}
+		_, removed, _ := p.Decide(c.msgs, l)
+		if now := len(removed) > 0; now != c.now {
+			t.Fatalf("%s: removed %d at once; want a batch now %v", c.name, len(removed), c.now)
+		}
+	}
+}
+
+// On an automatic prefix cache a removal rewrites only from the first
+// image removed: above a sight of 1 the newest images worth their read
+// stay and the older ones leave together once holding them paid a break;
+// on an explicit cache, where a break rewrites everything, nothing leaves
+// while warm.
+func TestAutomaticCacheKeepsTheNewestWorthTheirRead(t *testing.T) {
+	msgs, until := history(6, 4, 765, 400) // 20 images of earlier turns, 4 in the current one
+	for _, c := range []struct {
+		costs Costs
+		stay  int // -1: never removed
+	}{{gpt, 8}, {claude, -1}} {
+		p := Priced{Sight: 1.5, Costs: c.costs, Warm: true, Until: until}
+		l := Ledger{Run: 1}
+		stay := -1
+		for range 500 {
+			var removed []Removal
+			if _, removed, l = p.Decide(msgs, l); len(removed) > 0 {
+				stay = removedOldest(t, msgs, until, removed)
+				break
+			}
+		}
+		// Worth halves every 20 newer images: at 1.5 the 12 newest (ranks
+		// up to 1 + 20·log2 1.5) are worth their read; 4 are the turn's.
+		if stay != c.stay {
+			t.Fatalf("%+v: %d of the earlier turns' images stayed; want %d", c.costs, stay, c.stay)
+		}
+	}
+}
+
+// A batch forced by the image limit goes down to the low-water floor at a
+// sight of 1 or less; above, it keeps more the higher the dial, never past
+// the limit, and at least what leaves room for the rest of the run.
+func TestLimitKeepFollowsTheDial(t *testing.T) {
+	msgs, until := history(13, 8, 1334, 400) // 104 images: past a limit of 100
+	keep := func(sight float64, l Ledger) int {
+		return Priced{Sight: sight, Costs: claude, Warm: true, Until: until, Limit: 100}.LimitKeep(msgs, l, 10)
+	}
+	long := Ledger{Run: 117}
+	if n := keep(1, long); n != 10 {
+		t.Fatalf("sight 1 keeps %d: want the floor", n)
+	}
+	a, b := keep(2, long), keep(8, long)
+	if a < 10 || a >= b || b >= 100 {
+		t.Fatalf("sight 2 keeps %d, sight 8 %d: want more with the dial, under the limit", a, b)
+	}
+	// Runs of 120 requests, 117 gone: 3 more to go, and no batch after
+	// this one whatever it keeps: every image still worth its read stays.
+	if n := keep(8, Ledger{Run: 117, Runs: 2, RunTotal: 240}); n <= b {
+		t.Fatalf("a run near its end keeps %d, no more than a long one (%d)", n, b)
+	}
+}
+
+// An explicit cache reads back 20 blocks from the request's end to a prefix
+// an earlier request cached: removing the images of the last few messages
+// rewrites only from there, removing older ones the whole conversation.
+func TestABreakWithinReachRewritesFromThere(t *testing.T) {
+	msgs, until := history(4, 4, 1334, 4000) // turns of 9 messages, one block each
+	p := Priced{Costs: claude, Until: len(msgs)}
+	whole := p.breakCost(msgs, 0, 0)
+	// The last turn's images: its human message (an earlier request's
+	// end) lies 8 blocks from the end.
+	recent := p.breakCost(msgs, until+2, 0)
+	if recent >= whole/2 {
+		t.Fatalf("removing the last turn's images rewrites %.4f$ of %.4f$: want from its start only", recent, whole)
+	}
+	// The turn before: its start lies 17 blocks back, still within reach;
+	// two turns back (26 blocks) is not.
+	if p.breakCost(msgs, until-7, 0) >= whole {
+		t.Fatal("an edit 17 blocks back rewrote the whole conversation")
+	}
+	if got := p.breakCost(msgs, until-16, 0); got != whole {
+		t.Fatalf("an edit 26 blocks back rewrites %.4f$: want the whole %.4f$", got, whole)
+	}
 }

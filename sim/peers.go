@@ -81,7 +81,7 @@ func Peers(n, chunk, keepNewest int) []Peer {
 
 // DefaultSights are the positions of the dial (keep.sight) simulate runs
 // beside imgctx's default: from the cheapest to past cold starts.
-var DefaultSights = []float64{0, 0.9, 0.98, 1.5}
+var DefaultSights = []float64{0, 0.5, 0.9, 1.5, 2, 3}
 
 // SightPeers returns imgctx's rows at those positions of the dial.
 func SightPeers(sights []float64) []Peer {

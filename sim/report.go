@@ -133,14 +133,40 @@ func (r *Report) Reading() []string {
 // no more than its default, and those no imgctx row (the default or a
 // position of the dial) does as well as.
 func (r *Report) losses(ours *PolicyReport) []string {
-	var over, unmatched []string
+	say := func(ps []PolicyReport) string {
+		var s []string
+		for _, p := range ps {
+			s = append(s, fmt.Sprintf("%s ($%.2f, %.1f images per request)", p.Policy, p.Dollars, p.ImagesMean))
+		}
+		return strings.Join(s, ", ")
+	}
+	over, unmatched := r.Losses()
+	var out []string
+	if len(over) > 0 {
+		out = append(out, "imgctx's default is dominated: "+say(over)+" shows as many images for no more.")
+	}
+	if len(unmatched) > 0 {
+		out = append(out, "No imgctx row run here shows as many images for no more than "+say(unmatched)+".")
+	}
+	return out
+}
+
+// Losses returns the peers (rows with no refused request) that dominate
+// imgctx's default (Dominates), and those that no
+// imgctx row — the default or a position of the dial — does as well as.
+func (r *Report) Losses() (over, unmatched []PolicyReport) {
+	var ours *PolicyReport
+	for i := range r.Policies {
+		if r.Policies[i].Policy == "imgctx" {
+			ours = &r.Policies[i]
+		}
+	}
 	for _, p := range r.Policies {
 		if strings.HasPrefix(p.Policy, "imgctx") || p.Failed > 0 {
 			continue
 		}
-		say := fmt.Sprintf("%s ($%.2f, %.1f images per request)", p.Policy, p.Dollars, p.ImagesMean)
-		if AtLeastAsGood(p, *ours) {
-			over = append(over, say)
+		if ours != nil && Dominates(p, *ours) {
+			over = append(over, p)
 		}
 		matched := false
 		for _, q := range r.Policies {
@@ -149,17 +175,18 @@ func (r *Report) losses(ours *PolicyReport) []string {
 			matched = matched || strings.HasPrefix(q.Policy, "imgctx") && !strings.HasSuffix(q.Policy, "+recall") && q.Failed == 0 && AtLeastAsGood(q, p)
 		}
 		if !matched {
-			unmatched = append(unmatched, say)
+			unmatched = append(unmatched, p)
 		}
 	}
-	var out []string
-	if len(over) > 0 {
-		out = append(out, "imgctx's default is dominated: "+strings.Join(over, ", ")+" shows as many images for no more.")
-	}
-	if len(unmatched) > 0 {
-		out = append(out, "No imgctx row run here shows as many images for no more than "+strings.Join(unmatched, ", ")+".")
-	}
-	return out
+	return over, unmatched
+}
+
+// Dominates reports whether row a is at least as good as b and better in
+// one respect: more images per request, or a cost more than 1% lower. Two
+// rows alike (every policy's, where only the user's images are shown and
+// the agent compacts them away) do not dominate each other.
+func Dominates(a, b PolicyReport) bool {
+	return AtLeastAsGood(a, b) && (a.ImagesMean > b.ImagesMean+1e-9 || a.Dollars < b.Dollars*0.99)
 }
 
 // AtLeastAsGood reports whether row a shows at least as many images per

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/wire/jsonspan"
@@ -86,9 +87,18 @@ func (p *Provider) blocks(api string, body []byte) ([]block, error) {
 	out = append(out, msgs...)
 	if api == "anthropic" {
 		bps := 0
+		var shortest time.Duration
 		for _, b := range out {
-			if b.bp {
-				bps++
+			if !b.bp {
+				continue
+			}
+			bps++
+			if shortest > 0 && b.ttl > shortest {
+				// The documented rule: longer lifetimes before shorter ones.
+				return nil, fmt.Errorf("a cache_control ttl of %s follows one of %s: longer TTLs must come before shorter ones", b.ttl, shortest)
+			}
+			if shortest == 0 || b.ttl < shortest {
+				shortest = b.ttl
 			}
 		}
 		if bps > 4 {

@@ -45,14 +45,20 @@ type Prices struct {
 
 // Dollars is what usage costs at these prices: the prompt tokens not read
 // from or written to the cache at the input price, cache writes at the
-// 5-minute write price (the input price when it has none).
+// 5-minute write price (the input price when it has none), those kept for
+// an hour at the 1-hour one (the 5-minute price when it has none).
 func (p *Prices) Dollars(u chat.Usage) float64 {
 	write := p.CacheWrite
 	if write == 0 {
 		write = p.Input
 	}
+	hour := p.CacheWrite1h
+	if hour == 0 {
+		hour = write
+	}
 	fresh := max(u.Prompt-u.CacheRead-u.CacheWrite, 0)
-	return (float64(fresh)*p.Input + float64(u.CacheRead)*p.CacheRead + float64(u.CacheWrite)*write + float64(u.Output)*p.Output) / 1e6
+	fiveMin := max(u.CacheWrite-u.CacheWriteHour, 0)
+	return (float64(fresh)*p.Input + float64(u.CacheRead)*p.CacheRead + float64(fiveMin)*write + float64(u.CacheWriteHour)*hour + float64(u.Output)*p.Output) / 1e6
 }
 
 // ImageRule names an image-token rule and carries its parameters; which

@@ -95,6 +95,10 @@ type SessionRequest struct {
 	// takes them (Anthropic).
 	CacheSystem   bool
 	CacheMessages []int
+	// CacheHour: the breakpoints before the newest message's keep their
+	// prefix for an hour, where the wire has such a lifetime (Anthropic's
+	// "ttl": "1h"); the newest message's keeps the default.
+	CacheHour bool
 	// Tools are the tools imgctx itself offers the model (recall), in
 	// the wire's own shape.
 	Tools []Tool

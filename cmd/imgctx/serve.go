@@ -62,7 +62,7 @@ func newServeCmd(a *app) *cobra.Command {
 // engineConfig is the engine's part of the configuration: serve and
 // simulate run the same engine.
 func engineConfig(cfg config.Config) engine.Config {
-	return engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction, Hold: cfg.Keep.Hold, Sight: cfg.Keep.Sight},
+	return engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction, Hold: cfg.Keep.Hold, Sight: cfg.Keep.Sight, HourCache: cfg.Keep.HourCache},
 		Compact: cfg.CompactConfig(), CompactThreshold: cfg.Compaction.Threshold, Micro: cfg.MicroConfig(),
 		Limits:                 cfg.MediaLimits(),
 		ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce,

@@ -93,6 +93,7 @@ type Keep struct {
 	LowWater       float64       `yaml:"low_water" doc:"share of the keep budget an eviction batch comes down to, so several more images fit before the next batch"`
 	CacheTTL       time.Duration `yaml:"cache_ttl" doc:"how long the provider keeps a prompt cache warm; a proxied conversation idle longer evicts at its next turn at once"`
 	Sight          float64       `yaml:"sight" doc:"what showing a kept image for one more request is worth, in multiples of reading it from the provider's cache: 0 cheapest, 1 (default) never pay a prefix break to stop reading an image, higher keeps images across cold caches; price decides when images leave (docs/config.md, Sight)"`
+	HourCache      bool          `yaml:"hour_cache" doc:"the sessions API gives its cache breakpoints the provider's one-hour lifetime (Anthropic) once a turn came after the default lifetime and within the hour; the proxy owns no breakpoints"`
 	Hold           bool          `yaml:"hold" doc:"while a provider that bills cache writes (Anthropic) still caches a proxied conversation, keep measured tool images over the budget; the budget applies when the cache goes cold, under window pressure and at the provider's image limit, in batches"`
 }
 
@@ -259,7 +260,7 @@ func Defaults() Config {
 		Storage: Storage{Sessions: "sqlite", Images: "fs"},
 		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 128 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second, DrainDelay: 5 * time.Second,
 			MaxMessages: 10_000, MaxParts: 50_000, MaxInflight: 256 << 20, BodyTimeout: 10 * time.Second, MinBodyRate: 1 << 20},
-		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.1, CacheTTL: 5 * time.Minute, Hold: true, Sight: policy.DefaultSight},
+		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.1, CacheTTL: 5 * time.Minute, Hold: true, Sight: policy.DefaultSight, HourCache: true},
 		Proxy: Proxy{KeepTurnImages: true, IdleExpiry: 24 * time.Hour, MaxImages: 10_000},
 		Media: Media{
 			MaxImageBytes:     media.DefaultMaxBytes,

@@ -299,6 +299,19 @@ type Source func(img chat.Image) (mediaType, base64Data, url string, err error)
 type Cache struct {
 	System   bool
 	Messages []int
+	// Hour: every breakpoint but the one on the newest message keeps its
+	// prefix for an hour ("ttl": "1h"); the newest keeps the default five
+	// minutes, after them, as the API wants longer lifetimes first.
+	Hour bool
+}
+
+// ttl is the lifetime of the breakpoint on message k (-1: the system
+// prompt): "" the default.
+func (c Cache) ttl(k int) string {
+	if !c.Hour || (len(c.Messages) > 0 && k == c.Messages[len(c.Messages)-1]) {
+		return ""
+	}
+	return "1h"
 }
 
 // Encode writes the request with msgs (system first, if any) in place of
@@ -323,7 +336,7 @@ func (r *Request) EncodeBody(msgs []chat.Message, src Source, cache Cache) (wire
 		if err != nil {
 			return wire.Body{}, fmt.Errorf("system: %w", err)
 		}
-		markBreakpoint(blocks, cache.System)
+		markBreakpoint(blocks, cache.System, cache.ttl(-1))
 		var sys bytes.Buffer
 		writeBlocks(&sys, blocks)
 		top.Set("system", sys.Bytes())
@@ -349,9 +362,11 @@ func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start i
 				j++
 			}
 		}
-		breakpoint := false
+		breakpoint, ttl := false, ""
 		for k := i; k < j; k++ {
-			breakpoint = breakpoint || slices.Contains(cache.Messages, k)
+			if slices.Contains(cache.Messages, k) {
+				breakpoint, ttl = true, cache.ttl(k)
+			}
 		}
 		if n > 0 {
 			w.WriteByte(',')
@@ -366,7 +381,7 @@ func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start i
 				}
 			}
 		}
-		if err := writeTurn(w, msgs[i:j], src, breakpoint); err != nil {
+		if err := writeTurn(w, msgs[i:j], src, breakpoint, ttl); err != nil {
 			return fmt.Errorf("message %d: %w", i, err)
 		}
 		i = j
@@ -379,7 +394,7 @@ func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start i
 // decoded from another wire's JSON carries none of them here.
 func ours(m chat.Message) bool { return m.Wire == "" || m.Wire == Wire }
 
-func writeTurn(w wire.JSONWriter, msgs []chat.Message, src Source, breakpoint bool) error {
+func writeTurn(w wire.JSONWriter, msgs []chat.Message, src Source, breakpoint bool, ttl string) error {
 	role := "user"
 	switch msgs[0].Role {
 	case chat.Assistant:
@@ -399,7 +414,7 @@ func writeTurn(w wire.JSONWriter, msgs []chat.Message, src Source, breakpoint bo
 			maps.Copy(extra, m.Extra)
 		}
 	}
-	markBreakpoint(blocks, breakpoint)
+	markBreakpoint(blocks, breakpoint, ttl)
 	// Always blocks, never the string shorthand: a message encodes the same
 	// with or without a breakpoint, so the prefix stays byte-stable.
 	w.WriteString(`{"role":`)
@@ -483,11 +498,12 @@ func writeBlocks(w wire.JSONWriter, blocks []block) {
 	w.WriteByte(']')
 }
 
-// markBreakpoint puts a cache breakpoint on the last block, unless the
-// client already put its own there (in the block's extra fields).
-func markBreakpoint(blocks []block, on bool) {
+// markBreakpoint puts a cache breakpoint of that lifetime ("" the
+// default) on the last block, unless the client already put its own there
+// (in the block's extra fields).
+func markBreakpoint(blocks []block, on bool, ttl string) {
 	if last := len(blocks) - 1; on && last >= 0 && blocks[last].raw == "" && !strings.Contains(blocks[last].extra, `"cache_control"`) {
-		blocks[last].Cache = &cacheControl{Type: "ephemeral"}
+		blocks[last].Cache = &cacheControl{Type: "ephemeral", TTL: ttl}
 	}
 }
 
@@ -504,7 +520,7 @@ func (c Cache) fit(msgs []chat.Message) Cache {
 		keep = append([]int{c.Messages[i]}, keep...)
 		room--
 	}
-	return Cache{System: c.System && room > 0, Messages: keep}
+	return Cache{System: c.System && room > 0, Messages: keep, Hour: c.Hour}
 }
 
 // clientBreakpoints counts the cache_control a client put on its blocks.
@@ -644,6 +660,10 @@ type usageJSON struct {
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
 	OutputTokens             int `json:"output_tokens"`
+	// CacheCreation splits the writes by lifetime.
+	CacheCreation *struct {
+		Hour int `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
 }
 
 // usage normalises Anthropic's three input fields: the prompt is their sum.
@@ -651,12 +671,16 @@ func (u *usageJSON) usage() *chat.Usage {
 	if u == nil {
 		return nil
 	}
-	return &chat.Usage{
+	out := &chat.Usage{
 		Prompt:     u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
 		CacheRead:  u.CacheReadInputTokens,
 		CacheWrite: u.CacheCreationInputTokens,
 		Output:     u.OutputTokens,
 	}
+	if u.CacheCreation != nil {
+		out.CacheWriteHour = min(u.CacheCreation.Hour, out.CacheWrite)
+	}
+	return out
 }
 
 func stopped(reason string) (cut, full bool) {
@@ -774,6 +798,9 @@ func (s *Stream) Add(name string, data []byte) error {
 			}
 			if u.CacheCreationInputTokens > 0 {
 				s.usage.CacheCreationInputTokens = u.CacheCreationInputTokens
+			}
+			if u.CacheCreation != nil && u.CacheCreation.Hour > 0 {
+				s.usage.CacheCreation = u.CacheCreation
 			}
 			s.seen = true
 		}

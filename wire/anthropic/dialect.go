@@ -32,7 +32,7 @@ func encodeSession(r wire.SessionRequest) ([]byte, error) {
 		}
 		req.top.Set("tools", mustJSON(tools))
 	}
-	return req.Encode(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages})
+	return req.Encode(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages, Hour: r.CacheHour})
 }
 
 func decodeAnswer(b []byte) (wire.Answer, error) {
