@@ -2,6 +2,7 @@ package media
 
 import (
 	"bytes"
+	"compress/zlib"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -54,14 +55,26 @@ type Limits struct {
 	MaxBytes    int64 // bytes per image or document; default 10 MB
 	MaxPixels   int64 // width × height; default 40 MP
 	MaxPDFPages int   // pages of a PDF; default 1,000
+	// MaxPDFInflated bounds what a PDF's compressed (FlateDecode) streams
+	// inflate to, together; default 128 MB: a reader that inflated a
+	// deflate bomb (1,000 to 1) would run out of memory.
+	MaxPDFInflated int64
 }
 
 // Default limits.
 const (
-	DefaultMaxBytes    = 10 << 20
-	DefaultMaxPixels   = 40_000_000
-	DefaultMaxPDFPages = 1000
+	DefaultMaxBytes       = 10 << 20
+	DefaultMaxPixels      = 40_000_000
+	DefaultMaxPDFPages    = 1000
+	DefaultMaxPDFInflated = 128 << 20
 )
+
+func (l Limits) maxPDFInflated() int64 {
+	if l.MaxPDFInflated > 0 {
+		return l.MaxPDFInflated
+	}
+	return DefaultMaxPDFInflated
+}
 
 func (l Limits) maxPDFPages() int {
 	if l.MaxPDFPages > 0 {
@@ -184,7 +197,51 @@ func checkPDF(data []byte, lim Limits) (int, error) {
 	if pages > lim.maxPDFPages() {
 		return 0, reason.New(reason.TooLarge, fmt.Sprintf("a PDF of %d pages is over the limit of %d pages (media.max_pdf_pages)", pages, lim.maxPDFPages()))
 	}
+	if n := pdfInflated(data, lim.maxPDFInflated()); n > lim.maxPDFInflated() {
+		return 0, reason.New(reason.TooLarge, fmt.Sprintf("a PDF whose compressed streams inflate past %d MB (media.max_pdf_inflated): a deflate bomb", lim.maxPDFInflated()>>20))
+	}
 	return pages, nil
+}
+
+// pdfInflated is how many bytes the PDF's FlateDecode streams inflate to,
+// together, counted up to past limit at most: each stream is inflated into
+// a discarding counter, never held. A stream that does not inflate counts
+// what it gave before its error (a reader would fail on it, no bomb).
+func pdfInflated(data []byte, limit int64) int64 {
+	var total int64
+	for i := 0; total <= limit; {
+		k := bytes.Index(data[i:], []byte("stream"))
+		if k < 0 {
+			break
+		}
+		at := i + k
+		i = at + len("stream")
+		if at >= 3 && string(data[at-3:at]) == "end" {
+			continue
+		}
+		start := i
+		if start < len(data) && data[start] == '\r' {
+			start++
+		}
+		if start >= len(data) || data[start] != '\n' {
+			continue // not the stream keyword
+		}
+		start++
+		dict := data[max(0, bytes.LastIndex(data[:at], []byte("obj"))):at]
+		if !bytes.Contains(dict, []byte("/FlateDecode")) {
+			continue
+		}
+		end := bytes.Index(data[start:], []byte("endstream"))
+		if end < 0 {
+			end = len(data) - start
+		}
+		if z, err := zlib.NewReader(bytes.NewReader(data[start : start+end])); err == nil {
+			n, _ := io.Copy(io.Discard, io.LimitReader(z, limit-total+1))
+			total += n
+		}
+		i = start + end
+	}
+	return total
 }
 
 // pdfCount is the largest /Count a page tree node declares (the root's is

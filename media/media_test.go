@@ -2,8 +2,10 @@ package media
 
 import (
 	"bytes"
+	"compress/zlib"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"image"
 	"image/color"
@@ -368,5 +370,48 @@ func TestInspectRefusesMalformedAndAbsurdPDFs(t *testing.T) {
 	in, err := Inspect(tree("12"), "", Limits{})
 	if err != nil || in.Pages != 12 {
 		t.Fatalf("a 12-page tree: %d pages, %v", in.Pages, err)
+	}
+}
+
+// A deflate bomb — a megabyte of PDF whose content stream inflates to a
+// gigabyte (the hardening issue's) — is refused before it is stored or
+// forwarded, after inflating no more than the limit; a PDF whose streams
+// inflate to an honest size passes, and so does one whose compressed
+// stream is corrupt (its reader fails on it: no bomb).
+func TestInspectRefusesAPDFDeflateBomb(t *testing.T) {
+	pdf := func(stream []byte) []byte {
+		var b bytes.Buffer
+		b.WriteString("%PDF-1.7\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n" +
+			"3 0 obj<</Type/Page/Parent 2 0 R/Contents 4 0 R>>endobj\n")
+		fmt.Fprintf(&b, "4 0 obj<</Length %d/Filter/FlateDecode>>stream\r\n", len(stream))
+		b.Write(stream)
+		b.WriteString("\r\nendstream\nendobj\ntrailer<</Root 1 0 R>>\n%%EOF\n")
+		return b.Bytes()
+	}
+	deflated := func(n int64) []byte {
+		var z bytes.Buffer
+		w, _ := zlib.NewWriterLevel(&z, zlib.BestSpeed)
+		zero := make([]byte, 1<<20)
+		for ; n > 0; n -= int64(len(zero)) {
+			w.Write(zero[:min(n, int64(len(zero)))])
+		}
+		w.Close()
+		return z.Bytes()
+	}
+	bomb := pdf(deflated(1 << 30))
+	if len(bomb) > 2<<20 {
+		t.Fatalf("the bomb is %d bytes: want about a megabyte", len(bomb))
+	}
+	if _, err := Inspect(bomb, "", Limits{}); reason.Of(err) != reason.TooLarge || !strings.Contains(err.Error(), "media.max_pdf_inflated") {
+		t.Fatalf("a 1 GB deflate bomb: %v; want too_large naming the limit", err)
+	}
+	if _, err := Inspect(pdf(deflated(3<<20)), "", Limits{MaxPDFInflated: 2 << 20}); reason.Of(err) != reason.TooLarge {
+		t.Fatalf("3 MB inflated over a 2 MB limit: %v", err)
+	}
+	if in, err := Inspect(pdf(deflated(1<<20)), "", Limits{MaxPDFInflated: 2 << 20}); err != nil || in.Pages != 1 {
+		t.Fatalf("1 MB inflated under a 2 MB limit: %+v, %v", in, err)
+	}
+	if _, err := Inspect(pdf([]byte("not deflate at all")), "", Limits{}); err != nil {
+		t.Fatalf("a corrupt compressed stream: %v; want it passed (a reader fails on it, no bomb)", err)
 	}
 }

@@ -163,6 +163,7 @@ type Media struct {
 	MaxImageBytes     int64 `yaml:"max_image_bytes" doc:"largest image or document accepted, in bytes"`
 	MaxPixels         int64 `yaml:"max_pixels" doc:"largest width×height accepted, checked from the header"`
 	MaxPDFPages       int   `yaml:"max_pdf_pages" doc:"most pages a PDF may have (its page tree's count)"`
+	MaxPDFInflated    int64 `yaml:"max_pdf_inflated" doc:"most bytes a PDF's compressed streams may inflate to, together (a deflate bomb is refused)"`
 	ShrinkMaxEdge     int   `yaml:"shrink_max_edge" doc:"longest edge when an image is shrunk, in pixels"`
 	ShrinkTargetBytes int64 `yaml:"shrink_target_bytes" doc:"target size when an image is shrunk, in bytes"`
 	ShrinkPerRequest  int64 `yaml:"shrink_max_pixels_per_request" doc:"pixels one request's shrinking may decode; past it 413"`
@@ -266,6 +267,7 @@ func Defaults() Config {
 			MaxImageBytes:     media.DefaultMaxBytes,
 			MaxPixels:         media.DefaultMaxPixels,
 			MaxPDFPages:       media.DefaultMaxPDFPages,
+			MaxPDFInflated:    media.DefaultMaxPDFInflated,
 			ShrinkMaxEdge:     media.DefaultMaxEdge,
 			ShrinkTargetBytes: media.DefaultTargetBytes,
 			ShrinkPerRequest:  200_000_000,
@@ -543,6 +545,7 @@ func (c Config) Validate() error {
 	positive("media.max_image_bytes", c.Media.MaxImageBytes)
 	positive("media.max_pixels", c.Media.MaxPixels)
 	positive("media.max_pdf_pages", int64(c.Media.MaxPDFPages))
+	positive("media.max_pdf_inflated", c.Media.MaxPDFInflated)
 	positive("media.shrink_max_edge", int64(c.Media.ShrinkMaxEdge))
 	positive("media.shrink_target_bytes", c.Media.ShrinkTargetBytes)
 	positive("media.shrink_max_pixels_per_request", c.Media.ShrinkPerRequest)
@@ -640,7 +643,7 @@ func (c Config) ProfileTable() (*tokens.Table, error) {
 
 // MediaLimits returns the ingestion limits.
 func (c Config) MediaLimits() media.Limits {
-	return media.Limits{MaxBytes: c.Media.MaxImageBytes, MaxPixels: c.Media.MaxPixels, MaxPDFPages: c.Media.MaxPDFPages}
+	return media.Limits{MaxBytes: c.Media.MaxImageBytes, MaxPixels: c.Media.MaxPixels, MaxPDFPages: c.Media.MaxPDFPages, MaxPDFInflated: c.Media.MaxPDFInflated}
 }
 
 // checkBaseURL refuses a base URL imgctx cannot use, saying what to write
