@@ -360,15 +360,14 @@ func (e *Engine) pricing(p tokens.Profile, warm bool, until int, suffix func(int
 }
 
 // imageLimit keeps the request under the provider's image limit, in one
-// batch down to the low-water mark of the limit, or where images are held,
-// as price says (policy.Priced.UnderLimit).
+// batch: where images are held, down to what price says
+// (policy.Priced.UnderLimit), else to the low-water mark of the limit.
 func (e *Engine) imageLimit(live []chat.Message, p tokens.Profile, warm bool, until int, l policy.Ledger, suffix func(int) int) ([]chat.Message, []policy.Removal) {
-	limit := p.Limits.MaxImages
-	keep := int(e.lowWater() * float64(limit))
 	if e.Keep.Holds(p) {
-		return e.pricing(p, warm, until, suffix).UnderLimit(live, l, keep)
+		return e.pricing(p, warm, until, suffix).UnderLimit(live, l)
 	}
-	return policy.ImageLimit(live, limit, keep, reason.ProviderLimit)
+	limit := p.Limits.MaxImages
+	return policy.ImageLimit(live, limit, int(e.lowWater()*float64(limit)), reason.ProviderLimit)
 }
 
 // relayTurn hands the tool images of the current turn to keeping: one seen

@@ -137,7 +137,10 @@ type held struct {
 	first int   // the message of the oldest
 }
 
-func (p Priced) held(msgs []chat.Message) held {
+func (p Priced) held(msgs []chat.Message) held { return keptBefore(msgs, p.Until) }
+
+// keptBefore is the kept images of the messages before until.
+func keptBefore(msgs []chat.Message, until int) held {
 	h := held{first: -1}
 	n := 0
 	for i, m := range msgs {
@@ -147,7 +150,7 @@ func (p Priced) held(msgs []chat.Message) held {
 				return true
 			}
 			n++
-			if i < p.Until && img.Keep == chat.Kept {
+			if i < until && img.Keep == chat.Kept {
 				h.costs = append(h.costs, img.Cost)
 				h.ranks = append(h.ranks, n)
 				if h.first < 0 {
@@ -270,13 +273,13 @@ func (p Priced) carried(msgs []chat.Message, h held, l Ledger) int {
 
 // UnderLimit keeps the request under the provider's image limit: past it,
 // the oldest kept images leave in one batch (reason provider_limit), down
-// to LimitKeep of low.
-func (p Priced) UnderLimit(msgs []chat.Message, l Ledger, low int) ([]chat.Message, []Removal) {
+// to LimitKeep.
+func (p Priced) UnderLimit(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal) {
 	n := countImages(msgs)
 	if p.Limit <= 0 || n <= p.Limit {
 		return msgs, nil
 	}
-	return EvictOldest(msgs, n-p.LimitKeep(msgs, l, low), reason.ProviderLimit)
+	return EvictOldest(msgs, n-p.LimitKeep(msgs, l), reason.ProviderLimit)
 }
 
 // turnStart reports whether the request is a turn's start, before the
@@ -286,29 +289,27 @@ func (p Priced) turnStart(msgs []chat.Message) bool {
 }
 
 // LimitKeep is how many images a request keeps when the provider's image
-// limit forces a batch, given low, the keep.low_water floor: that floor at
-// a sight of 1 or less, where an image is worth no more than its read and
-// a deeper batch puts the next one further off. Above it the newest images
-// are kept while what showing them is worth over reading them pays for the
-// more frequent batches a higher floor brings (a sawtooth between the kept
-// images and the limit: a batch every (limit − kept) / pace requests), and
-// at least as many as leaves room for the rest of the expected warm run.
-func (p Priced) LimitKeep(msgs []chat.Message, l Ledger, low int) int {
-	if p.Sight <= 1 || p.Limit <= 0 {
-		return low
-	}
-	h := p.held(msgs)
-	if len(h.costs) == 0 {
-		return low
-	}
+// limit forces a batch. The batch rewrites the prompt anyway; each image
+// kept makes the next one come sooner. At a sight of 1 or less an image is
+// worth no more than its read, so every kept image leaves (the images not
+// kept — on trial, the user's — stay). Above it the newest are kept while what showing them is
+// worth over reading them pays for the more frequent batches (a sawtooth
+// between the kept images and the limit: a batch every (limit − kept) /
+// pace requests), and as many as leave room for the rest of the expected
+// warm run, when they are worth their read.
+func (p Priced) LimitKeep(msgs []chat.Message, l Ledger) int {
+	h := keptBefore(msgs, len(msgs)) // the batch takes kept images of the current turn too, oldest first
 	fixed := countImages(msgs) - len(h.costs)
+	if len(h.costs) == 0 || p.Sight <= 1 || p.Limit <= 0 {
+		return fixed
+	}
 	tokens := 0
 	for _, c := range h.costs {
 		tokens += c
 	}
 	pace := p.pace(msgs, l)
 	brk := p.breakCost(msgs, h.first, tokens)
-	keep := max(low, fixed)
+	keep := fixed
 	for k := 1; k <= len(h.costs) && fixed+k < p.Limit; k++ {
 		c := float64(h.costs[len(h.costs)-k])
 		gap := float64(p.Limit - fixed - k)

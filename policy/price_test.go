@@ -364,20 +364,21 @@ func TestAutomaticCacheKeepsTheNewestWorthTheirRead(t *testing.T) {
 	}
 }
 
-// A batch forced by the image limit goes down to the low-water floor at a
-// sight of 1 or less; above, it keeps more the higher the dial, never past
-// the limit, and at least what leaves room for the rest of the run.
+// A batch forced by the image limit takes every kept image at a sight of 1
+// or less, the current turn's too (only images not kept stay); above, it
+// keeps more the higher the dial, never past the limit, and at least what
+// leaves room for the rest of the run.
 func TestLimitKeepFollowsTheDial(t *testing.T) {
 	msgs, until := history(13, 8, 1334, 400) // 104 images: past a limit of 100
 	keep := func(sight float64, l Ledger) int {
-		return Priced{Sight: sight, Costs: claude, Warm: true, Until: until, Limit: 100}.LimitKeep(msgs, l, 10)
+		return Priced{Sight: sight, Costs: claude, Warm: true, Until: until, Limit: 100}.LimitKeep(msgs, l)
 	}
 	long := Ledger{Run: 117}
-	if n := keep(1, long); n != 10 {
-		t.Fatalf("sight 1 keeps %d: want the floor", n)
+	if n := keep(1, long); n != 0 {
+		t.Fatalf("sight 1 keeps %d: want none", n)
 	}
 	a, b := keep(2, long), keep(8, long)
-	if a < 10 || a >= b || b >= 100 {
+	if a <= 0 || a >= b || b >= 100 {
 		t.Fatalf("sight 2 keeps %d, sight 8 %d: want more with the dial, under the limit", a, b)
 	}
 	// Runs of 120 requests, 117 gone: 3 more to go, and no batch after
