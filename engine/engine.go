@@ -51,9 +51,15 @@ type Config struct {
 	// Hints override the model profile for this upstream.
 	Hints Hints
 	// ShrinkPixelsPerRequest bounds the pixels one request's shrinking may
-	// decode (default 200 M); ShrinkPixelsAtOnce those decoded at a time
-	// across requests (default 100 M).
-	ShrinkPixelsPerRequest, ShrinkPixelsAtOnce int64
+	// decode (default 200 M).
+	ShrinkPixelsPerRequest int64
+	// ShrinkMemory bounds what decoding and scaling images (to shrink
+	// them, or for thumbnails) holds at once across requests, as
+	// media.ShrinkMemory estimates each (default 512 MB). A tenant holding
+	// some may hold half of it at most; a decode that waits longer than
+	// ShrinkWait is refused with ErrBusy.
+	ShrinkMemory int64
+	ShrinkWait   time.Duration // default 10 s
 	// KeepLowWater is the share of the keep budget (or of the provider's
 	// image or byte limit) an eviction batch comes down to (default 0.1:
 	// room for many more images before the next batch, each of which
@@ -101,41 +107,59 @@ func (e *Engine) ProfileWith(model string, h Hints) tokens.Profile {
 	return p
 }
 
-// pixelSlots is a weighted semaphore of pixels being decoded.
-type pixelSlots struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	size int64
-	used int64
+// ErrBusy: decoding images would hold more memory than the engine may, and
+// did not get it in time; the request may be retried shortly.
+var ErrBusy = errors.New("the gateway is decoding as many images as its memory allows (media.shrink_memory); retry shortly")
+
+// memorySlots is a weighted semaphore of the bytes decodes hold, fair
+// between tenants: one that holds some may hold half of it at most, so
+// another tenant's decode always finds room once those before it end.
+type memorySlots struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	size     int64
+	used     int64
+	byTenant map[string]int64
+	wait     time.Duration
 }
 
-// Acquire waits until n pixels are free (n at most size), or ctx ends.
-func (p *pixelSlots) Acquire(ctx context.Context, n int64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cond == nil {
-		p.cond = sync.NewCond(&p.mu)
+// Acquire waits until n bytes (at most size) are free for tenant; ErrBusy
+// once it waited the slots' wait, ctx's error when ctx ends first.
+func (m *memorySlots) Acquire(ctx context.Context, tenant string, n int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cond == nil {
+		m.cond = sync.NewCond(&m.mu)
 	}
-	stop := context.AfterFunc(ctx, func() { p.mu.Lock(); p.cond.Broadcast(); p.mu.Unlock() })
+	timer, cancel := context.WithTimeout(ctx, m.wait)
+	defer cancel()
+	stop := context.AfterFunc(timer, func() { m.mu.Lock(); m.cond.Broadcast(); m.mu.Unlock() })
 	defer stop()
-	for p.used+n > p.size {
+	for m.used+n > m.size || (m.byTenant[tenant] > 0 && m.byTenant[tenant]+n > m.size/2) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		p.cond.Wait()
+		if timer.Err() != nil {
+			return ErrBusy
+		}
+		m.cond.Wait()
 	}
-	p.used += n
+	m.used += n
+	m.byTenant[tenant] += n
 	return nil
 }
 
-// Release frees n pixels.
-func (p *pixelSlots) Release(n int64) {
-	p.mu.Lock()
-	p.used -= n
-	if p.cond != nil {
-		p.cond.Broadcast()
+// Release frees tenant's n bytes.
+func (m *memorySlots) Release(tenant string, n int64) {
+	m.mu.Lock()
+	m.used -= n
+	if m.byTenant[tenant] -= n; m.byTenant[tenant] <= 0 {
+		delete(m.byTenant, tenant)
 	}
-	p.mu.Unlock()
+	if m.cond != nil {
+		m.cond.Broadcast()
+	}
+	m.mu.Unlock()
 }
 
 // resolveProfile is Profiles.Resolve behind a small cache: every proxied
@@ -176,7 +200,7 @@ type Engine struct {
 	Now      func() time.Time // nil: time.Now
 
 	once        sync.Once
-	decodeSlots *pixelSlots
+	decodeSlots *memorySlots
 	thumbs      *thumbCache
 	locks       sessionLocks
 	b64         *base64Cache
@@ -233,11 +257,15 @@ func (e *Engine) init() {
 		cached = 4096
 	}
 	e.proxied = &proxiedCache{max: cached, m: map[string]*list.Element{}, order: list.New()}
-	at := e.ShrinkPixelsAtOnce
+	at := e.ShrinkMemory
 	if at <= 0 {
-		at = 100_000_000
+		at = media.DefaultShrinkMemory
 	}
-	e.decodeSlots = &pixelSlots{size: at}
+	wait := e.ShrinkWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	e.decodeSlots = &memorySlots{size: at, wait: wait, byTenant: map[string]int64{}}
 	e.thumbs = newThumbCache()
 }
 

@@ -253,7 +253,8 @@ func (s summariser) ask(ctx context.Context, body []byte) (string, error) {
 // (policy.CheckProviderRules): what breaks one is shrunk when the engine
 // has a media.Shrinker, else removed. Decoding is bounded: per request by
 // ShrinkPixelsPerRequest (past it the request is refused too_large), and
-// across requests by ShrinkPixelsAtOnce being decoded at a time.
+// across requests by the memory decodes hold (ShrinkMemory: ErrBusy past
+// the wait).
 func (e *Engine) meetRules(ctx context.Context, tenant string, msgs []chat.Message, lim tokens.Limits) ([]chat.Message, []policy.Removal, []policy.Shrunk, error) {
 	e.once.Do(e.init)
 	var sh *shrinker
@@ -314,15 +315,18 @@ func (s *shrinker) Shrink(ctx context.Context, img chat.Image, maxEdge int, maxB
 			return chat.Image{}, s.refused
 		}
 		s.left -= px
-		weight := min(px, s.e.decodeSlots.size)
-		if err := s.e.decodeSlots.Acquire(ctx, weight); err != nil {
+		weight := min(media.ShrinkMemory(img.Width, img.Height, t), s.e.decodeSlots.size)
+		if err := s.e.decodeSlots.Acquire(ctx, s.tenant, weight); err != nil {
+			// No memory in time (ErrBusy) or the request ended: the
+			// request fails, the image is not removed for it.
+			s.refused = err
 			return chat.Image{}, err
 		}
 		data, err := s.e.Images.Get(ctx, s.tenant, img.Ref)
 		if err == nil {
 			out, err = s.e.Shrinker.Shrink(data, t)
 		}
-		s.e.decodeSlots.Release(weight)
+		s.e.decodeSlots.Release(s.tenant, weight)
 		if err != nil {
 			return chat.Image{}, err
 		}

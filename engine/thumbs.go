@@ -35,12 +35,13 @@ func (e *Engine) Thumbnail(ctx context.Context, tenant string, ref blob.Ref) (da
 	if err != nil {
 		return nil, "", err
 	}
-	px := min(int64(in.Width)*int64(in.Height), e.decodeSlots.size)
-	if err := e.decodeSlots.Acquire(ctx, px); err != nil {
+	t := media.Target{MaxEdge: ThumbEdge, MaxBytes: thumbBytes}
+	weight := min(media.ShrinkMemory(in.Width, in.Height, t), e.decodeSlots.size)
+	if err := e.decodeSlots.Acquire(ctx, tenant, weight); err != nil {
 		return nil, "", err
 	}
-	sh, err := media.Shrink(src, media.Target{MaxEdge: ThumbEdge, MaxBytes: thumbBytes}, e.Limits)
-	e.decodeSlots.Release(px)
+	sh, err := media.Shrink(src, t, e.Limits)
+	e.decodeSlots.Release(tenant, weight)
 	if err != nil {
 		return nil, "", fmt.Errorf("thumbnail of %s: %w", ref, err)
 	}

@@ -25,8 +25,8 @@ func (c Config) Validate() error {
 	for name, v := range map[string]int64{
 		"Keep.MinShare": int64(c.Keep.MinShare), "MaxTokens": int64(c.MaxTokens), "Base64CacheBytes": c.Base64CacheBytes,
 		"ShrinkPixelsPerRequest (media.shrink_max_pixels_per_request)": c.ShrinkPixelsPerRequest,
-		"ShrinkPixelsAtOnce (media.shrink_pixels_at_once)":             c.ShrinkPixelsAtOnce,
-		"CacheTTL (keep.cache_ttl)":                                    int64(c.CacheTTL), "ProxyMaxImages (proxy.max_images)": int64(c.ProxyMaxImages),
+		"ShrinkMemory (media.shrink_memory)":                           c.ShrinkMemory, "ShrinkWait (media.shrink_wait)": int64(c.ShrinkWait),
+		"CacheTTL (keep.cache_ttl)": int64(c.CacheTTL), "ProxyMaxImages (proxy.max_images)": int64(c.ProxyMaxImages),
 		"ProxyCached": int64(c.ProxyCached), "Compact.ImageTokenEstimate (compaction.image_token_estimate)": int64(c.Compact.ImageTokenEstimate),
 	} {
 		if v < 0 {

@@ -15,10 +15,12 @@ import (
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire/openai"
 )
 
 // listCounting is a session store that counts List calls.
@@ -261,5 +263,16 @@ func TestShrinkingIsBoundedPerRequest(t *testing.T) {
 	g.engine.ShrinkPixelsPerRequest = 1_100_000
 	if resp, body := g.do(t, "POST", "/v1/chat/completions", "", request(0, 3)); resp.StatusCode != 200 {
 		t.Fatalf("three images, two cached: %d %s", resp.StatusCode, body)
+	}
+}
+
+// A request whose decodes found no memory in time (engine.ErrBusy) is a
+// 503 with Retry-After in the route's error shape: the client retries.
+func TestBusyDecodingIsARetryable503(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	rec := httptest.NewRecorder()
+	g.server.fail(rec, openai.Dialect, fmt.Errorf("shrink: %w", engine.ErrBusy))
+	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "media.shrink_memory") || !strings.Contains(rec.Body.String(), `"error"`) {
+		t.Fatalf("%d %v %s", rec.Code, rec.Header(), rec.Body)
 	}
 }

@@ -666,6 +666,13 @@ func (s *Server) fail(w http.ResponseWriter, sh *wire.Dialect, err error) {
 		writeError(w, sh, http.StatusServiceUnavailable, "api_error", fmt.Sprintf("the image store is unavailable; retry shortly (error %s; the server's log has the cause)", ref))
 		return
 	}
+	if errors.Is(err, engine.ErrBusy) {
+		// Decodes hold all the memory they may: the request waited its
+		// turn and may come back shortly.
+		w.Header().Set("Retry-After", "2")
+		writeError(w, sh, http.StatusServiceUnavailable, "api_error", err.Error())
+		return
+	}
 	if transport && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout) {
 		// A transport error names the upstream's host and port (or a
 		// resolver's): the log gets it, the client what happened and an id.

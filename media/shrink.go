@@ -107,6 +107,31 @@ func shrunk(b []byte, mt string, img image.Image) Shrunk {
 	return Shrunk{Data: bytes.Clone(b), MediaType: mt, Width: r.Dx(), Height: r.Dy(), Changed: true}
 }
 
+// DefaultShrinkMemory is what the decodes of all requests may hold at once
+// by default (engine.Config.ShrinkMemory): two 2500×2500 screenshots
+// shrunk for Claude's many-image rule, or fourteen 1920×1080 ones.
+const DefaultShrinkMemory = 512 << 20
+
+// ShrinkMemory is what shrinking a w×h image to its target's edge holds at
+// its peak, in bytes: the decoded image (4 bytes a pixel), the scaler's
+// intermediate (32 bytes a pixel of the target's width by the source's
+// height: Catmull-Rom is separable, in float64 per channel), and the
+// scaled, flattened and encoded copies (12 bytes a target pixel). Decoding
+// a 2500×2500 PNG for a 2000-pixel edge holds about 230 MB, 37 bytes a
+// source pixel: a budget of pixels undercounts it ninefold.
+func ShrinkMemory(w, h int, t Target) int64 {
+	t = t.norm()
+	dw, dh := w, h
+	if e := t.MaxEdge; max(w, h) > e {
+		if w >= h {
+			dw, dh = e, max(1, h*e/w)
+		} else {
+			dw, dh = max(1, w*e/h), e
+		}
+	}
+	return 4*int64(w)*int64(h) + 32*int64(dw)*int64(h) + 12*int64(dw)*int64(dh)
+}
+
 // resize scales src so its longest edge is at most edge, keeping the aspect.
 func resize(src image.Image, edge int) image.Image {
 	b := src.Bounds()

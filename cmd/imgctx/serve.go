@@ -65,7 +65,7 @@ func engineConfig(cfg config.Config) engine.Config {
 	return engine.Config{Keep: policy.KeepConfig{BudgetFraction: cfg.Keep.BudgetFraction, Hold: cfg.Keep.Hold, Sight: cfg.Keep.Sight, HourCache: cfg.Keep.HourCache},
 		Compact: cfg.CompactConfig(), CompactThreshold: cfg.Compaction.Threshold, Micro: cfg.MicroConfig(),
 		Limits:                 cfg.MediaLimits(),
-		ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkPixelsAtOnce: cfg.Media.ShrinkAtOnce,
+		ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkMemory: cfg.Media.ShrinkMemory, ShrinkWait: cfg.Media.ShrinkWait,
 		KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages, Replay: cfg.ReplayConfig()}
 }
 

@@ -160,15 +160,16 @@ type S3 struct {
 
 // Media configures ingestion of untrusted images.
 type Media struct {
-	MaxImageBytes     int64 `yaml:"max_image_bytes" doc:"largest image or document accepted, in bytes"`
-	MaxPixels         int64 `yaml:"max_pixels" doc:"largest width×height accepted, checked from the header"`
-	MaxPDFPages       int   `yaml:"max_pdf_pages" doc:"most pages a PDF may have (its page tree's count)"`
-	MaxPDFInflated    int64 `yaml:"max_pdf_inflated" doc:"most bytes a PDF's compressed streams may inflate to, together (a deflate bomb is refused)"`
-	ShrinkMaxEdge     int   `yaml:"shrink_max_edge" doc:"longest edge when an image is shrunk, in pixels"`
-	ShrinkTargetBytes int64 `yaml:"shrink_target_bytes" doc:"target size when an image is shrunk, in bytes"`
-	ShrinkPerRequest  int64 `yaml:"shrink_max_pixels_per_request" doc:"pixels one request's shrinking may decode; past it 413"`
-	ShrinkAtOnce      int64 `yaml:"shrink_pixels_at_once" doc:"pixels decoded for shrinking at a time, across requests"`
-	Fetch             Fetch `yaml:"fetch"`
+	MaxImageBytes     int64         `yaml:"max_image_bytes" doc:"largest image or document accepted, in bytes"`
+	MaxPixels         int64         `yaml:"max_pixels" doc:"largest width×height accepted, checked from the header"`
+	MaxPDFPages       int           `yaml:"max_pdf_pages" doc:"most pages a PDF may have (its page tree's count)"`
+	MaxPDFInflated    int64         `yaml:"max_pdf_inflated" doc:"most bytes a PDF's compressed streams may inflate to, together (a deflate bomb is refused)"`
+	ShrinkMaxEdge     int           `yaml:"shrink_max_edge" doc:"longest edge when an image is shrunk, in pixels"`
+	ShrinkTargetBytes int64         `yaml:"shrink_target_bytes" doc:"target size when an image is shrunk, in bytes"`
+	ShrinkPerRequest  int64         `yaml:"shrink_max_pixels_per_request" doc:"pixels one request's shrinking may decode; past it 413"`
+	ShrinkMemory      int64         `yaml:"shrink_memory" doc:"bytes decoding and scaling images for shrinking and thumbnails may hold at once, across requests; one tenant half of it at most"`
+	ShrinkWait        time.Duration `yaml:"shrink_wait" doc:"how long a decode waits for memory before its request is answered 503 with Retry-After"`
+	Fetch             Fetch         `yaml:"fetch"`
 }
 
 // Fetch configures downloads of image URLs.
@@ -271,7 +272,8 @@ func Defaults() Config {
 			ShrinkMaxEdge:     media.DefaultMaxEdge,
 			ShrinkTargetBytes: media.DefaultTargetBytes,
 			ShrinkPerRequest:  200_000_000,
-			ShrinkAtOnce:      100_000_000,
+			ShrinkMemory:      media.DefaultShrinkMemory,
+			ShrinkWait:        10 * time.Second,
 			Fetch:             Fetch{Timeout: media.DefaultFetchTimeout, MaxBytes: media.DefaultMaxBytes, MaxRedirects: media.DefaultMaxRedirects},
 		},
 		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto", MaxResponse: 64 << 20},
@@ -474,6 +476,11 @@ func checkDurations(k *koanf.Koanf) error {
 	return nil
 }
 
+// replaced are keys of earlier versions, with what to write instead.
+var replaced = map[string]string{
+	"media.shrink_pixels_at_once": "media.shrink_memory bounds the bytes decodes hold (a decoded pixel and its scaling cost about 37 bytes: 100000000 pixels were about 3.5 GB; the default is 536870912)",
+}
+
 // checkKnown refuses keys the configuration does not have, so a typo is an
 // error rather than a silently ignored setting.
 func checkKnown(keys []string) error {
@@ -482,6 +489,9 @@ func checkKnown(keys []string) error {
 		known[k.Name] = true
 	}
 	for _, k := range keys {
+		if now, ok := replaced[k]; ok {
+			return fmt.Errorf("%s was replaced: %s", k, now)
+		}
 		if known[k] || k == "profiles" || strings.HasPrefix(k, "profiles.") || k == "upstreams" || strings.HasPrefix(k, "upstreams.") {
 			continue
 		}
@@ -549,7 +559,8 @@ func (c Config) Validate() error {
 	positive("media.shrink_max_edge", int64(c.Media.ShrinkMaxEdge))
 	positive("media.shrink_target_bytes", c.Media.ShrinkTargetBytes)
 	positive("media.shrink_max_pixels_per_request", c.Media.ShrinkPerRequest)
-	positive("media.shrink_pixels_at_once", c.Media.ShrinkAtOnce)
+	positive("media.shrink_memory", c.Media.ShrinkMemory)
+	positive("media.shrink_wait", int64(c.Media.ShrinkWait))
 	positive("media.fetch.timeout", int64(c.Media.Fetch.Timeout))
 	positive("media.fetch.max_bytes", c.Media.Fetch.MaxBytes)
 	if c.Media.Fetch.MaxRedirects < 0 || c.Media.Fetch.MaxRedirects > 10 {

@@ -106,6 +106,7 @@ func TestRefusals(t *testing.T) {
 		want       string
 	}{
 		{"unknown key", "media:\n  max_image_byte: 5\n", nil, `unknown key "media.max_image_byte"`},
+		{"replaced key", "media:\n  shrink_pixels_at_once: 100000000\n", nil, "media.shrink_pixels_at_once was replaced: media.shrink_memory"},
 		{"negative", "media:\n  max_pixels: -1\n", nil, "media.max_pixels: must be positive"},
 		{"bad level", "log:\n  level: loud\n", nil, "log.level"},
 		{"bad env number", "", map[string]string{"IMGCTX_IMAGE_TOKEN_ESTIMATE": "lots"}, "image_token_estimate"},

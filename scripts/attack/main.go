@@ -3,7 +3,8 @@
 // cost and what another tenant saw. Every loop is bounded in count and
 // time; nothing leaves 127.0.0.1.
 //
-//		go run ./scripts/attack        # about a minute
+//		go run ./scripts/attack        # about two minutes
+//		go run ./scripts/attack -only 5  # one of them
 //
 //	 1. stalled bodies: 64 connections of tenant alpha promise 32 MB and send
 //	    8 bytes; tenant beta sends requests meanwhile.
@@ -11,6 +12,11 @@
 //	    20 images: the 2000 px rule makes imgctx shrink them).
 //	 3. many small messages: 1,000,000 {"role":"user","content":"a"} (30 MB).
 //	 4. memory under load: 100 clients sending 5 MB requests at once.
+//	 5. decode load: 6 clients of two tenants at once, each sending 21
+//	    distinct 2500×2500 PNGs to an Anthropic model (the 2000 px rule makes
+//	    imgctx shrink every one), three requests each: peak RSS is checked
+//	    against the bound docs/config.md gives for media.shrink_memory (the
+//	    command exits 1 past it).
 //
 // For each: the status the attacker got, the gateway's CPU seconds and
 // peak RSS (from /proc), and for 1 beta's successes.
@@ -19,6 +25,7 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"flag"
 	"fmt"
 	"hash/crc32"
 	"image"
@@ -39,6 +46,9 @@ import (
 )
 
 func main() {
+	only := flag.Int("only", 0, "run only this attack (1–5)")
+	flag.Parse()
+	run := func(n int) bool { return *only == 0 || *only == n }
 	dir, err := os.MkdirTemp("", "attack")
 	if err != nil {
 		log.Fatal(err)
@@ -81,86 +91,148 @@ func main() {
 	fmt.Println("| attack | what the attacker got | gateway CPU | gateway peak RSS | another tenant |")
 	fmt.Println("|---|---|---|---|---|")
 
-	// 1. Stalled bodies.
-	base, pid, stop := start()
-	cpu0 := cpu(pid)
-	var conns []net.Conn
-	for range 64 {
-		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ka\r\nContent-Type: application/json\r\nContent-Length: 33554432\r\n\r\n{\"model\"")
-		conns = append(conns, c)
-	}
-	time.Sleep(200 * time.Millisecond)
-	ok, tries := 0, 0
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); tries++ {
-		if code := post(base, "/v1/chat/completions", "kb", []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)); code == 200 {
-			ok++
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	statuses := map[string]int{}
-	for _, c := range conns {
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		b := make([]byte, 12)
-		k, _ := io.ReadFull(c, b)
-		statuses[strings.TrimSpace(string(b[min(9, k):k]))]++
-		c.Close()
-	}
-	fmt.Printf("| 64 stalled 32 MB bodies (alpha) | %v | %.2f s | %s | beta: %d of %d requests answered 200 |\n", statuses, (cpu(pid) - cpu0).Seconds(), rss(pid), ok, tries)
-
-	stop()
-
-	// 2. Decode bomb.
-	base, pid, stop = start()
-	bomb := bigPNG(6000)
-	var blocks []string
-	for i := range 25 {
-		blocks = append(blocks, `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"`+base64.StdEncoding.EncodeToString(distinct(bomb, i))+`"}}`)
-	}
-	body := []byte(`{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[` + strings.Join(blocks, ",") + `]}]}`)
-	cpu0, began := cpu(pid), time.Now()
-	code := post(base, "/v1/messages", "ka", body)
-	fmt.Printf("| 25 × 6000×6000 PNG, %d KB each (%.1f MB) | %d in %.1f s | %.2f s | %s | |\n", len(bomb)>>10, float64(len(body))/1e6, code, time.Since(began).Seconds(), (cpu(pid) - cpu0).Seconds(), rss(pid))
-	stop()
-
-	// 3. Many small messages.
-	base, pid, stop = start()
-	many := []byte(`{"model":"gpt-4o","messages":[` + strings.Repeat(`{"role":"user","content":"a"},`, 999_999) + `{"role":"user","content":"a"}]}`)
-	cpu0, began = cpu(pid), time.Now()
-	code = post(base, "/v1/chat/completions", "ka", many)
-	fmt.Printf("| 1,000,000 one-letter messages (%.0f MB) | %d in %.2f s | %.2f s | %s | |\n", float64(len(many))/1e6, code, time.Since(began).Seconds(), (cpu(pid) - cpu0).Seconds(), rss(pid))
-	stop()
-
-	// 4. Memory under load.
-	shot := bigPNG(1600)
-	var parts []string
-	for len(strings.Join(parts, ",")) < 5<<20 {
-		parts = append(parts, `{"type":"image_url","image_url":{"url":"data:image/png;base64,`+base64.StdEncoding.EncodeToString(distinct(shot, 100+len(parts)))+`"}}`)
-	}
-	heavy := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[` + strings.Join(parts, ",") + `]}]}`)
-	base, pid, stop = start()
-	defer stop()
-	cpu0 = cpu(pid)
+	var base string
+	var pid int
+	stop := func() {}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	codes := map[int]int{}
-	for i := range 100 {
-		key := "ka"
-		if i%2 == 1 {
-			key = "kb"
+	if run(1) {
+		// 1. Stalled bodies.
+		base, pid, stop = start()
+		cpu0 := cpu(pid)
+		var conns []net.Conn
+		for range 64 {
+			c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ka\r\nContent-Type: application/json\r\nContent-Length: 33554432\r\n\r\n{\"model\"")
+			conns = append(conns, c)
 		}
-		wg.Go(func() {
-			c := post(base, "/v1/chat/completions", key, heavy)
-			mu.Lock()
-			codes[c]++
-			mu.Unlock()
-		})
+		time.Sleep(200 * time.Millisecond)
+		ok, tries := 0, 0
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); tries++ {
+			if code := post(base, "/v1/chat/completions", "kb", []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)); code == 200 {
+				ok++
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		statuses := map[string]int{}
+		for _, c := range conns {
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b := make([]byte, 12)
+			k, _ := io.ReadFull(c, b)
+			statuses[strings.TrimSpace(string(b[min(9, k):k]))]++
+			c.Close()
+		}
+		fmt.Printf("| 64 stalled 32 MB bodies (alpha) | %v | %.2f s | %s | beta: %d of %d requests answered 200 |\n", statuses, (cpu(pid) - cpu0).Seconds(), rss(pid), ok, tries)
+
+		stop()
 	}
-	wg.Wait()
-	fmt.Printf("| 100 clients × %.1f MB at once | %v | %.2f s | %s | |\n", float64(len(heavy))/1e6, codes, (cpu(pid) - cpu0).Seconds(), rss(pid))
+
+	if run(2) {
+		// 2. Decode bomb.
+		base, pid, stop = start()
+		bomb := bigPNG(6000)
+		var blocks []string
+		for i := range 25 {
+			blocks = append(blocks, `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"`+base64.StdEncoding.EncodeToString(distinct(bomb, i))+`"}}`)
+		}
+		body := []byte(`{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[` + strings.Join(blocks, ",") + `]}]}`)
+		cpu0, began := cpu(pid), time.Now()
+		code := post(base, "/v1/messages", "ka", body)
+		fmt.Printf("| 25 × 6000×6000 PNG, %d KB each (%.1f MB) | %d in %.1f s | %.2f s | %s | |\n", len(bomb)>>10, float64(len(body))/1e6, code, time.Since(began).Seconds(), (cpu(pid) - cpu0).Seconds(), rss(pid))
+		stop()
+	}
+
+	if run(3) {
+		// 3. Many small messages.
+		base, pid, stop = start()
+		many := []byte(`{"model":"gpt-4o","messages":[` + strings.Repeat(`{"role":"user","content":"a"},`, 999_999) + `{"role":"user","content":"a"}]}`)
+		cpu0, began := cpu(pid), time.Now()
+		code := post(base, "/v1/chat/completions", "ka", many)
+		fmt.Printf("| 1,000,000 one-letter messages (%.0f MB) | %d in %.2f s | %.2f s | %s | |\n", float64(len(many))/1e6, code, time.Since(began).Seconds(), (cpu(pid) - cpu0).Seconds(), rss(pid))
+		stop()
+	}
+
+	if run(4) {
+		// 4. Memory under load.
+		shot := bigPNG(1600)
+		var parts []string
+		for len(strings.Join(parts, ",")) < 5<<20 {
+			parts = append(parts, `{"type":"image_url","image_url":{"url":"data:image/png;base64,`+base64.StdEncoding.EncodeToString(distinct(shot, 100+len(parts)))+`"}}`)
+		}
+		heavy := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[` + strings.Join(parts, ",") + `]}]}`)
+		base, pid, stop = start()
+		cpu0 := cpu(pid)
+		codes := map[int]int{}
+		for i := range 100 {
+			key := "ka"
+			if i%2 == 1 {
+				key = "kb"
+			}
+			wg.Go(func() {
+				c := post(base, "/v1/chat/completions", key, heavy)
+				mu.Lock()
+				codes[c]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		fmt.Printf("| 100 clients × %.1f MB at once | %v | %.2f s | %s | |\n", float64(len(heavy))/1e6, codes, (cpu(pid) - cpu0).Seconds(), rss(pid))
+		stop()
+	}
+
+	if run(5) {
+		// 5. Decode load.
+		base, pid, stop = start()
+		defer stop()
+		idle := peakMB(pid)
+		side := bigPNG(2500)
+		cpu0, began := cpu(pid), time.Now()
+		codes := map[int]int{}
+		bodies := 0
+		for c := range 6 {
+			key := []string{"ka", "kb"}[c%2]
+			var blocks []string
+			for i := range 21 {
+				blocks = append(blocks, `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"`+base64.StdEncoding.EncodeToString(distinct(side, 1000+c*100+i))+`"}}`)
+			}
+			body := []byte(`{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":[` + strings.Join(blocks, ",") + `]}]}`)
+			bodies += len(body)
+			wg.Go(func() {
+				for range 3 {
+					code := post(base, "/v1/messages", key, body)
+					mu.Lock()
+					codes[code]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		// docs/config.md, media.shrink_memory: the gateway's own, the bodies in
+		// flight, the decodes' bound, and the collector's headroom (twice what
+		// is live).
+		bound := idle + 2*(bodies>>20) + 2*(512+256)
+		peak := peakMB(pid)
+		fmt.Printf("| 6 clients × 3 × 21 × 2500×2500 PNG (%.1f MB a request) at once | %v in %.1f s | %.2f s | %d MB (bound %d MB) | |\n",
+			float64(bodies)/6e6, codes, time.Since(began).Seconds(), (cpu(pid) - cpu0).Seconds(), peak, bound)
+		if peak > bound {
+			log.Fatalf("decode load: peak RSS %d MB over the documented bound %d MB", peak, bound)
+		}
+	}
+}
+
+// peakMB is the process's peak resident memory so far, in MB.
+func peakMB(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			kb, _ := strconv.Atoi(strings.Fields(l)[1])
+			return kb >> 10
+		}
+	}
+	return 0
 }
 
 func listen(h http.Handler) string {
@@ -201,16 +273,7 @@ func cpu(pid int) time.Duration {
 }
 
 // rss is the process's peak resident memory so far (VmHWM).
-func rss(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") {
-			kb, _ := strconv.Atoi(strings.Fields(l)[1])
-			return fmt.Sprintf("%d MB", kb>>10)
-		}
-	}
-	return "?"
-}
+func rss(pid int) string { return fmt.Sprintf("%d MB", peakMB(pid)) }
 
 // bigPNG is a side×side PNG of gentle gradients: valid, small on disk,
 // huge once decoded.
