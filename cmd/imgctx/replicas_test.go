@@ -196,8 +196,21 @@ func TestReplicasShareEverything(t *testing.T) {
 }
 
 type replica struct {
-	url string
-	log *bytes.Buffer // stderr, complete once the process has stopped
+	url  string
+	log  *bytes.Buffer // stderr, complete once the process has stopped
+	proc *os.Process
+	done chan error // the process's exit, once
+}
+
+// wait is the replica's exit: nil for status 0.
+func (r *replica) wait(d time.Duration) error {
+	select {
+	case err := <-r.done:
+		r.done <- err // for the cleanup
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("still running after %v", d)
+	}
 }
 
 // buildImgctx builds this command once into the test's directory.
@@ -231,9 +244,11 @@ func startReplica(t *testing.T, bin string, env []string) *replica {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
+		<-done
 		if t.Failed() {
 			t.Logf("replica log:\n%s", stderr.String())
 		}
@@ -250,7 +265,7 @@ func startReplica(t *testing.T, bin string, env []string) *replica {
 	}()
 	select {
 	case u := <-found:
-		return &replica{url: u, log: stderr}
+		return &replica{url: u, log: stderr, proc: cmd.Process, done: done}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("replica did not start:\n%s", stderr.String())
 		return nil

@@ -26,7 +26,18 @@ const (
 	S3Env       = "IMGCTXTEST_S3"       // endpoint,access key,secret key (http, path-style)
 	CIEnv       = "IMGCTXTEST_CI"
 	ChromiumEnv = "IMGCTXTEST_CHROMIUM" // a headless-capable Chromium binary
+	HAProxyEnv  = "IMGCTXTEST_HAPROXY"  // the haproxy binary docs/deploy.md's configuration is tested with
 )
+
+// HAProxy returns the load balancer's binary, or skips.
+func HAProxy(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv(HAProxyEnv)
+	if path == "" {
+		missing(t, "HAProxy load balancer", HAProxyEnv)
+	}
+	return path
+}
 
 // Chromium returns the browser binary, or skips.
 func Chromium(t testing.TB) string {
