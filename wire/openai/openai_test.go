@@ -302,8 +302,9 @@ func TestUsageOnlyChunkWhateverTheSpacing(t *testing.T) {
 	}
 }
 
-// Issue "Hardening, third pass", item 2: the image forms vLLM and other
-// OpenAI-compatible servers read beside the standard one are managed
+// Issue "Hardening, third pass", item 2: the image forms vLLM, SGLang,
+// llama.cpp and Ollama's OpenAI-compatible parsers read beside the
+// standard one are managed
 // (slots: stored, checked, counted, the SSRF guard on their URLs), never
 // forwarded unchecked.
 func TestScanManagesTheImageFormsCompatibleServersRead(t *testing.T) {
@@ -314,6 +315,12 @@ func TestScanManagesTheImageFormsCompatibleServersRead(t *testing.T) {
 		"input_image, object":  `{"type":"input_image","image_url":{"url":"https://example.com/a.png"}}`,
 		"no type, image_url":   `{"image_url":{"url":"https://example.com/a.png"}}`,
 		"no type, string, b64": `{"image_url":"data:image/png;base64,iVBORw0KGgo="}`,
+		// vLLM (entrypoints/chat_utils.py, _parse_chat_message_content_mm_part):
+		// a part with a uuid is read by its fields whatever its type.
+		"vLLM uuid, typed":  `{"type":"image_url","uuid":"u1","image_url":"https://example.com/a.png"}`,
+		"vLLM uuid, object": `{"uuid":"u1","image_url":{"url":"https://example.com/a.png"}}`,
+		// SGLang's image part carries a modalities hint in its image_url.
+		"SGLang modalities": `{"type":"image_url","image_url":{"url":"https://example.com/a.png","modalities":"multi-images"}}`,
 	} {
 		sp, err := Scan([]byte(`{"model":"m","messages":[{"role":"user","content":[`+part+`]}]}`), wire.ScanOptions{})
 		if err != nil || len(sp.Slots) != 1 || sp.Slots[0].Kind != "image" {
