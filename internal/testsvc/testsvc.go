@@ -32,24 +32,26 @@ const (
 // HAProxy returns the load balancer's binary, or skips.
 func HAProxy(t testing.TB) string {
 	t.Helper()
-	path := os.Getenv(HAProxyEnv)
-	if path == "" {
-		missing(t, "HAProxy load balancer", HAProxyEnv)
-	}
-	return path
+	return binary(t, "HAProxy load balancer", HAProxyEnv)
 }
 
 // Chromium returns the browser binary, or skips.
 func Chromium(t testing.TB) string {
 	t.Helper()
-	path := os.Getenv(ChromiumEnv)
+	return binary(t, "Chromium browser", ChromiumEnv)
+}
+
+// binary is the path env names, or a skip (a failure in CI).
+func binary(t testing.TB, what, env string) string {
+	t.Helper()
+	path := os.Getenv(env)
 	if path == "" {
-		missing(t, "Chromium browser", ChromiumEnv)
+		missing(t, what, env)
 	}
 	return path
 }
 
-const howTo = "start them with `eval \"$(scripts/testservices start)\"` (installs PostgreSQL from Debian and versitygw from the Go module proxy when missing)"
+const howTo = "start them with `eval \"$(scripts/testservices start)\"` (installs PostgreSQL, Chromium and HAProxy from Debian and versitygw from the Go module proxy when missing)"
 
 func missing(t testing.TB, what, env string) {
 	t.Helper()
