@@ -209,7 +209,11 @@ type Engine struct {
 	profiles    map[string]tokens.Profile
 	proxied     *proxiedCache
 	spans       *spanCache
-	invalid     error // Config.Validate's, at first use
+	// seeing holds the tenant and model pairs an image was measured for:
+	// a new conversation (a client's compaction starts one) need not
+	// measure its own before its screenshots may stay unmeasured.
+	seeing  sync.Map
+	invalid error // Config.Validate's, at first use
 }
 
 // Event is one decision the engine made, for logs, metrics and the caller.

@@ -123,6 +123,9 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 	f.turnAt = humanTurn(r.Messages)
 	live := f.applyDecisions()
 
+	if _, seen := e.seeing.Load(r.Tenant + "\x00" + r.Profile.Name); seen && !st.Keep.EngineBlind {
+		st.Keep.Vouched = true
+	}
 	setting := policy.Turn{Config: e.Keep, Profile: r.Profile, Thread: chat.Main, Switch: r.Keep, State: st.Keep,
 		Counter: tokens.CounterFor(r.Profile.Tokenizer), Storer: storer{e.Images, r.Tenant}}
 	if f.turnAt == st.TurnAt && st.Turn != nil {
@@ -636,6 +639,9 @@ func (f *proxyTurn) Close(ctx context.Context) error {
 	}
 	f.closed = true
 	snap := f.kt.Snapshot()
+	if snap.Vouched {
+		f.e.seeing.Store(f.r.Tenant+"\x00"+f.r.Profile.Name, true)
+	}
 	st := session.Proxied{Model: f.r.Model, Messages: len(f.r.Messages), TurnAt: f.turnAt, Turn: &snap,
 		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base, Vouched: snap.Vouched, Ledger: f.ledger}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
 	// Every edit replaced a part in place: what stands where the client

@@ -272,3 +272,40 @@ func TestProxyCountsEachStoredImageOnce(t *testing.T) {
 		t.Fatalf("imgctx_images_total{event=\"stored\"} = %d for %d images in the store; want 6 and 6", n, stored)
 	}
 }
+
+// A client that compacted its history starts a new conversation whose
+// first request already carries its turn's screenshot: no earlier request
+// of the conversation measures it, and it left as unmeasured at the next
+// turn — the seed's rule for an engine not known to see images. Once an
+// image of the tenant was measured on the same model, in any conversation,
+// the engine is known to see, and it stays at its estimated cost.
+func TestANewConversationKnowsTheEngineSees(t *testing.T) {
+	compacted := func(rig *agentRig, clock *settableClock) []byte {
+		g := newAgent(t, rig, "Summary of the earlier conversation: the login page is open. Go on.")
+		g.start()
+		g.msgs = append(g.msgs, `{"role":"assistant","content":[{"type":"tool_use","id":"toolu_c1","name":"screenshot","input":{}}]}`)
+		g.pending = []string{"toolu_c1"}
+		g.results(1, false, false)
+		g.send(reply{})
+		clock.advance(30 * time.Second)
+		g.human("And now?")
+		g.send(reply{})
+		return g.sent[len(g.sent)-1]
+	}
+	rig, clock := holdRig(t, 200_000)
+	if last := compacted(rig, clock); !bytes.Contains(last, []byte("(unmeasured)]")) {
+		t.Fatalf("nothing measured yet on this model: the screenshot stayed; want it removed as unmeasured")
+	}
+	rig, clock = holdRig(t, 200_000)
+	g := newAgent(t, rig, "Open the login page.")
+	g.start()
+	g.send(reply{tools: 1})
+	g.results(1, false, false)
+	g.send(reply{}) // measures the screenshot
+	if rig.counter("kept", "*") == 0 {
+		t.Fatal("the first conversation measured no image")
+	}
+	if last := compacted(rig, clock); bytes.Contains(last, []byte("(unmeasured)]")) || bytes.Count(last, []byte(`"type":"image"`)) != 1 {
+		t.Fatalf("an image was measured on this model before: the new conversation's screenshot left as unmeasured")
+	}
+}
