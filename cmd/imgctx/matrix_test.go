@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/imgctx/imgctx/sim"
+)
+
+var matrix = flag.String("matrix", "", "run `imgctx simulate` on every built-in workload × model with the dial's positions and check issue \"price-aware eviction\"'s goals; "+
+	"the value is a folder for the reports (about 40 minutes on 2 cores: go test ./cmd/imgctx -run Matrix -matrix /tmp/m -timeout 3h -v)")
+
+// matrixModels and matrixSights: the providers of every cache kind
+// (explicit breakpoints at two prices, automatic prefixes with and without
+// a steep read discount) and the positions of the dial the goals are
+// checked against.
+var (
+	matrixModels = []string{"claude-sonnet-4-6", "claude-haiku-4-5", "gpt-4o", "gemini-2.5-flash"}
+	matrixSights = "0,0.5,0.6,0.7,0.8,0.85,0.9,0.95,0.98,1.1,1.2,1.3,1.5,2,3,5,10,30,100,1000,100000"
+)
+
+// knownLosses are the peers no position of the dial matches — shows as
+// many images for no more, 1% counting as no more — each with why. The
+// matrix fails on a loss not listed here and on a listed one that no
+// longer happens, so the list says what is true (BENCHMARKS.md "Policies").
+var knownLosses = map[string]string{
+	// Their agent never compacts its history: all six pasted diagrams stay
+	// to the end (6.0 a request). imgctx sits in front of an agent that
+	// compacts them away (5.7), and cannot undo its client's compaction.
+	"doc-review/claude-sonnet-4-6/naive":           noCompaction,
+	"doc-review/claude-sonnet-4-6/ref-loop":        noCompaction,
+	"doc-review/claude-sonnet-4-6/ref-loop-cached": noCompaction,
+	"doc-review/claude-haiku-4-5/naive":            noCompaction,
+	"doc-review/claude-haiku-4-5/ref-loop":         noCompaction,
+	"doc-review/claude-haiku-4-5/ref-loop-cached":  noCompaction,
+	// It removes the user's pasted diagrams, one a request; imgctx never
+	// removes the human's own images by price (only under window
+	// pressure), so its cheapest position still shows all six.
+	"doc-review/gemini-2.5-flash/newest-3/1": "removes the user's own images",
+	// Each turn's images dropped at the next (7.0 for $0.308); sight 0
+	// shows 8.2 for $0.317, 2.9% more.
+	"mixed/gemini-2.5-flash/ephemeral": "2.9% cheaper with fewer images than the cheapest position",
+	// On gpt-4o every policy lies near one line of cost against images,
+	// and these loops lie on it where imgctx's positions lie 2–5% above:
+	// most of it imgctx's markers (about 9 tokens, read on every later
+	// request at half the input price), which these loops do without.
+	"computer-use/gpt-4o/ref-loop":             markers,
+	"computer-use/gpt-4o/chunked-3/10":         markers,
+	"computer-use/gpt-4o/osworld-10/20":        markers,
+	"computer-use-steady/gpt-4o/ref-loop":      markers,
+	"computer-use-steady/gpt-4o/chunked-3/10":  markers,
+	"computer-use-steady/gpt-4o/osworld-10/20": markers,
+	"browser/gpt-4o/newest-3/1":                markers,
+	"browser/gpt-4o/ref-loop":                  markers,
+	"browser/gpt-4o/chunked-3/10":              markers,
+	"browser/gpt-4o/osworld-10/20":             markers,
+	"mixed/gpt-4o/newest-3/1":                  markers,
+	"mixed/gpt-4o/chunked-3/10":                markers,
+	"mixed/gpt-4o/osworld-10/20":               markers,
+}
+
+// defaultLosses are the peers that dominate imgctx's default — show as
+// many images or more for no more, 1% counting as no more — each with why.
+var defaultLosses = map[string]string{
+	// On coding the turns come 1 to 9 minutes apart: the default drops the
+	// few screenshots when the cache has gone cold between turns (1.6 a
+	// request), where these hold all of them (3.8) for 0.7% (Claude) to
+	// 1.0% (gpt-4o) more — within the 1% that counts as no more. Sight 3
+	// shows their images at their cost.
+	"coding/claude-sonnet-4-6/chunked-3/10":     coldCoding,
+	"coding/claude-sonnet-4-6/osworld-10/20":    coldCoding,
+	"coding/claude-sonnet-4-6/ceiling-batch-5":  coldCoding,
+	"coding/claude-sonnet-4-6/strip-on-compact": coldCoding,
+	"coding/claude-haiku-4-5/chunked-3/10":      coldCoding,
+	"coding/claude-haiku-4-5/osworld-10/20":     coldCoding,
+	"coding/claude-haiku-4-5/ceiling-batch-5":   coldCoding,
+	"coding/claude-haiku-4-5/strip-on-compact":  coldCoding,
+	"coding/gpt-4o/chunked-3/10":                coldCoding,
+	"coding/gpt-4o/osworld-10/20":               coldCoding,
+	"coding/gpt-4o/ceiling-batch-5":             coldCoding,
+	"coding/gpt-4o/strip-on-compact":            coldCoding,
+}
+
+const (
+	coldCoding   = "holds the screenshots the default drops at cold turn starts, for under 1% more"
+	noCompaction = "its agent never compacts"
+	markers      = "gpt-4o's line, 2–5% under imgctx's markers"
+)
+
+// Every built-in workload × model through `imgctx simulate`: imgctx's
+// default is dominated by no peer that failed nothing, every such peer is
+// matched by some position of the dial (but the known losses of each), the
+// default is within 10% of the hindsight frontier where there is one, and
+// on Claude it fails nothing, draws at most 10% of its cache writes from
+// removals and reads at least 95% of its steady prompts from the cache.
+func TestMatrixOfWorkloadsAndModels(t *testing.T) {
+	if *matrix == "" {
+		t.Skip("the workload × model matrix runs with -matrix DIR (about 40 minutes on 2 cores)")
+	}
+	if err := os.MkdirAll(*matrix, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var table []string
+	seen := map[string]bool{}
+	for _, w := range sim.Workloads {
+		for _, m := range matrixModels {
+			path := filepath.Join(*matrix, m+"."+w+".json")
+			out, err := os.ReadFile(path)
+			if err != nil {
+				r := imgctx(t, "simulate", "--workload", w, "--model", m, "--sights", matrixSights, "--json")
+				if r.code != 0 {
+					t.Fatalf("%s on %s: exit %d: %s", w, m, r.code, r.stderr)
+				}
+				out = []byte(r.stdout)
+				if err := os.WriteFile(path, out, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var rep sim.Report
+			if err := json.Unmarshal(out, &rep); err != nil {
+				t.Fatal(err)
+			}
+			table = append(table, judge(t, &rep, seen))
+		}
+	}
+	for key := range knownLosses {
+		if !seen[key] {
+			t.Errorf("%s is listed as a known loss and no longer happens: take it off the list", key)
+		}
+	}
+	for key := range defaultLosses {
+		if !seen["default:"+key] {
+			t.Errorf("%s is listed as dominating the default and no longer does: take it off the list", key)
+		}
+	}
+	t.Logf("\n| workload | model | imgctx default | over frontier | removal writes | steady hits | peers no dial position matches |\n|---|---|---|---|---|---|---|\n%s", strings.Join(table, "\n"))
+}
+
+// judge checks one report against the goals and returns its table row.
+func judge(t *testing.T, rep *sim.Report, seen map[string]bool) string {
+	t.Helper()
+	var ours sim.PolicyReport
+	for _, p := range rep.Policies {
+		if p.Policy == "imgctx" {
+			ours = p
+		}
+	}
+	name := rep.Workload + "/" + rep.Model
+	over, unmatched := rep.Losses()
+	for _, p := range over {
+		key := name + "/" + p.Policy
+		seen["default:"+key] = true
+		if _, known := defaultLosses[key]; !known {
+			t.Errorf("%s: %s ($%.2f, %.1f images a request) dominates imgctx's default ($%.2f, %.1f)", name, p.Policy, p.Dollars, p.ImagesMean, ours.Dollars, ours.ImagesMean)
+		}
+	}
+	var lost []string
+	for _, p := range unmatched {
+		key := name + "/" + p.Policy
+		seen[key] = true
+		lost = append(lost, fmt.Sprintf("%s ($%.2f, %.1f)", p.Policy, p.Dollars, p.ImagesMean))
+		if _, known := knownLosses[key]; !known {
+			t.Errorf("%s: no position of the dial shows %.1f images a request for $%.2f or less, as %s does", name, p.ImagesMean, p.Dollars*1.01, p.Policy)
+		}
+	}
+	gap := "—"
+	if ours.FrontierGap != nil {
+		gap = fmt.Sprintf("%+.0f%%", 100**ours.FrontierGap)
+		if *ours.FrontierGap > 0.10 {
+			t.Errorf("%s: imgctx's default is %s over the hindsight frontier", name, gap)
+		}
+	}
+	if strings.HasPrefix(rep.Model, "claude") {
+		if ours.Failed > 0 {
+			t.Errorf("%s: imgctx's default failed %d requests", name, ours.Failed)
+		}
+		if ours.ImageWriteShare > 0.10 && !slices.Contains(writeShareOver, name) {
+			t.Errorf("%s: %.1f%% of imgctx's cache writes come from removals", name, 100*ours.ImageWriteShare)
+		}
+		if ours.SteadyHitRate < 0.95 {
+			t.Errorf("%s: imgctx's steady cache hits %.1f%%", name, 100*ours.SteadyHitRate)
+		}
+	}
+	share := "—"
+	if ours.ImageWriteShare == ours.ImageWriteShare { // not NaN
+		share = fmt.Sprintf("%.1f%%", 100*ours.ImageWriteShare)
+	}
+	return fmt.Sprintf("| %s | `%s` | $%.2f, %.1f images | %s | %s | %.1f%% | %s |", rep.Workload, rep.Model, ours.Dollars, ours.ImagesMean, gap, share, 100*ours.SteadyHitRate, strings.Join(lost, ", "))
+}
+
+// writeShareOver are the Claude workloads where imgctx's default draws more
+// than 10% of its cache writes from removals, with why in BENCHMARKS.md:
+// none since a batch at the image limit keeps no image at the default.
+var writeShareOver = []string{}
