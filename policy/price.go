@@ -193,8 +193,9 @@ func (p Priced) warmWorth(k int) float64 {
 // order quantity does). A turn's start, before its first image, is the
 // cheapest place to break — the turn's images are not rewritten — so the
 // batch runs there when the loss until the next turn's start would pay
-// for it. From a sight of 1 no break is ever paid to stop reading an
-// image.
+// for it. From a sight of 1 no break is paid to stop reading an image on
+// an explicit cache; on an automatic one the images older than those
+// worth their read (warmWorth) leave by the same rule.
 //
 // At a cold start the break is free and every kept image would be written
 // again: the newest stay as long as seeing them for the expected warm run
