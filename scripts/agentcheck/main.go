@@ -119,10 +119,15 @@ func (a agent) run(dir string, env []string, args ...string) string {
 	// gemini-cli runs itself again as a child: the whole group is stopped.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err.Error()
+	}
 	timer := time.AfterFunc(3*time.Minute, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	defer timer.Stop()
-	out, _ := cmd.CombinedOutput()
-	return string(out)
+	cmd.Wait()
+	return out.String()
 }
 
 // ask is the command line that gives the agent a prompt in print mode,
