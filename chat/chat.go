@@ -230,9 +230,11 @@ func safeMIME(s string) string {
 }
 
 // String renders the marker as the text a model reads in place of the media.
+// An image's MIME type is left out: it tells the model nothing, and a
+// marker is read again on every later request (three tokens of nine).
 func (m Marker) String() string {
 	s := "[" + m.Of + " removed"
-	if m.MediaType != "" {
+	if m.MediaType != "" && m.Of != "image" {
 		s += ": " + m.MediaType
 	}
 	if m.Caption != "" {

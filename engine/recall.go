@@ -203,7 +203,7 @@ func clipHandle(s string) string {
 // recallTool is the tool a session with recall offers its model.
 var recallTool = wire.Tool{Name: chat.RecallTool,
 	Description: "Show again an image of this conversation that was removed from the context. Pass the handle its marker names: " +
-		"[image removed: … — recall with " + chat.RecallTool + "(\"i…\")].",
+		"[image removed … — recall with " + chat.RecallTool + "(\"i…\")].",
 	Parameters: json.RawMessage(`{"type":"object","properties":{"handle":{"type":"string","description":"the handle the marker names"}},"required":["handle"]}`)}
 
 // maxRecallRounds bounds the replies of one call the engine answers

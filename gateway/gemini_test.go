@@ -291,7 +291,7 @@ func TestGeminiCLISession(t *testing.T) {
 			g.user("And now?")
 			g.call(up, method, reply{})
 			last := g.sent[len(g.sent)-1]
-			if bytes.Count(last, []byte(`"inlineData"`)) != 1 || !bytes.Contains(last, []byte(`{"text":"[image removed: image/png (budget)]"}`)) {
+			if bytes.Count(last, []byte(`"inlineData"`)) != 1 || !bytes.Contains(last, []byte(`{"text":"[image removed (budget)]"}`)) {
 				t.Fatal("the next turn does not carry the ephemeral screenshot's marker")
 			}
 			for _, k := range up.keys {

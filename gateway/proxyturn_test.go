@@ -139,7 +139,7 @@ func TestProxyEphemeralBecomesAMarkerNextTurn(t *testing.T) {
 	}
 	g.human("And now?")
 	g.send(reply{})
-	if bytes.Count(g.sent[3], []byte(`"type":"image"`)) != 1 || bytes.Count(g.sent[3], []byte(`[image removed: image/png (budget)]`)) != 1 {
+	if bytes.Count(g.sent[3], []byte(`"type":"image"`)) != 1 || bytes.Count(g.sent[3], []byte(`[image removed (budget)]`)) != 1 {
 		t.Fatalf("next turn: %s", g.sent[3][bytes.Index(g.sent[3], []byte(`"messages"`)):][:0])
 	}
 	if n := g.rig.counter("removed", "budget"); n != 1 {

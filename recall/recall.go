@@ -54,12 +54,12 @@ var schemas = mcp.NewSchemaCache()
 // NewServer returns an MCP server whose tools answer for the tenant.
 func NewServer(e *engine.Engine, tenant, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "imgctx", Title: "imgctx image recall", Version: version},
-		&mcp.ServerOptions{SchemaCache: schemas, Instructions: "When a message says [image removed: … — recall with imgctx_recall(\"…\")], " +
+		&mcp.ServerOptions{SchemaCache: schemas, Instructions: "When a message says [image removed … — recall with imgctx_recall(\"…\")], " +
 			"call " + chat.RecallTool + " with that handle to see the image again."})
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
 	mcp.AddTool(s, &mcp.Tool{Name: chat.RecallTool, Annotations: readOnly,
 		Description: "Show again an image of this conversation that was removed from the context. " +
-			"Pass the handle its marker names: [image removed: … — recall with " + chat.RecallTool + "(\"i…\")]."},
+			"Pass the handle its marker names: [image removed … — recall with " + chat.RecallTool + "(\"i…\")]."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, a RecallArgs) (*mcp.CallToolResult, any, error) {
 			r, err := e.Recall(ctx, tenant, a.Handle)
 			if err != nil {

@@ -58,7 +58,7 @@ func partsChars(parts []chat.Part, media int) int {
 // markerChars is the length of Marker.String() without building it.
 func markerChars(m chat.Marker) int {
 	n := len("[ removed]") + utf8.RuneCountInString(m.Of)
-	if m.MediaType != "" {
+	if m.MediaType != "" && m.Of != "image" {
 		n += 2 + utf8.RuneCountInString(m.MediaType)
 	}
 	if m.Caption != "" {
