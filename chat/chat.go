@@ -5,6 +5,7 @@
 package chat
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 
@@ -269,6 +270,42 @@ func CloneMessages(msgs []Message) []Message {
 		out[i] = m.Clone()
 	}
 	return out
+}
+
+// Equal reports whether a and b are the same message: they encode to the
+// same JSON. It is cheap where b is a's clone (their strings share bytes),
+// so a caller can tell which messages of a history changed.
+func Equal(a, b Message) bool {
+	if a.Role != b.Role || a.Wire != b.Wire || len(a.Extra) != len(b.Extra) {
+		return false
+	}
+	for k, v := range a.Extra {
+		if w, ok := b.Extra[k]; !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return equalParts(a.Parts, b.Parts)
+}
+
+func equalParts(a, b []Part) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	for i := range a {
+		ra, aok := a[i].(ToolResult)
+		rb, bok := b[i].(ToolResult)
+		switch {
+		case aok != bok:
+			return false
+		case aok:
+			if ra.CallID != rb.CallID || ra.Name != rb.Name || ra.IsError != rb.IsError || ra.Extra != rb.Extra || !equalParts(ra.Parts, rb.Parts) {
+				return false
+			}
+		case a[i] != b[i]: // every other part is a comparable struct
+			return false
+		}
+	}
+	return true
 }
 
 // Clone returns a deep copy of the message.

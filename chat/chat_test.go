@@ -179,6 +179,45 @@ func TestRoundTripProperty(t *testing.T) {
 	})
 }
 
+// Equal says what the JSON says: a message and its clone are equal, and a
+// change to any part — or none — is told apart exactly as the encoding
+// tells it.
+func TestEqualIsSameJSON(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := genConversation(t)
+		if len(c) == 0 {
+			return
+		}
+		a := c[0]
+		if rapid.Bool().Draw(t, "extra") {
+			a.Extra = map[string]json.RawMessage{"name": json.RawMessage(`"` + rapid.StringMatching(`[a-c]{0,2}`).Draw(t, "name") + `"`)}
+		}
+		b := a.Clone()
+		if !Equal(a, b) {
+			t.Fatalf("a message differs from its clone: %#v", a)
+		}
+		switch rapid.IntRange(0, 4).Draw(t, "change") {
+		case 1:
+			if len(b.Parts) > 0 {
+				b.Parts[rapid.IntRange(0, len(b.Parts)-1).Draw(t, "at")] = genPart(t, false)
+			}
+		case 2:
+			b.Parts = append(b.Parts, genPart(t, false))
+		case 3:
+			b.Role = rapid.SampledFrom([]Role{System, User, Assistant, Tool}).Draw(t, "role")
+		case 4:
+			if b.Extra != nil {
+				b.Extra["name"] = json.RawMessage(`"` + rapid.StringMatching(`[a-c]{0,2}`).Draw(t, "other") + `"`)
+			}
+		}
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if Equal(a, b) != bytes.Equal(ja, jb) {
+			t.Fatalf("Equal says %v where the JSON says %v:\n%s\n%s", Equal(a, b), bytes.Equal(ja, jb), ja, jb)
+		}
+	})
+}
+
 func genPart(t *rapid.T, nested bool) Part {
 	str := rapid.StringN(0, 12, -1)
 	n := rapid.IntRange(0, 5000)

@@ -209,6 +209,7 @@ type Engine struct {
 	profiles    map[string]tokens.Profile
 	proxied     *proxiedCache
 	spans       *spanCache
+	states      *stateCache
 	// seeing holds the tenant and model pairs an image was measured for:
 	// a new conversation (a client's compaction starts one) need not
 	// measure its own before its screenshots may stay unmeasured.
@@ -256,6 +257,7 @@ func (e *Engine) init() {
 	e.meta = &metaCache{max: 100_000, m: map[blob.Ref]media.Info{}}
 	e.profiles = map[string]tokens.Profile{}
 	e.spans = newSpanCache()
+	e.states = newStateCache()
 	cached := e.ProxyCached
 	if cached <= 0 {
 		cached = 4096
@@ -423,7 +425,7 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 		return nil, err
 	}
 	defer unlock()
-	snap, err := e.Sessions.Load(ctx, tenant, id)
+	meta, st, held, err := e.states.load(ctx, e.Sessions, tenant, id)
 	if err != nil {
 		return nil, err
 	}
@@ -435,18 +437,18 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 		}
 		sum := sha256.Sum256(b)
 		digest = hex.EncodeToString(sum[:])
-		if a := snap.State.Answered; a != nil && a.Key == key {
+		if a := st.Answered; a != nil && a.Key == key {
 			if a.Digest != digest {
 				return nil, ErrKeyReused
 			}
 			res := &Result{Message: a.Reply, Usage: a.Usage, TurnEnd: a.TurnEnd, Events: []Event{{Session: id, Kind: "replayed", Detail: "the answer to this Idempotency-Key's first request; the model was not called again"}}}
-			res.Record = session.Request{Conversation: string(id), Model: snap.Meta.Settings.Model}
+			res.Record = session.Request{Conversation: string(id), Model: meta.Settings.Model}
 			return res, nil
 		}
 	}
-	c := &call{e: e, tenant: tenant, meta: snap.Meta, st: snap.State}
+	c := &call{e: e, tenant: tenant, meta: meta, st: st}
 	c.st.Answered = nil
-	c.profile = e.Profile(snap.Meta.Settings.Model)
+	c.profile = e.Profile(meta.Settings.Model)
 	if len(incoming) == 0 {
 		return nil, fmt.Errorf("%w: no messages", ErrBadTurn)
 	}
@@ -469,11 +471,17 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 	if key != "" {
 		c.st.Answered = &session.Answered{Key: key, Digest: digest, Reply: res.Message, Usage: res.Usage, TurnEnd: res.TurnEnd}
 	}
-	if _, err := e.Sessions.Append(ctx, tenant, id, c.entries, c.st); err != nil {
+	c.st.Encoded = memo(held, c.st.Live) // Append encodes only what changed
+	stored, err := e.Sessions.Append(ctx, tenant, id, c.entries, c.st)
+	if err != nil {
+		e.states.forget(tenant, id) // written or not: the store says at the next turn
 		return nil, fmt.Errorf("persist session: %w", err)
 	}
+	if len(stored) > 0 {
+		e.states.keep(meta, stored[len(stored)-1].Seq, c.st)
+	}
 	res.Events = c.events
-	res.Record = session.Request{Conversation: string(id), Model: snap.Meta.Settings.Model, Images: fatesOf(c.st.Live, c.profile),
+	res.Record = session.Request{Conversation: string(id), Model: meta.Settings.Model, Images: fatesOf(c.st.Live, c.profile),
 		Window: c.profile.ContextWindow, Outline: foldedOf(c.st.Live)}
 	priced(&res.Record, c.profile, res.Usage)
 	res.Record.Removed, res.Record.Replays = countEvents(c.events)

@@ -330,7 +330,29 @@ func (r *rig) call(t *testing.T, id session.ID, msgs []chat.Message) *Result {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.heldIsStored(t, id)
 	return res
+}
+
+// heldIsStored checks the state the engine holds for the session (its
+// next turn starts from it) is the one the store holds, message for
+// message: the JSON memo wrote each changed message anew.
+func (r *rig) heldIsStored(t *testing.T, id session.ID) {
+	t.Helper()
+	el, ok := r.engine.states.m[stateKey{"acme", id}]
+	if !ok {
+		t.Fatal("the engine holds no state for the session after a turn")
+	}
+	held := el.Value.(*cachedState).st
+	stored := r.live(t, id)
+	if len(held.Live) != len(stored.Live) {
+		t.Fatalf("held %d live messages, stored %d", len(held.Live), len(stored.Live))
+	}
+	for i := range held.Live {
+		if !chat.Equal(held.Live[i], stored.Live[i]) {
+			t.Fatalf("live message %d: held %+v, stored %+v", i, held.Live[i], stored.Live[i])
+		}
+	}
 }
 
 func (r *rig) live(t *testing.T, id session.ID) session.State {

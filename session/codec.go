@@ -16,7 +16,7 @@ const Version = 1
 
 type stateJSON struct {
 	Version      int                  `json:"version"`
-	Live         []chat.Message       `json:"live"`
+	Live         []chat.Message       `json:"live,omitempty"` // written by EncodeState, message by message
 	Keep         policy.KeepState     `json:"keep"`
 	LastUsage    chat.Usage           `json:"last_usage"`
 	LastActivity time.Time            `json:"last_activity"`
@@ -26,9 +26,40 @@ type stateJSON struct {
 	Answered     *Answered            `json:"answered,omitempty"`
 }
 
-// EncodeState writes a state as versioned JSON.
+// EncodeState writes a state as versioned JSON: the live context first,
+// each message from s.Encoded where the memo has it (and into the memo
+// where it does not), then the rest.
 func EncodeState(s State) ([]byte, error) {
-	return json.Marshal(stateJSON{Version, s.Live, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn, s.Answered})
+	rest, err := json.Marshal(stateJSON{Version, nil, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn, s.Answered})
+	if err != nil {
+		return nil, err
+	}
+	memo := s.Encoded
+	if len(memo) != len(s.Live) {
+		memo = make([][]byte, len(s.Live))
+	}
+	n := len(rest) + 16
+	for i, m := range s.Live {
+		if memo[i] == nil {
+			if memo[i], err = json.Marshal(m); err != nil {
+				return nil, err
+			}
+		}
+		n += len(memo[i]) + 1
+	}
+	out := make([]byte, 0, n)
+	if s.Live == nil {
+		return append(append(out, `{"live":null,`...), rest[1:]...), nil
+	}
+	out = append(out, `{"live":[`...)
+	for i, b := range memo {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
+	}
+	out = append(out, "],"...)
+	return append(out, rest[1:]...), nil // rest is an object with "version" at least
 }
 
 // DecodeState reads what EncodeState wrote.

@@ -108,6 +108,16 @@ func (m *Mem) Load(_ context.Context, tenant string, id ID) (Snapshot, error) {
 	return snap, err
 }
 
+func (m *Mem) LoadState(_ context.Context, tenant string, id ID, known int64) (Current, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.lookup(tenant, id)
+	if err != nil {
+		return Current{}, err
+	}
+	return DecodeCurrent(s.meta, int64(len(s.entries)), known, string(s.state))
+}
+
 func (m *Mem) Append(_ context.Context, tenant string, id ID, entries []Entry, st State) ([]Entry, error) {
 	state, err := EncodeState(st)
 	if err != nil {

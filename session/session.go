@@ -65,6 +65,12 @@ type State struct {
 	// Answered is the last turn's answer when its request carried an
 	// idempotency key: a retry with the same key gets it again.
 	Answered *Answered
+	// Encoded is a memo, never stored: Encoded[i], when not nil, is
+	// Live[i]'s JSON as EncodeState writes it, carried from the turn
+	// before for the messages that did not change. EncodeState fills in
+	// the nil ones (when Encoded is as long as Live), so a turn encodes
+	// only what is new.
+	Encoded [][]byte
 }
 
 // Answered is a turn's answer kept for a retry of its request.
@@ -74,6 +80,29 @@ type Answered struct {
 	Reply   chat.Message `json:"reply"`
 	Usage   *chat.Usage  `json:"usage,omitempty"`
 	TurnEnd bool         `json:"turn_end"`
+}
+
+// Current is what LoadState returns: State is nil when the log still
+// ends at the sequence number the caller knew.
+type Current struct {
+	Meta  Meta
+	Seq   int64
+	State *State
+}
+
+// DecodeCurrent builds a Current from a SQL store's row: the state is
+// decoded only when the log moved past known.
+func DecodeCurrent(meta Meta, seq, known int64, state string) (Current, error) {
+	c := Current{Meta: meta, Seq: seq}
+	if known != 0 && seq == known {
+		return c, nil
+	}
+	st, err := DecodeState([]byte(state))
+	if err != nil {
+		return Current{}, err
+	}
+	c.State = &st
+	return c, nil
 }
 
 // Snapshot is everything stored about a session.
@@ -89,6 +118,12 @@ type Store interface {
 	Create(ctx context.Context, meta Meta) (Meta, error)
 	// Load returns a session's meta, log and state.
 	Load(ctx context.Context, tenant string, id ID) (Snapshot, error)
+	// LoadState returns what a turn starts from, without the log: the
+	// meta, the log's last sequence number, and the state — read only
+	// when the log no longer ends at known (0: always read). The engine
+	// writes a state only with at least one entry, so a log that still
+	// ends at known means the caller's copy of the state is current.
+	LoadState(ctx context.Context, tenant string, id ID, known int64) (Current, error)
 	// Append adds entries to the log and replaces the state, atomically. It
 	// assigns the entries' sequence numbers and returns them as stored.
 	Append(ctx context.Context, tenant string, id ID, entries []Entry, st State) ([]Entry, error)

@@ -206,6 +206,27 @@ func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session
 	return session.LoadSnapshot(m, st, rows)
 }
 
+func (s *Store) LoadState(ctx context.Context, tenant string, id session.ID, known int64) (session.Current, error) {
+	var created, updated, seq int64
+	var m, st string
+	// One statement (one snapshot): the state is read only when the log
+	// has moved.
+	err := s.pool.QueryRow(ctx, `SELECT created_at, updated_at, meta, head, CASE WHEN $1 <> 0 AND head = $1 THEN '' ELSE state END FROM
+		(SELECT created_at, updated_at, meta, state, (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE tenant = $2 AND session_id = $3) AS head
+		 FROM sessions WHERE tenant = $2 AND id = $3) AS s`, known, tenant, string(id)).Scan(&created, &updated, &m, &seq, &st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return session.Current{}, fmt.Errorf("%s: %w", id, session.ErrNotFound)
+	}
+	if err != nil {
+		return session.Current{}, fmt.Errorf("load session: %w", err)
+	}
+	meta, err := session.DecodeMeta(id, tenant, created, updated, m)
+	if err != nil {
+		return session.Current{}, err
+	}
+	return session.DecodeCurrent(meta, seq, known, st)
+}
+
 func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
 	a, err := session.EncodeAppend(entries, st)
 	if err != nil {

@@ -5,6 +5,7 @@ package sessiontest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -149,6 +150,47 @@ func Run(t *testing.T, h Harness) {
 		}
 		if !snap.Meta.Updated.After(snap.Meta.Created) && !snap.Meta.Updated.Equal(snap.Meta.Created) {
 			t.Fatal("updated before created")
+		}
+	})
+
+	t.Run("a turn's state is read only when the log moved", func(t *testing.T) {
+		s := h.New(t)
+		m, _ := s.Create(ctx, meta)
+		cur, err := s.LoadState(ctx, "alpha", m.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.Seq != 0 || cur.State == nil || cur.State.Live != nil || cur.Meta.Settings != meta.Settings {
+			t.Fatalf("a new session: %+v", cur)
+		}
+		entries, st := sampleLog()
+		// A memo of the first message's JSON is used as given; the others
+		// are encoded and filled in.
+		first, _ := json.Marshal(st.Live[0])
+		st.Encoded = [][]byte{first, nil, nil}
+		if _, err := s.Append(ctx, "alpha", m.ID, entries, st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Encoded[1] == nil || st.Encoded[2] == nil {
+			t.Fatal("the memo was not filled in")
+		}
+		st.Encoded = nil
+		cur, err = s.LoadState(ctx, "alpha", m.ID, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.Seq != int64(len(entries)) || cur.State == nil || !reflect.DeepEqual(*cur.State, st) {
+			t.Fatalf("the log moved past 2: got seq %d, state %+v", cur.Seq, cur.State)
+		}
+		cur, err = s.LoadState(ctx, "alpha", m.ID, cur.Seq)
+		if err != nil || cur.State != nil || cur.Seq != int64(len(entries)) || cur.Meta.ID != m.ID {
+			t.Fatalf("the log still ends where the caller knew: %+v, %v", cur, err)
+		}
+		if _, err := s.LoadState(ctx, "beta", m.ID, 0); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("another tenant's session: %v", err)
+		}
+		if _, err := s.LoadState(ctx, "alpha", "s_missing", 0); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("a missing session: %v", err)
 		}
 	})
 

@@ -171,6 +171,26 @@ func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session
 	return session.LoadSnapshot(meta, st, rows)
 }
 
+func (s *Store) LoadState(ctx context.Context, tenant string, id session.ID, known int64) (session.Current, error) {
+	var created, updated, seq int64
+	var m, st string
+	// One statement: the state is read only when the log has moved.
+	err := s.db.QueryRowContext(ctx, `SELECT created_at, updated_at, meta, head, CASE WHEN ? <> 0 AND head = ? THEN '' ELSE state END FROM
+		(SELECT created_at, updated_at, meta, state, (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE tenant = ? AND session_id = ?) AS head
+		 FROM sessions WHERE tenant = ? AND id = ?)`, known, known, tenant, string(id), tenant, string(id)).Scan(&created, &updated, &m, &seq, &st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return session.Current{}, fmt.Errorf("%s: %w", id, session.ErrNotFound)
+	}
+	if err != nil {
+		return session.Current{}, fmt.Errorf("load session: %w", err)
+	}
+	meta, err := session.DecodeMeta(id, tenant, created, updated, m)
+	if err != nil {
+		return session.Current{}, err
+	}
+	return session.DecodeCurrent(meta, seq, known, st)
+}
+
 func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
 	a, err := session.EncodeAppend(entries, st)
 	if err != nil {

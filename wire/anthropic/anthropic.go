@@ -372,7 +372,7 @@ func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start i
 			w.WriteByte(',')
 		}
 		n++
-		if j == i+1 && !breakpoint {
+		if j == i+1 && !breakpoint && len(r.verbatim) > 0 {
 			if canon, err := json.Marshal(msgs[i]); err == nil {
 				if v, ok := r.verbatim[string(canon)]; ok {
 					w.Write(v)

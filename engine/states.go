@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"container/list"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/session"
+)
+
+// MaxCachedStates bounds how many sessions' states the engine holds: each
+// is a live context, which the window bounds (a few hundred KB of text;
+// images are refs).
+const MaxCachedStates = 256
+
+// stateCache holds each session's state as the engine last wrote it, so a
+// turn reads the state back from the store only when the session moved on
+// elsewhere (another replica; the log no longer ends where it did): a turn
+// then costs what is new, not a decode of the whole live context.
+type stateCache struct {
+	mu    sync.Mutex
+	m     map[stateKey]*list.Element // → *cachedState
+	order *list.List                 // front: most recent
+}
+
+type stateKey struct {
+	tenant string
+	id     session.ID
+}
+
+type cachedState struct {
+	key     stateKey
+	created time.Time // a session deleted and made again under its ID is another
+	seq     int64     // the log's last entry when the state was written
+	st      session.State
+}
+
+func newStateCache() *stateCache {
+	return &stateCache{m: map[stateKey]*list.Element{}, order: list.New()}
+}
+
+// load returns what a turn of the session starts from: the store's meta,
+// and the state — the one held here when the store's log still ends
+// where it did when it was written, else the store's — and what was held
+// (nil when it was not current), for memo.
+func (c *stateCache) load(ctx context.Context, s session.Store, tenant string, id session.ID) (session.Meta, session.State, *cachedState, error) {
+	k := stateKey{tenant, id}
+	c.mu.Lock()
+	var held *cachedState
+	if el, ok := c.m[k]; ok {
+		held = el.Value.(*cachedState)
+	}
+	c.mu.Unlock()
+	known := int64(0)
+	if held != nil {
+		known = held.seq
+	}
+	cur, err := s.LoadState(ctx, tenant, id, known)
+	if err != nil {
+		return session.Meta{}, session.State{}, nil, err
+	}
+	if cur.State == nil {
+		if cur.Meta.Created.Equal(held.created) {
+			st := cloneState(held.st)
+			st.Encoded = nil // the memo is made anew for what the turn changes
+			return cur.Meta, st, held, nil
+		}
+		if cur, err = s.LoadState(ctx, tenant, id, 0); err != nil {
+			return session.Meta{}, session.State{}, nil, err
+		}
+	}
+	return cur.Meta, *cur.State, nil, nil
+}
+
+// memo is the JSON memo for a live context about to be written: each
+// message's encoding from the held state where the message is the same
+// (session.State.Encoded), nil where it changed or is new.
+func memo(held *cachedState, live []chat.Message) [][]byte {
+	out := make([][]byte, len(live))
+	if held == nil || len(held.st.Encoded) != len(held.st.Live) {
+		return out
+	}
+	for i := range min(len(live), len(held.st.Live)) {
+		if chat.Equal(live[i], held.st.Live[i]) {
+			out[i] = held.st.Encoded[i]
+		}
+	}
+	return out
+}
+
+// keep holds the state a turn wrote, with the log's last entry it wrote.
+func (c *stateCache) keep(meta session.Meta, seq int64, st session.State) {
+	k := stateKey{meta.Tenant, meta.ID}
+	v := &cachedState{key: k, created: meta.Created, seq: seq, st: cloneState(st)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[k]; ok {
+		el.Value = v
+		c.order.MoveToFront(el)
+		return
+	}
+	c.m[k] = c.order.PushFront(v)
+	for c.order.Len() > MaxCachedStates {
+		delete(c.m, c.order.Remove(c.order.Back()).(*cachedState).key)
+	}
+}
+
+// forget drops a session's state (its turn failed after the store may
+// have moved on).
+func (c *stateCache) forget(tenant string, id session.ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[stateKey{tenant, id}]; ok {
+		c.order.Remove(el)
+		delete(c.m, stateKey{tenant, id})
+	}
+}
+
+// cloneState is a copy of st that shares nothing a turn changes in place
+// (the memo's encodings are never changed, only replaced).
+func cloneState(st session.State) session.State {
+	st.Live = chat.CloneMessages(st.Live)
+	st.Encoded = slices.Clone(st.Encoded)
+	if st.Turn != nil {
+		t := *st.Turn
+		t.Relays, t.Pending = slices.Clone(t.Relays), slices.Clone(t.Pending)
+		st.Turn = &t
+	}
+	if st.Answered != nil {
+		a := *st.Answered
+		a.Reply = chat.CloneMessages([]chat.Message{a.Reply})[0]
+		st.Answered = &a
+	}
+	return st
+}
