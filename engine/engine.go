@@ -33,6 +33,7 @@ import (
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire"
 )
 
 // Config tunes the engine. Zero fields take the defaults.
@@ -377,6 +378,7 @@ type call struct {
 	events  []Event
 	// recallRounds counts the replies this call answered itself (recall).
 	recallRounds int
+	memo         *wire.Memo // the session's upstream encodings
 }
 
 func (c *call) emit(ev Event) {
@@ -425,10 +427,11 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 		return nil, err
 	}
 	defer unlock()
-	meta, st, held, err := e.states.load(ctx, e.Sessions, tenant, id)
+	from, err := e.states.load(ctx, e.Sessions, tenant, id)
 	if err != nil {
 		return nil, err
 	}
+	meta, st := from.meta, from.st
 	digest := ""
 	if key != "" {
 		b, err := json.Marshal(incoming)
@@ -446,7 +449,7 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 			return res, nil
 		}
 	}
-	c := &call{e: e, tenant: tenant, meta: meta, st: st}
+	c := &call{e: e, tenant: tenant, meta: meta, st: st, memo: from.memo}
 	c.st.Answered = nil
 	c.profile = e.Profile(meta.Settings.Model)
 	if len(incoming) == 0 {
@@ -471,14 +474,14 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 	if key != "" {
 		c.st.Answered = &session.Answered{Key: key, Digest: digest, Reply: res.Message, Usage: res.Usage, TurnEnd: res.TurnEnd}
 	}
-	c.st.Encoded = memo(held, c.st.Live) // Append encodes only what changed
+	c.st.Encoded = memo(from.held, c.st.Live) // Append encodes only what changed
 	stored, err := e.Sessions.Append(ctx, tenant, id, c.entries, c.st)
 	if err != nil {
 		e.states.forget(tenant, id) // written or not: the store says at the next turn
 		return nil, fmt.Errorf("persist session: %w", err)
 	}
 	if len(stored) > 0 {
-		e.states.keep(meta, stored[len(stored)-1].Seq, c.st)
+		e.states.keep(meta, stored[len(stored)-1].Seq, c.st, c.memo)
 	}
 	res.Events = c.events
 	res.Record = session.Request{Conversation: string(id), Model: meta.Settings.Model, Images: fatesOf(c.st.Live, c.profile),

@@ -105,7 +105,7 @@ func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool
 		// markers, the same tools (the tools head the cached prefix).
 		msgs = withHandles(msgs, c.conversation(), nil)
 	}
-	r := wire.SessionRequest{Model: c.meta.Settings.Model, MaxTokens: maxTokens, Messages: msgs, Source: c.e.ImageSource(ctx, c.tenant)}
+	r := wire.SessionRequest{Model: c.meta.Settings.Model, MaxTokens: maxTokens, Messages: msgs, Source: c.e.ImageSource(ctx, c.tenant), Memo: c.memo}
 	if breakpoints && c.offersRecall() {
 		r.Tools = []wire.Tool{recallTool}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/wire"
 )
 
 // MaxCachedStates bounds how many sessions' states the engine holds: each
@@ -36,6 +37,18 @@ type cachedState struct {
 	created time.Time // a session deleted and made again under its ID is another
 	seq     int64     // the log's last entry when the state was written
 	st      session.State
+	// memo is the session's upstream encodings: it checks what it copies,
+	// so it serves a state read from the store as well.
+	memo *wire.Memo
+}
+
+// started is what a turn starts from: the store's meta and the state,
+// the state held (nil when the store's was newer) and the session's memo.
+type started struct {
+	meta session.Meta
+	st   session.State
+	held *cachedState
+	memo *wire.Memo
 }
 
 func newStateCache() *stateCache {
@@ -44,9 +57,8 @@ func newStateCache() *stateCache {
 
 // load returns what a turn of the session starts from: the store's meta,
 // and the state — the one held here when the store's log still ends
-// where it did when it was written, else the store's — and what was held
-// (nil when it was not current), for memo.
-func (c *stateCache) load(ctx context.Context, s session.Store, tenant string, id session.ID) (session.Meta, session.State, *cachedState, error) {
+// where it did when it was written, else the store's.
+func (c *stateCache) load(ctx context.Context, s session.Store, tenant string, id session.ID) (started, error) {
 	k := stateKey{tenant, id}
 	c.mu.Lock()
 	var held *cachedState
@@ -54,25 +66,25 @@ func (c *stateCache) load(ctx context.Context, s session.Store, tenant string, i
 		held = el.Value.(*cachedState)
 	}
 	c.mu.Unlock()
-	known := int64(0)
+	known, m := int64(0), new(wire.Memo)
 	if held != nil {
-		known = held.seq
+		known, m = held.seq, held.memo
 	}
 	cur, err := s.LoadState(ctx, tenant, id, known)
 	if err != nil {
-		return session.Meta{}, session.State{}, nil, err
+		return started{}, err
 	}
 	if cur.State == nil {
 		if cur.Meta.Created.Equal(held.created) {
 			st := cloneState(held.st)
-			st.Encoded = nil // the memo is made anew for what the turn changes
-			return cur.Meta, st, held, nil
+			st.Encoded = nil // made anew for what the turn changes
+			return started{cur.Meta, st, held, m}, nil
 		}
 		if cur, err = s.LoadState(ctx, tenant, id, 0); err != nil {
-			return session.Meta{}, session.State{}, nil, err
+			return started{}, err
 		}
 	}
-	return cur.Meta, *cur.State, nil, nil
+	return started{cur.Meta, *cur.State, nil, m}, nil
 }
 
 // memo is the JSON memo for a live context about to be written: each
@@ -91,10 +103,11 @@ func memo(held *cachedState, live []chat.Message) [][]byte {
 	return out
 }
 
-// keep holds the state a turn wrote, with the log's last entry it wrote.
-func (c *stateCache) keep(meta session.Meta, seq int64, st session.State) {
+// keep holds the state a turn wrote, with the log's last entry it wrote,
+// and the session's memo.
+func (c *stateCache) keep(meta session.Meta, seq int64, st session.State, m *wire.Memo) {
 	k := stateKey{meta.Tenant, meta.ID}
-	v := &cachedState{key: k, created: meta.Created, seq: seq, st: cloneState(st)}
+	v := &cachedState{key: k, created: meta.Created, seq: seq, st: cloneState(st), memo: m}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.m[k]; ok {

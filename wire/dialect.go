@@ -102,6 +102,9 @@ type SessionRequest struct {
 	// Tools are the tools imgctx itself offers the model (recall), in
 	// the wire's own shape.
 	Tools []Tool
+	// Memo, when set, is the session's: turns encoded as the request
+	// before wrote them are copied from it.
+	Memo *Memo
 }
 
 // Tool is a function the model may call: its name, what it does, and its

@@ -32,6 +32,7 @@ type Request struct {
 	// (imgctx's own requests, and decoded ones that had one); otherwise
 	// system messages stay inside messages, where the client put them.
 	systemTop bool
+	memo      *wire.Memo // a session's (EncodeSession)
 }
 
 type source struct {
@@ -381,7 +382,12 @@ func (r *Request) writeMessages(w *wire.BodyWriter, msgs []chat.Message, start i
 				}
 			}
 		}
-		if err := writeTurn(w, msgs[i:j], src, breakpoint, ttl); err != nil {
+		key := ""
+		if breakpoint {
+			key = "cache_control " + ttl
+		}
+		turn := msgs[i:j]
+		if err := r.memo.Write(w, i, turn, key, func(w wire.JSONWriter) error { return writeTurn(w, turn, src, breakpoint, ttl) }); err != nil {
 			return fmt.Errorf("message %d: %w", i, err)
 		}
 		i = j

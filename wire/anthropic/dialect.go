@@ -32,7 +32,12 @@ func encodeSession(r wire.SessionRequest) ([]byte, error) {
 		}
 		req.top.Set("tools", mustJSON(tools))
 	}
-	return req.Encode(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages, Hour: r.CacheHour})
+	req.memo = r.Memo
+	b, err := req.Encode(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages, Hour: r.CacheHour})
+	if err == nil {
+		r.Memo.Done()
+	}
+	return b, err
 }
 
 func decodeAnswer(b []byte) (wire.Answer, error) {

@@ -36,7 +36,12 @@ func encodeSession(r wire.SessionRequest) ([]byte, error) {
 		}
 		req.top.Set("tools", mustJSON(tools))
 	}
-	return req.Encode(r.Messages, r.Source)
+	req.memo = r.Memo
+	b, err := req.Encode(r.Messages, r.Source)
+	if err == nil {
+		r.Memo.Done()
+	}
+	return b, err
 }
 
 func decodeAnswer(b []byte) (wire.Answer, error) {

@@ -27,6 +27,7 @@ type Request struct {
 
 	top      wire.Object
 	verbatim map[string]json.RawMessage // canonical chat JSON of a decoded message → its original bytes
+	memo     *wire.Memo                 // a session's (EncodeSession)
 }
 
 type contentPart struct {
@@ -225,7 +226,8 @@ func (r *Request) EncodeBody(msgs []chat.Message, url ImageURL) (wire.Body, erro
 					}
 				}
 			}
-			if err := writeMessage(w, m, url); err != nil {
+			one := msgs[j : j+1]
+			if err := r.memo.Write(w, j, one, "", func(w wire.JSONWriter) error { return writeMessage(w, m, url) }); err != nil {
 				return fmt.Errorf("message %d: %w", j, err)
 			}
 		}

@@ -1,0 +1,80 @@
+package wire
+
+import (
+	"bytes"
+
+	"github.com/imgctx/imgctx/chat"
+)
+
+// Memo keeps the encoding of each turn of a session's request for the
+// next request, which re-sends the same history with a little appended:
+// a turn whose messages are the same (chat.Equal) and written the same
+// way (key: a breakpoint, its lifetime) is copied, not encoded again.
+// Turns with images or documents are always written anew (their data is
+// large, and the engine's encoding cache holds it already). A nil Memo
+// keeps nothing. Not safe for concurrent use: one session's turns hold it.
+type Memo struct {
+	prev, next map[int]memoTurn // by the turn's first message
+}
+
+type memoTurn struct {
+	msgs []chat.Message
+	key  string
+	b    []byte
+}
+
+// Write writes the turn msgs, the request's messages from at on, with
+// encode — or as the previous request wrote the same turn.
+func (m *Memo) Write(w JSONWriter, at int, msgs []chat.Message, key string, encode func(JSONWriter) error) error {
+	if m == nil || hasMedia(msgs) {
+		return encode(w)
+	}
+	if m.next == nil {
+		m.next = map[int]memoTurn{}
+	}
+	if t, ok := m.prev[at]; ok && t.key == key && sameMessages(t.msgs, msgs) {
+		m.next[at] = t
+		_, err := w.Write(t.b)
+		return err
+	}
+	var b bytes.Buffer
+	if err := encode(&b); err != nil {
+		return err
+	}
+	m.next[at] = memoTurn{msgs: chat.CloneMessages(msgs), key: key, b: b.Bytes()}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// Done ends a request: what it wrote is what the next one may copy.
+func (m *Memo) Done() {
+	if m != nil {
+		m.prev, m.next = m.next, nil
+	}
+}
+
+func sameMessages(a, b []chat.Message) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !chat.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasMedia(msgs []chat.Message) bool {
+	found := false
+	for _, m := range msgs {
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			switch p.(type) {
+			case chat.Image, chat.Document:
+				found = true
+			}
+			return !found
+		})
+	}
+	return found
+}
