@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -571,13 +572,23 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, nil, err
 	}
-	msgs := chat.CloneMessages(sp.Messages)
+	// The view's messages are shared with the conversation's next scan:
+	// only a message a slot is put in is copied (slots come in message
+	// order), the rest of the history is not.
+	msgs := slices.Clone(sp.Messages)
+	owned := -1
+	own := func(i int) {
+		if i > owned {
+			msgs[i], owned = msgs[i].Clone(), i
+		}
+	}
 	// Images first, origins after: whether a user message only carries a
 	// tool's images depends on all of its parts.
 	var toolEcho []int
 	verbatim := make([]bool, len(sp.Slots))
 	found := make([]*spanKey, len(sp.Slots))
 	for i, slot := range sp.Slots {
+		own(slot.Pos.Msg)
 		in := read[i].in
 		stored, err := e.commit(ctx, tenant, read[i])
 		switch {

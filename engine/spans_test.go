@@ -1,13 +1,21 @@
 package engine
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/tokens"
+	"github.com/imgctx/imgctx/upstream"
+	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/openai"
 )
 
 func spanEngine(t *testing.T) (*Engine, *imagestore.Mem) {
@@ -80,5 +88,39 @@ func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
 	got, err := e.Base64(t.Context(), "default", l.in.Ref)
 	if err != nil || got != b64 {
 		t.Fatalf("the checked span did not prime the encoding: %v", err)
+	}
+}
+
+// The scan a conversation's next request resumes from is the request as
+// it was read: ingestion fills in the images of a copy (only the messages
+// holding them are copied), never of the scan itself.
+func TestProxyLeavesTheResumedScanAsRead(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
+	}))
+	defer up.Close()
+	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
+	e := &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"open the page"},{"role":"assistant","content":"done"},` +
+		`{"role":"user","content":[{"type":"text","text":"this one"},{"type":"image_url","image_url":{"url":"` + screenshot(64, 48, 1) + `"}}]}]}`)
+	p, err := e.Proxy(t.Context(), ProxyCall{Tenant: "a", Wire: openai.Dialect, Body: body, Header: http.Header{},
+		Upstream: upstream.Request{Path: "/v1/chat/completions"}, Routes: []*Route{{Name: "up", Client: client}}, Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close(t.Context())
+	kept := e.spans.resumeFor(e.spans.resumeKeyOf("a", openai.Dialect.Name, http.Header{}, body))
+	fresh, err := openai.Dialect.Scan(body, wire.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.res == nil || len(kept.res.Messages) != len(fresh.Messages) {
+		t.Fatalf("the conversation's scan was not kept: %+v", kept.res)
+	}
+	for i := range fresh.Messages {
+		if !chat.Equal(kept.res.Messages[i], fresh.Messages[i]) {
+			t.Fatalf("message %d of the kept scan changed: %+v, read %+v", i, kept.res.Messages[i], fresh.Messages[i])
+		}
 	}
 }

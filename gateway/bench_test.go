@@ -387,3 +387,23 @@ type discardSpans struct{}
 
 func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardSpans) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkGatewayLongHistory: a text-only agent history of 3,201
+// messages (800 rounds with tool calls), re-sent as it is and growing by
+// one round a request, beside httputil.ReverseProxy.
+func BenchmarkGatewayLongHistory(b *testing.B) {
+	up := benchUpstream(b)
+	gw, _ := benchGateway(b, up.URL)
+	const rounds = 800
+	growing := make([][]byte, 64)
+	for i := range growing {
+		growing[i] = bodies.AgentRounds(nil, rounds+i)
+	}
+	body := growing[0]
+	b.Logf("history %d bytes", len(body))
+	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+chatPath, body) })
+	b.Run("gateway-resent", func(b *testing.B) { p50(b, gw.URL+chatPath, body) })
+	b.Run("gateway-growing", func(b *testing.B) {
+		p50Of(b, gw.URL+chatPath, func(i int) []byte { return growing[i%len(growing)] })
+	})
+}
