@@ -474,7 +474,9 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 	if key != "" {
 		c.st.Answered = &session.Answered{Key: key, Digest: digest, Reply: res.Message, Usage: res.Usage, TurnEnd: res.TurnEnd}
 	}
-	c.st.Encoded = memo(from.held, c.st.Live) // Append encodes only what changed
+	// Append encodes only what changed, and writes the live messages
+	// from the first that did.
+	c.st.Encoded, c.st.Unchanged = memo(from.held, c.st.Live)
 	stored, err := e.Sessions.Append(ctx, tenant, id, c.entries, c.st)
 	if err != nil {
 		e.states.forget(tenant, id) // written or not: the store says at the next turn

@@ -89,18 +89,25 @@ func (c *stateCache) load(ctx context.Context, s session.Store, tenant string, i
 
 // memo is the JSON memo for a live context about to be written: each
 // message's encoding from the held state where the message is the same
-// (session.State.Encoded), nil where it changed or is new.
-func memo(held *cachedState, live []chat.Message) [][]byte {
-	out := make([][]byte, len(live))
+// (session.State.Encoded), nil where it changed or is new; and how many
+// lead the live context unchanged (session.State.Unchanged).
+func memo(held *cachedState, live []chat.Message) (enc [][]byte, unchanged int) {
+	enc = make([][]byte, len(live))
 	if held == nil || len(held.st.Encoded) != len(held.st.Live) {
-		return out
+		return enc, 0
 	}
+	lead := true
 	for i := range min(len(live), len(held.st.Live)) {
 		if chat.Equal(live[i], held.st.Live[i]) {
-			out[i] = held.st.Encoded[i]
+			enc[i] = held.st.Encoded[i]
+			if lead {
+				unchanged++
+			}
+		} else {
+			lead = false
 		}
 	}
-	return out
+	return enc, unchanged
 }
 
 // keep holds the state a turn wrote, with the log's last entry it wrote,

@@ -30,29 +30,24 @@ type stateJSON struct {
 // each message from s.Encoded where the memo has it (and into the memo
 // where it does not), then the rest.
 func EncodeState(s State) ([]byte, error) {
-	rest, err := json.Marshal(stateJSON{Version, nil, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn, s.Answered})
+	rest, err := restJSON(s, Version)
 	if err != nil {
 		return nil, err
 	}
-	memo := s.Encoded
-	if len(memo) != len(s.Live) {
-		memo = make([][]byte, len(s.Live))
+	live, err := liveJSON(s)
+	if err != nil {
+		return nil, err
 	}
 	n := len(rest) + 16
-	for i, m := range s.Live {
-		if memo[i] == nil {
-			if memo[i], err = json.Marshal(m); err != nil {
-				return nil, err
-			}
-		}
-		n += len(memo[i]) + 1
+	for _, b := range live {
+		n += len(b) + 1
 	}
 	out := make([]byte, 0, n)
 	if s.Live == nil {
 		return append(append(out, `{"live":null,`...), rest[1:]...), nil
 	}
 	out = append(out, `{"live":[`...)
-	for i, b := range memo {
+	for i, b := range live {
 		if i > 0 {
 			out = append(out, ',')
 		}
@@ -62,13 +57,70 @@ func EncodeState(s State) ([]byte, error) {
 	return append(out, rest[1:]...), nil // rest is an object with "version" at least
 }
 
+// restJSON is the state but its live context, as a JSON object.
+func restJSON(s State, version int) ([]byte, error) {
+	return json.Marshal(stateJSON{version, nil, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn, s.Answered})
+}
+
+// liveJSON is each live message's JSON: from the memo (s.Encoded) where
+// it has it, encoded and put in the memo where it does not.
+func liveJSON(s State) ([][]byte, error) {
+	memo := s.Encoded
+	if len(memo) != len(s.Live) {
+		memo = make([][]byte, len(s.Live))
+	}
+	for i, m := range s.Live {
+		if memo[i] == nil {
+			b, err := json.Marshal(m)
+			if err != nil {
+				return nil, err
+			}
+			memo[i] = b
+		}
+	}
+	return memo, nil
+}
+
+// RowsVersion is the version of a SQL store's state whose live context
+// is kept a row per message (migration 005): the state names how many.
+const RowsVersion = 2
+
+// storedJSON is what decoding a stored state reads beyond stateJSON.
+type storedJSON struct {
+	stateJSON
+	LiveRows *int `json:"live_rows,omitempty"`
+}
+
 // DecodeState reads what EncodeState wrote.
 func DecodeState(b []byte) (State, error) {
-	var j stateJSON
+	return DecodeStored(b, nil)
+}
+
+// DecodeStored reads a SQL store's state: the live context inline
+// (EncodeState's, and states written before migration 005), or from its
+// rows, which rows reads in order (called only for such a state).
+func DecodeStored(b []byte, rows func() ([][]byte, error)) (State, error) {
+	var j storedJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return State{}, fmt.Errorf("decode session state: %w", err)
 	}
-	if j.Version != Version {
+	switch {
+	case j.Version == Version:
+	case j.Version == RowsVersion && j.LiveRows != nil && rows != nil:
+		bodies, err := rows()
+		if err != nil {
+			return State{}, fmt.Errorf("load the live context: %w", err)
+		}
+		if len(bodies) != *j.LiveRows {
+			return State{}, fmt.Errorf("session state names %d live messages; %d rows hold them", *j.LiveRows, len(bodies))
+		}
+		j.Live = make([]chat.Message, len(bodies))
+		for i, body := range bodies {
+			if err := json.Unmarshal(body, &j.Live[i]); err != nil {
+				return State{}, fmt.Errorf("live message %d: %w", i, err)
+			}
+		}
+	default:
 		return State{}, fmt.Errorf("session state version %d not supported", j.Version)
 	}
 	return State{Live: j.Live, Keep: j.Keep, LastUsage: j.LastUsage, LastActivity: j.LastActivity, TurnStart: j.TurnStart, TurnOpen: j.TurnOpen, Turn: j.Turn, Answered: j.Answered}, nil
@@ -154,13 +206,20 @@ func loadJSONRows[T any](rows Rows, what string, decode func([]byte) (T, error))
 	return out, rows.Err()
 }
 
-// LoadSnapshot builds a snapshot from its meta, its state's JSON and its log's
-// rows (seq, at in Unix nanoseconds, body), read in order: the load both
-// SQL stores share.
-func LoadSnapshot(meta Meta, state string, log Rows) (Snapshot, error) {
+// LoadLive reads a live context's rows (body), in order, as DecodeStored
+// takes them.
+func LoadLive(rows Rows) ([][]byte, error) {
+	return loadJSONRows(rows, "load the live context", func(b []byte) ([]byte, error) { return b, nil })
+}
+
+// LoadSnapshot builds a snapshot from its meta, its state's JSON (with
+// the rows of its live context, see DecodeStored) and its log's rows (seq,
+// at in Unix nanoseconds, body), read in order: the load both SQL stores
+// share.
+func LoadSnapshot(meta Meta, state string, live func() ([][]byte, error), log Rows) (Snapshot, error) {
 	snap := Snapshot{Meta: meta}
 	var err error
-	if snap.State, err = DecodeState([]byte(state)); err != nil {
+	if snap.State, err = DecodeStored([]byte(state), live); err != nil {
 		return Snapshot{}, err
 	}
 	for log.Next() {
@@ -179,26 +238,61 @@ func LoadSnapshot(meta Meta, state string, log Rows) (Snapshot, error) {
 }
 
 // Appending is an append encoded for a SQL store, before its transaction:
-// the new state, and each entry's kind and body.
+// the new state, the live context's rows, and each entry's kind and body.
 type Appending struct {
-	State  []byte
-	Kinds  []string
-	Bodies [][]byte
+	// State names how many live rows there are (RowsVersion), or holds
+	// a nil live context inline.
+	State []byte
+	// Live is each live message's JSON; the first Unchanged are those the
+	// state this one replaces held at the same places (State.Unchanged).
+	Live      [][]byte
+	Unchanged int
+	Kinds     []string
+	Bodies    [][]byte
 }
 
 // EncodeAppend encodes entries and the state that follows them.
 func EncodeAppend(entries []Entry, st State) (Appending, error) {
-	state, err := EncodeState(st)
+	a := Appending{Kinds: make([]string, len(entries)), Bodies: make([][]byte, len(entries))}
+	var err error
+	if st.Live == nil {
+		a.State, err = EncodeState(st)
+	} else {
+		a.Live, err = liveJSON(st)
+		if err == nil {
+			a.State, err = restJSON(st, RowsVersion)
+		}
+		if err == nil {
+			a.State = append(fmt.Appendf(nil, `{"live_rows":%d,`, len(a.Live)), a.State[1:]...)
+			a.Unchanged = min(max(st.Unchanged, 0), len(a.Live))
+		}
+	}
 	if err != nil {
 		return Appending{}, err
 	}
-	a := Appending{State: state, Kinds: make([]string, len(entries)), Bodies: make([][]byte, len(entries))}
 	for i, e := range entries {
 		if a.Kinds[i], a.Bodies[i], err = EncodeEntry(e); err != nil {
 			return Appending{}, err
 		}
 	}
 	return a, nil
+}
+
+// RowsFrom is the first live row an append must write, given the state
+// it replaces as stored: rows before it hold what they should (the
+// append's Unchanged, as far as that state kept its live context in rows).
+func (a Appending) RowsFrom(stored string) int {
+	if a.Unchanged == 0 {
+		return 0
+	}
+	var j struct {
+		Version  int  `json:"version"`
+		LiveRows *int `json:"live_rows"`
+	}
+	if json.Unmarshal([]byte(stored), &j) != nil || j.Version != RowsVersion || j.LiveRows == nil {
+		return 0
+	}
+	return min(a.Unchanged, *j.LiveRows)
 }
 
 // Numbered is entries as appended after the log's last sequence number,

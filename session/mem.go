@@ -115,7 +115,7 @@ func (m *Mem) LoadState(_ context.Context, tenant string, id ID, known int64) (C
 	if err != nil {
 		return Current{}, err
 	}
-	return DecodeCurrent(s.meta, int64(len(s.entries)), known, string(s.state))
+	return DecodeCurrent(s.meta, int64(len(s.entries)), known, string(s.state), nil)
 }
 
 func (m *Mem) Append(_ context.Context, tenant string, id ID, entries []Entry, st State) ([]Entry, error) {

@@ -71,6 +71,11 @@ type State struct {
 	// the nil ones (when Encoded is as long as Live), so a turn encodes
 	// only what is new.
 	Encoded [][]byte
+	// Unchanged, never stored, says the first Unchanged live messages are
+	// those of the state this one replaces, at the same places: a store
+	// that keeps them a row each leaves those rows as they are (0: every
+	// row is written).
+	Unchanged int
 }
 
 // Answered is a turn's answer kept for a retry of its request.
@@ -90,14 +95,15 @@ type Current struct {
 	State *State
 }
 
-// DecodeCurrent builds a Current from a SQL store's row: the state is
-// decoded only when the log moved past known.
-func DecodeCurrent(meta Meta, seq, known int64, state string) (Current, error) {
+// DecodeCurrent builds a Current from a SQL store's row: the state (with
+// its live rows, see DecodeStored) is decoded only when the log moved past
+// known.
+func DecodeCurrent(meta Meta, seq, known int64, state string, live func() ([][]byte, error)) (Current, error) {
 	c := Current{Meta: meta, Seq: seq}
 	if known != 0 && seq == known {
 		return c, nil
 	}
-	st, err := DecodeState([]byte(state))
+	st, err := DecodeStored([]byte(state), live)
 	if err != nil {
 		return Current{}, err
 	}

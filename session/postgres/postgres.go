@@ -188,7 +188,7 @@ func meta(ctx context.Context, q pgx.Tx, tenant string, id session.ID, forUpdate
 }
 
 func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session.Snapshot, error) {
-	// Repeatable read: the state and the log are of one moment.
+	// Repeatable read: the state, its live rows and the log are of one moment.
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return session.Snapshot{}, fmt.Errorf("load session: %w", err)
@@ -198,33 +198,74 @@ func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session
 	if err != nil {
 		return session.Snapshot{}, err
 	}
+	live := liveRows(ctx, tx, tenant, id)
+	if _, err := live(); err != nil { // read before the log's rows are open on the connection
+		return session.Snapshot{}, fmt.Errorf("load the live context: %w", err)
+	}
 	rows, err := tx.Query(ctx, `SELECT seq, at, body FROM entries WHERE tenant = $1 AND session_id = $2 ORDER BY seq`, tenant, string(id))
 	if err != nil {
 		return session.Snapshot{}, fmt.Errorf("load log: %w", err)
 	}
 	defer rows.Close()
-	return session.LoadSnapshot(m, st, rows)
+	return session.LoadSnapshot(m, st, live, rows)
+}
+
+// liveRows reads a session's live context, a row per message, in order,
+// once: later calls return what the first read.
+func liveRows(ctx context.Context, tx pgx.Tx, tenant string, id session.ID) func() ([][]byte, error) {
+	var out [][]byte
+	var err error
+	read := false
+	return func() ([][]byte, error) {
+		if read {
+			return out, err
+		}
+		read = true
+		var rows pgx.Rows
+		if rows, err = tx.Query(ctx, `SELECT body FROM live WHERE tenant = $1 AND session_id = $2 ORDER BY idx`, tenant, string(id)); err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		out, err = session.LoadLive(rows)
+		return out, err
+	}
 }
 
 func (s *Store) LoadState(ctx context.Context, tenant string, id session.ID, known int64) (session.Current, error) {
-	var created, updated, seq int64
-	var m, st string
-	// One statement (one snapshot): the state is read only when the log
-	// has moved.
-	err := s.pool.QueryRow(ctx, `SELECT created_at, updated_at, meta, head, CASE WHEN $1 <> 0 AND head = $1 THEN '' ELSE state END FROM
-		(SELECT created_at, updated_at, meta, state, (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE tenant = $2 AND session_id = $3) AS head
-		 FROM sessions WHERE tenant = $2 AND id = $3) AS s`, known, tenant, string(id)).Scan(&created, &updated, &m, &seq, &st)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return session.Current{}, fmt.Errorf("%s: %w", id, session.ErrNotFound)
+	const head = `(SELECT COALESCE(MAX(seq), 0) FROM entries WHERE tenant = $1 AND session_id = $2)`
+	if known != 0 {
+		// One statement, no state: the log still ending at known is
+		// all a turn needs to know.
+		var created, updated, seq int64
+		var m string
+		err := s.pool.QueryRow(ctx, `SELECT created_at, updated_at, meta, `+head+` FROM sessions WHERE tenant = $1 AND id = $2`,
+			tenant, string(id)).Scan(&created, &updated, &m, &seq)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return session.Current{}, fmt.Errorf("%s: %w", id, session.ErrNotFound)
+		}
+		if err != nil {
+			return session.Current{}, fmt.Errorf("load session: %w", err)
+		}
+		if seq == known {
+			meta, err := session.DecodeMeta(id, tenant, created, updated, m)
+			return session.Current{Meta: meta, Seq: seq}, err
+		}
 	}
+	// The state and its live rows, of one moment.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return session.Current{}, fmt.Errorf("load session: %w", err)
 	}
-	meta, err := session.DecodeMeta(id, tenant, created, updated, m)
+	defer tx.Rollback(ctx)
+	m, st, err := meta(ctx, tx, tenant, id, false)
 	if err != nil {
 		return session.Current{}, err
 	}
-	return session.DecodeCurrent(meta, seq, known, st)
+	var seq int64
+	if err := tx.QueryRow(ctx, `SELECT `+head, tenant, string(id)).Scan(&seq); err != nil {
+		return session.Current{}, fmt.Errorf("load session: %w", err)
+	}
+	return session.DecodeCurrent(m, seq, 0, st, liveRows(ctx, tx, tenant, id))
 }
 
 func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
@@ -238,7 +279,8 @@ func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entrie
 	}
 	defer tx.Rollback(ctx)
 	// The row lock orders appends to one session from any replica.
-	if _, _, err := meta(ctx, tx, tenant, id, true); err != nil {
+	_, stored, err := meta(ctx, tx, tenant, id, true)
+	if err != nil {
 		return nil, err
 	}
 	var last int64
@@ -251,6 +293,12 @@ func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entrie
 	for i := range out {
 		batch.Queue(`INSERT INTO entries (tenant, session_id, seq, at, kind, body) VALUES ($1, $2, $3, $4, $5, $6)`,
 			tenant, string(id), out[i].Seq, now.UnixNano(), a.Kinds[i], string(a.Bodies[i]))
+	}
+	// The live context: only the rows from the first that changed.
+	from := a.RowsFrom(stored)
+	batch.Queue(`DELETE FROM live WHERE tenant = $1 AND session_id = $2 AND idx >= $3`, tenant, string(id), from)
+	for i := from; i < len(a.Live); i++ {
+		batch.Queue(`INSERT INTO live (tenant, session_id, idx, body) VALUES ($1, $2, $3, $4)`, tenant, string(id), i, string(a.Live[i]))
 	}
 	batch.Queue(`UPDATE sessions SET state = $1, updated_at = $2 WHERE tenant = $3 AND id = $4`,
 		string(a.State), now.UnixNano(), tenant, string(id))

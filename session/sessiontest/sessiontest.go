@@ -194,6 +194,47 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("the live messages a turn left alone stay as they were", func(t *testing.T) {
+		s := h.New(t)
+		m, _ := s.Create(ctx, meta)
+		entries, st := sampleLog()
+		if _, err := s.Append(ctx, "alpha", m.ID, entries[:2], st); err != nil {
+			t.Fatal(err)
+		}
+		// The next turn keeps the first message, rewrites the second (an
+		// image removed), drops the third and adds two.
+		next := st
+		next.Live = []chat.Message{st.Live[0], *msg(chat.Tool, chat.Marker{Of: "image", Reason: "budget"}),
+			*entries[1].Message, *entries[3].Message}
+		next.Unchanged = 1
+		if _, err := s.Append(ctx, "alpha", m.ID, entries[2:4], next); err != nil {
+			t.Fatal(err)
+		}
+		next.Unchanged = 0
+		snap, err := s.Load(ctx, "alpha", m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(snap.State, next) {
+			t.Fatalf("state after a partial rewrite:\n got %+v\nwant %+v", snap.State.Live, next.Live)
+		}
+		cur, err := s.LoadState(ctx, "alpha", m.ID, 0)
+		if err != nil || !reflect.DeepEqual(*cur.State, next) {
+			t.Fatalf("LoadState after a partial rewrite: %+v, %v", cur.State, err)
+		}
+		// Shorter again: the rows past the new end go.
+		last := next
+		last.Live = []chat.Message{st.Live[0], *entries[0].Message}
+		last.Unchanged = 1
+		if _, err := s.Append(ctx, "alpha", m.ID, entries[4:], last); err != nil {
+			t.Fatal(err)
+		}
+		last.Unchanged = 0
+		if snap, _ = s.Load(ctx, "alpha", m.ID); !reflect.DeepEqual(snap.State, last) {
+			t.Fatalf("state after shrinking:\n got %+v\nwant %+v", snap.State.Live, last.Live)
+		}
+	})
+
 	t.Run("a bad entry appends nothing", func(t *testing.T) {
 		s := h.New(t)
 		m, _ := s.Create(ctx, meta)

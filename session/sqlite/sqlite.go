@@ -168,27 +168,56 @@ func (s *Store) Load(ctx context.Context, tenant string, id session.ID) (session
 		return session.Snapshot{}, fmt.Errorf("load log: %w", err)
 	}
 	defer rows.Close()
-	return session.LoadSnapshot(meta, st, rows)
+	return session.LoadSnapshot(meta, st, liveRows(ctx, tx, tenant, id), rows)
+}
+
+// liveRows reads a session's live context, a row per message, in order.
+func liveRows(ctx context.Context, tx *sql.Tx, tenant string, id session.ID) func() ([][]byte, error) {
+	return func() ([][]byte, error) {
+		rows, err := tx.QueryContext(ctx, `SELECT body FROM live WHERE tenant = ? AND session_id = ? ORDER BY idx`, tenant, string(id))
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		return session.LoadLive(rows)
+	}
 }
 
 func (s *Store) LoadState(ctx context.Context, tenant string, id session.ID, known int64) (session.Current, error) {
-	var created, updated, seq int64
-	var m, st string
-	// One statement: the state is read only when the log has moved.
-	err := s.db.QueryRowContext(ctx, `SELECT created_at, updated_at, meta, head, CASE WHEN ? <> 0 AND head = ? THEN '' ELSE state END FROM
-		(SELECT created_at, updated_at, meta, state, (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE tenant = ? AND session_id = ?) AS head
-		 FROM sessions WHERE tenant = ? AND id = ?)`, known, known, tenant, string(id), tenant, string(id)).Scan(&created, &updated, &m, &seq, &st)
-	if errors.Is(err, sql.ErrNoRows) {
-		return session.Current{}, fmt.Errorf("%s: %w", id, session.ErrNotFound)
+	const head = `(SELECT COALESCE(MAX(seq), 0) FROM entries WHERE tenant = ? AND session_id = ?)`
+	if known != 0 {
+		// One statement, no state: the log still ending at known is
+		// all a turn needs to know.
+		var created, updated, seq int64
+		var m string
+		err := s.db.QueryRowContext(ctx, `SELECT created_at, updated_at, meta, `+head+` FROM sessions WHERE tenant = ? AND id = ?`,
+			tenant, string(id), tenant, string(id)).Scan(&created, &updated, &m, &seq)
+		if errors.Is(err, sql.ErrNoRows) {
+			return session.Current{}, fmt.Errorf("%s: %w", id, session.ErrNotFound)
+		}
+		if err != nil {
+			return session.Current{}, fmt.Errorf("load session: %w", err)
+		}
+		if seq == known {
+			meta, err := session.DecodeMeta(id, tenant, created, updated, m)
+			return session.Current{Meta: meta, Seq: seq}, err
+		}
 	}
-	if err != nil {
-		return session.Current{}, fmt.Errorf("load session: %w", err)
-	}
-	meta, err := session.DecodeMeta(id, tenant, created, updated, m)
+	// The state and its live rows, of one moment.
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return session.Current{}, err
 	}
-	return session.DecodeCurrent(meta, seq, known, st)
+	defer tx.Rollback()
+	meta, st, err := s.meta(ctx, tx, tenant, id)
+	if err != nil {
+		return session.Current{}, err
+	}
+	var seq int64
+	if err := tx.QueryRowContext(ctx, `SELECT `+head, tenant, string(id)).Scan(&seq); err != nil {
+		return session.Current{}, fmt.Errorf("load session: %w", err)
+	}
+	return session.DecodeCurrent(meta, seq, 0, st, liveRows(ctx, tx, tenant, id))
 }
 
 func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
@@ -201,7 +230,8 @@ func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entrie
 		return nil, fmt.Errorf("append: %w", err)
 	}
 	defer tx.Rollback()
-	if _, _, err := s.meta(ctx, tx, tenant, id); err != nil {
+	_, stored, err := s.meta(ctx, tx, tenant, id)
+	if err != nil {
 		return nil, err
 	}
 	var last int64
@@ -213,6 +243,16 @@ func (s *Store) Append(ctx context.Context, tenant string, id session.ID, entrie
 	for i := range out {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO entries (tenant, session_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?, ?)`,
 			tenant, string(id), out[i].Seq, now.UnixNano(), a.Kinds[i], string(a.Bodies[i])); err != nil {
+			return nil, fmt.Errorf("append: %w", err)
+		}
+	}
+	// The live context: only the rows from the first that changed.
+	from := a.RowsFrom(stored)
+	if _, err := tx.ExecContext(ctx, `DELETE FROM live WHERE tenant = ? AND session_id = ? AND idx >= ?`, tenant, string(id), from); err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	for i := from; i < len(a.Live); i++ {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO live (tenant, session_id, idx, body) VALUES (?, ?, ?, ?)`, tenant, string(id), i, string(a.Live[i])); err != nil {
 			return nil, fmt.Errorf("append: %w", err)
 		}
 	}

@@ -6,9 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sessiontest"
 )
@@ -89,4 +92,46 @@ func BenchmarkAppendRequests(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(batch)), "µs/line")
+}
+
+// A state written before migration 005 holds its live context inline: it
+// is read as it is, and the first append after it writes every live row,
+// whatever the caller says is unchanged.
+func TestAnInlineStateIsReadAndItsRowsWrittenWhole(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "imgctx.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m, err := s.Create(ctx, session.Meta{Tenant: "alpha", Settings: chat.Settings{Model: "m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := []chat.Message{
+		{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "open the page"}}},
+		{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: "done"}}},
+	}
+	old, err := session.EncodeState(session.State{Live: live, TurnStart: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE sessions SET state = ? WHERE tenant = 'alpha' AND id = ?`, string(old), string(m.ID)); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Load(ctx, "alpha", m.ID)
+	if err != nil || !reflect.DeepEqual(snap.State.Live, live) {
+		t.Fatalf("an inline state: %+v, %v", snap.State.Live, err)
+	}
+	next := session.State{Live: append(slices.Clone(live), chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "and now"}}}), Unchanged: 2}
+	if _, err := s.Append(ctx, "alpha", m.ID, []session.Entry{{Message: &next.Live[2]}}, next); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := s.db.QueryRow(`SELECT COUNT(*) FROM live WHERE tenant = 'alpha' AND session_id = ?`, string(m.ID)).Scan(&rows); err != nil || rows != 3 {
+		t.Fatalf("live rows after the first append: %d, %v; want all 3", rows, err)
+	}
+	if cur, err := s.LoadState(ctx, "alpha", m.ID, 0); err != nil || !reflect.DeepEqual(cur.State.Live, next.Live) {
+		t.Fatalf("after the first append: %+v, %v", cur.State, err)
+	}
 }
