@@ -14,7 +14,7 @@ import (
 )
 
 var matrix = flag.String("matrix", "", "run `imgctx simulate` on every built-in workload × model with the dial's positions and check issue \"price-aware eviction\"'s goals; "+
-	"the value is a folder for the reports (about 40 minutes on 2 cores: go test ./cmd/imgctx -run Matrix -matrix /tmp/m -timeout 3h -v)")
+	"the value is a folder for the reports (about 50 minutes on 2 cores: go test ./cmd/imgctx -run Matrix -matrix /tmp/m -timeout 3h -v)")
 
 var matrixOnly = flag.String("matrix-models", "", "with -matrix: only these models, comma-separated (the lists of losses are then checked for them alone)")
 
@@ -103,7 +103,7 @@ const (
 // removals and reads at least 95% of its steady prompts from the cache.
 func TestMatrixOfWorkloadsAndModels(t *testing.T) {
 	if *matrix == "" {
-		t.Skip("the workload × model matrix runs with -matrix DIR (about 40 minutes on 2 cores)")
+		t.Skip("the workload × model matrix runs with -matrix DIR (about 50 minutes on 2 cores)")
 	}
 	if err := os.MkdirAll(*matrix, 0o755); err != nil {
 		t.Fatal(err)
