@@ -77,7 +77,7 @@ func (c *stateCache) load(ctx context.Context, s session.Store, tenant string, i
 	if cur.State == nil {
 		if cur.Meta.Created.Equal(held.created) {
 			st := cloneState(held.st)
-			st.Encoded = nil // made anew for what the turn changes
+			st.Encoded = nil // the turn makes its own (memo), from held
 			return started{cur.Meta, st, held, m}, nil
 		}
 		if cur, err = s.LoadState(ctx, tenant, id, 0); err != nil {
@@ -139,11 +139,11 @@ func (c *stateCache) forget(tenant string, id session.ID) {
 	}
 }
 
-// cloneState is a copy of st that shares nothing a turn changes in place
-// (the memo's encodings are never changed, only replaced).
+// cloneState is a copy of st that shares nothing a turn changes in place.
+// The JSON memo (Encoded) is shared: it is filled in before the state is
+// held and never written after.
 func cloneState(st session.State) session.State {
 	st.Live = chat.CloneMessages(st.Live)
-	st.Encoded = slices.Clone(st.Encoded)
 	if st.Turn != nil {
 		t := *st.Turn
 		t.Relays, t.Pending = slices.Clone(t.Relays), slices.Clone(t.Pending)
