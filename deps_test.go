@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"wire/gemini":          {"chat", "wire", "wire/jsonspan"},
 	"wire/anthropic":       {"chat", "wire", "wire/jsonspan"},
 	"wire/flat":            {"wire", "wire/openai"},
-	"upstream":             {"wire", "wire/anthropic", "wire/flat", "wire/gemini", "wire/openai"},
+	"upstream":             {"wire", "wire/anthropic", "wire/flat", "wire/gemini", "wire/openai", "wire/responses"},
 	"engine":               {"blob", "chat", "imagestore", "media", "policy", "reason", "session", "tokens", "upstream", "wire", "wire/openai"},
 	"recall":               {"chat", "engine"},
 	"gateway":              {"blob", "chat", "engine", "imagestore", "reason", "recall", "session", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/openai", "wire/responses"},

@@ -76,6 +76,12 @@ type Config struct {
 	// ProxyCached is how many proxied conversations are held in memory in
 	// front of the session store (default 4,096, about 2 KB each).
 	ProxyCached int
+	// UpstreamFiles: the drop-in routes send images to Upstream by file id
+	// (upstream.file_ids auto), as Route.Files does for a listed upstream.
+	UpstreamFiles bool
+	// FilesOffFor is how long a provider's quota error turns file uploads
+	// off for that credential (default 10 minutes).
+	FilesOffFor time.Duration
 	// Replay bounds the history images of flat upstreams (llama.cpp,
 	// Ollama); nil: policy.DefaultReplay's caps. A zero cap is taken
 	// literally: no history images, each still counted.
@@ -209,6 +215,7 @@ type Engine struct {
 	profMu      sync.Mutex
 	profiles    map[string]tokens.Profile
 	proxied     *proxiedCache
+	files       providerFiles
 	spans       *spanCache
 	states      *stateCache
 	// seeing holds the tenant and model pairs an image was measured for:

@@ -104,6 +104,12 @@ type ProxyCounts struct {
 	Overflow string
 	// Before is the engine's own time before the upstream was called.
 	Before time.Duration
+	// Files API (upstreams[].file_ids): images sent by file id, files
+	// uploaded, uploads that failed (base64 instead), files the provider
+	// no longer had (uploaded again and the request replayed), and whether
+	// a quota had uploads off for the credential.
+	FilesSent, FilesUploaded, FileFallbacks, FilesMissing int
+	FilesOff                                              bool
 }
 
 // Proxy serves one drop-in request: the body is read in place (its wire's
@@ -157,10 +163,11 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	e.spans.keepResume(rk, resumed{res: sp.Resume(), keys: keys, convKey: key, convID: id, opening: opening})
 	profile := e.ProfileWith(sp.Model, route.Hints)
+	files := e.fileSenderFor(c, route, &counts)
 	dctx, decided := startSpan(ctx, "imgctx.decide")
 	fw, err := e.decide(dctx, proxyRequest{Tenant: c.Tenant, Key: key,
 		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
-		Text: textOf(d, sp, profile), Estimate: estimateOf(sp)})
+		Text: textOf(d, sp, profile), Estimate: estimateOf(sp), Files: files != nil})
 	if fw != nil {
 		decided.SetAttributes(attribute.Int("imgctx.images.not_sent", len(fw.NotSent)))
 	}
@@ -173,6 +180,9 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	p := &Proxied{fw: fw, wire: d, stream: sp.Stream, Counts: counts, Conversation: key, Model: sp.Model, Upstream: route.Name, profile: profile,
 		outlineFrom: sp.Resumed, outline: outlineOf(sp, sp.Resumed)}
+	if files != nil {
+		files.counts = &p.Counts
+	}
 	var edits []wire.Edit
 	if d.AskUsage != nil && sp.Stream {
 		var ed *wire.Edit
@@ -195,11 +205,12 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 			out = fw.recallable(ctx, out)
 		}
 		p.sent = out
-		body, err := e.splice(ctx, c.Tenant, d, sp, verbatim, msgs, out, edits)
+		body, err := e.splice(ctx, c.Tenant, d, sp, verbatim, msgs, out, edits, files, fw.FilesFrom())
 		if err != nil {
 			return nil, err
 		}
 		req.Body = body
+		req.Header = files.header(c.Upstream.Header)
 		if c.Readers != nil {
 			req.Body = body.Tracked(c.Readers)
 		}
@@ -226,6 +237,10 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	p.Counts.Before = time.Since(start)
 	resp, err := send()
+	if files.missing(ctx, err) {
+		// A file the provider no longer has: uploaded again, sent again.
+		resp, err = send()
+	}
 	var we *wire.Error
 	if errors.As(err, &we) && we.Kind == wire.PromptTooLong && fw.Overflow() {
 		// Replay once, without the kept images and the user's older
@@ -654,25 +669,48 @@ func (e *Engine) readSlot(ctx context.Context, tenant string, body []byte, slot 
 // splice writes the request for the upstream: each slot as the policies
 // left it (unchanged inline data as it came; a ref expanded; a shrunk copy
 // with its resize note; a marker as text), plus edits at the top level.
-func (e *Engine) splice(ctx context.Context, tenant string, d *wire.Dialect, sp *wire.Spliced, verbatim []bool, in, out []chat.Message, edits []wire.Edit) (wire.Body, error) {
+//
+// With files (upstreams[].file_ids), the images of messages from filesFrom
+// on go as references to the provider's files, uploaded first where the
+// provider has none; an image whose upload failed goes as base64.
+func (e *Engine) splice(ctx context.Context, tenant string, d *wire.Dialect, sp *wire.Spliced, verbatim []bool, in, out []chat.Message, edits []wire.Edit,
+	files *fileSender, filesFrom int) (wire.Body, error) {
 	edits = append([]wire.Edit(nil), edits...)
 	src := e.ImageSource(ctx, tenant)
 	source := func(slot wire.Slot, mediaType, b64 string) wire.Edit {
 		return wire.Edit{Start: slot.Source.Start, End: slot.Source.End, Write: func(w *wire.BodyWriter) { d.WriteSource(w, mediaType, b64) }}
+	}
+	byFile := func(slot wire.Slot) bool { return files != nil && slot.Kind == "image" && slot.Pos.Msg >= filesFrom }
+	if files != nil {
+		files.sent = files.sent[:0]
+		var imgs []chat.Image
+		for _, slot := range sp.Slots {
+			if img, ok := wire.At(out, slot.Pos).(chat.Image); ok && byFile(slot) {
+				imgs = append(imgs, img)
+			}
+		}
+		files.prepare(ctx, imgs)
 	}
 	for i, slot := range sp.Slots {
 		before, after := wire.At(in, slot.Pos), wire.At(out, slot.Pos)
 		switch p := after.(type) {
 		case chat.Image:
 			was, _ := before.(chat.Image)
-			if p.Ref == was.Ref && verbatim[i] {
+			ed, byID := wire.Edit{}, false
+			if byFile(slot) {
+				ed, byID = files.edit(sp.Body, slot, p)
+			}
+			if !byID && p.Ref == was.Ref && verbatim[i] {
 				continue // sent as it came
 			}
-			mt, b64, _, err := src(p)
-			if err != nil {
-				return wire.Body{}, err
+			if !byID {
+				mt, b64, _, err := src(p)
+				if err != nil {
+					return wire.Body{}, err
+				}
+				ed = source(slot, mt, b64)
 			}
-			edits = append(edits, source(slot, mt, b64))
+			edits = append(edits, ed)
 			if p.Ref != was.Ref && was.Width > 0 {
 				note := policy.ResizeNote(was.Width, was.Height, p.Width, p.Height)
 				edits = append(edits, wire.Edit{Start: slot.Part.End, End: slot.Part.End, Write: func(w *wire.BodyWriter) {

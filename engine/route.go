@@ -19,6 +19,9 @@ type Route struct {
 	Client *upstream.Client
 	Models []string
 	Hints  Hints
+	// Files: images go to this upstream by file id where the client's
+	// wire has a file form (upstreams[].file_ids auto).
+	Files bool
 }
 
 // ErrNoUpstream: the gateway has no upstream at all.

@@ -43,6 +43,8 @@ type proxyRequest struct {
 	// Bytes is the request body's size as the client sent it (0:
 	// unknown): the provider's max_request_bytes is kept with it.
 	Bytes int64
+	// Files: the request's images may go by file id (FilesFrom).
+	Files bool
 }
 
 // proxyTurn is a proxied request between decide and Close: what to send,
@@ -70,8 +72,9 @@ type proxyTurn struct {
 	idle   bool // the conversation was idle past the cache's lifetime
 	// Break is why the provider read less of its cache than the previous
 	// request left there ("image", "expired", "other"); "" when it did not.
-	Break  string
-	closed bool
+	Break     string
+	filesFrom int // FilesFrom before this request's removals
+	closed    bool
 }
 
 func (e *Engine) proxyMaxImages() int {
@@ -122,6 +125,14 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 	f.idle = !st.LastActivity.IsZero() && now.Sub(st.LastActivity) > e.cacheTTL()
 	f.turnAt = humanTurn(r.Messages)
 	live := f.applyDecisions()
+	switch {
+	case cold:
+		f.filesFrom = 0 // nothing cached: every image may go by file id
+	case st.FilesFrom == nil:
+		f.filesFrom = st.Messages // file ids only for what the cache does not hold yet
+	default:
+		f.filesFrom = *st.FilesFrom
+	}
 
 	if _, seen := e.seeing.Load(r.Tenant + "\x00" + r.Profile.Name); seen && !st.Keep.EngineBlind {
 		st.Keep.Vouched = true
@@ -626,6 +637,30 @@ func (f *proxyTurn) Overflow() bool {
 	return true
 }
 
+// FilesFrom is the first message whose images go by file id. An image
+// sent as base64 inside the provider's cached prefix keeps that form, or
+// switching would break the prefix; a removal batch breaks it anyway from
+// its first marker on, and from there images switch with it. Once an image
+// went by file id it stays so.
+func (f *proxyTurn) FilesFrom() int {
+	from := f.filesFrom
+	removed := map[string]bool{}
+	for _, ev := range f.Events {
+		if ev.Kind == "removed" {
+			removed[ev.Ref.String()] = true
+		}
+	}
+	if len(removed) == 0 {
+		return from
+	}
+	eachPart(f.Messages, func(at wire.Pos, p chat.Part) {
+		if m, ok := p.(chat.Marker); ok && m.Of == "image" && removed[m.Ref.String()] {
+			from = min(from, at.Msg)
+		}
+	})
+	return from
+}
+
 // Discard ends a request whose decisions are not the conversation's: a
 // token count or a compaction asked of the provider gets the images the
 // real request would get, and changes nothing.
@@ -644,6 +679,10 @@ func (f *proxyTurn) Close(ctx context.Context) error {
 	}
 	st := session.Proxied{Model: f.r.Model, Messages: len(f.r.Messages), TurnAt: f.turnAt, Turn: &snap,
 		Keep: policy.KeepState{EngineBlind: snap.Blind, Base: snap.Base, Vouched: snap.Vouched, Ledger: f.ledger}, LastUsage: f.st.LastUsage, LastActivity: f.e.now().UTC()}
+	if f.r.Files {
+		from := f.FilesFrom()
+		st.FilesFrom = &from
+	}
 	// Every edit replaced a part in place: what stands where the client
 	// sent an image is what was decided for it.
 	eachImage(f.r.Messages, func(at wire.Pos, sent chat.Image) {

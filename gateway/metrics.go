@@ -27,6 +27,7 @@ type Metrics struct {
 	breaks            *prometheus.CounterVec
 	requestLogRows    prometheus.Gauge
 	requestLogDropped prometheus.Counter
+	files             *prometheus.CounterVec
 }
 
 // NewMetrics registers the families on reg.
@@ -65,8 +66,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Lines in the request log, as of its last trim."})
 	m.requestLogDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "imgctx_request_log_dropped_total",
 		Help: "Request log lines not written: the writer's queue was full or the store refused them."})
+	m.files = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_provider_files_total",
+		Help: "Images sent by a provider's Files API (upstreams[].file_ids), by event: sent (by file id), uploaded, fallback (an upload failed: base64 instead), missing (the provider no longer had it: uploaded again, request replayed), off (a request while a quota has uploads off for its credential)."}, []string{"event"})
 	reg.MustRegister(m.requests, m.images, m.imageBytes, m.upstream, m.tokens, m.compactions, m.overflow, m.latency, m.scanned,
-		m.dollars, m.upstreamTime, m.firstByte, m.breaks, m.requestLogRows, m.requestLogDropped)
+		m.dollars, m.upstreamTime, m.firstByte, m.breaks, m.requestLogRows, m.requestLogDropped, m.files)
 	return m
 }
 
@@ -117,6 +120,13 @@ func (m *Metrics) proxied(c engine.ProxyCounts) {
 	add(m.images, int64(c.Sent), "sent", "")
 	if c.Overflow != "" {
 		m.overflow.WithLabelValues(string(reason.Overflow), c.Overflow).Inc()
+	}
+	add(m.files, int64(c.FilesSent), "sent")
+	add(m.files, int64(c.FilesUploaded), "uploaded")
+	add(m.files, int64(c.FileFallbacks), "fallback")
+	add(m.files, int64(c.FilesMissing), "missing")
+	if c.FilesOff {
+		add(m.files, 1, "off")
 	}
 }
 

@@ -18,6 +18,10 @@ import (
 // Upstream is one model server of the drop-in routes (engine.Route).
 type Upstream = engine.Route
 
+// Routes is the routing table (the provider files sweep deletes with its
+// configured keys).
+func (s *Server) Routes() []*Upstream { return s.upstreams() }
+
 // upstreams is the routing table: the configured list, or the engine's
 // own upstream alone.
 func (s *Server) upstreams() []*Upstream {
@@ -27,7 +31,7 @@ func (s *Server) upstreams() []*Upstream {
 	if s.engine.Upstream == nil || s.engine.Upstream.BaseURL == "" {
 		return nil
 	}
-	return []*Upstream{{Name: "default", Client: s.engine.Upstream, Hints: s.engine.Hints}}
+	return []*Upstream{{Name: "default", Client: s.engine.Upstream, Hints: s.engine.Hints, Files: s.engine.UpstreamFiles}}
 }
 
 // hopByHop are the headers that belong to one connection, never forwarded.

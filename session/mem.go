@@ -24,6 +24,7 @@ type Mem struct {
 	proxied  map[string]memProxied // by tenant + "/" + key
 	recalls  map[[2]string]Recall  // by tenant, handle
 	requests []memRequest          // oldest first
+	files    map[FileKey]ProviderFile
 }
 
 type memRequest struct {
@@ -361,3 +362,44 @@ func (m *Mem) Close() error { return nil }
 
 // Ping always succeeds: memory is there.
 func (m *Mem) Ping(context.Context) error { return nil }
+
+func (m *Mem) LoadFile(_ context.Context, k FileKey) (ProviderFile, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.files[k]
+	if !ok {
+		return ProviderFile{}, fmt.Errorf("provider file: %w", ErrNotFound)
+	}
+	return f, nil
+}
+
+func (m *Mem) SaveFile(_ context.Context, f ProviderFile) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.files == nil {
+		m.files = map[FileKey]ProviderFile{}
+	}
+	f.Expires, f.Uploaded, f.Used = f.Expires.UTC(), f.Uploaded.UTC(), f.Used.UTC()
+	m.files[f.FileKey] = f
+	return nil
+}
+
+func (m *Mem) DeleteFile(_ context.Context, k FileKey) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.files, k)
+	return nil
+}
+
+func (m *Mem) StaleFiles(_ context.Context, usedBefore time.Time) ([]ProviderFile, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []ProviderFile
+	for _, f := range m.files {
+		if f.Used.Before(usedBefore) || !f.Expires.IsZero() && f.Expires.Before(usedBefore) {
+			out = append(out, f)
+		}
+	}
+	sortStale(out)
+	return out[:min(len(out), MaxStaleFiles)], nil
+}

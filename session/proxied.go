@@ -27,6 +27,10 @@ type Proxied struct {
 	Keep         policy.KeepState     `json:"keep"`
 	LastUsage    chat.Usage           `json:"last_usage"`
 	LastActivity time.Time            `json:"last_activity"`
+	// FilesFrom is the first message whose images go by file id
+	// (upstreams[].file_ids); images before it keep the form a cached
+	// prefix holds them in. nil: the conversation never used file ids.
+	FilesFrom *int `json:"files_from,omitempty"`
 }
 
 // Decided is one image occurrence's decision, at its place in the client's

@@ -170,6 +170,16 @@ type Store interface {
 	// TrimRequests deletes the lines older than the time and, when keep is
 	// positive, all but the newest keep; it says how many are left.
 	TrimRequests(ctx context.Context, before time.Time, keep int) (left int, err error)
+	// LoadFile returns the provider file stored under k; ErrNotFound
+	// when there is none.
+	LoadFile(ctx context.Context, k FileKey) (ProviderFile, error)
+	// SaveFile stores a provider file, replacing one under the same key.
+	SaveFile(ctx context.Context, f ProviderFile) error
+	// DeleteFile forgets a provider file (a missing one is no error).
+	DeleteFile(ctx context.Context, k FileKey) error
+	// StaleFiles returns the provider files last used before the time (or
+	// expired by then), least recently used first, at most MaxStaleFiles.
+	StaleFiles(ctx context.Context, usedBefore time.Time) ([]ProviderFile, error)
 	// Ping reports whether the store can serve, in constant time (a
 	// readiness probe calls it).
 	Ping(ctx context.Context) error

@@ -6,12 +6,17 @@
 package upstream
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -20,6 +25,7 @@ import (
 	"github.com/imgctx/imgctx/wire/flat"
 	"github.com/imgctx/imgctx/wire/gemini"
 	"github.com/imgctx/imgctx/wire/openai"
+	"github.com/imgctx/imgctx/wire/responses"
 )
 
 // Format names a wire format.
@@ -73,6 +79,15 @@ var Wires = map[Format]*wire.Dialect{
 	Gemini:    gemini.Dialect,
 	LlamaCpp:  flat.LlamaCpp,
 	Ollama:    flat.Ollama,
+}
+
+// FilesAPIs are the Files APIs by the name of the client wire whose
+// requests name files (a file of the Responses route lives at an OpenAI
+// upstream): how a file is deleted with nothing but its record.
+var FilesAPIs = map[string]*wire.Files{
+	anthropic.Wire: anthropic.Files,
+	responses.Wire: responses.Files,
+	gemini.Wire:    gemini.Files,
 }
 
 // Wire is the client's format's Dialect (OpenAI's for an unknown one).
@@ -234,4 +249,84 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 	we := c.DecodeError(resp.StatusCode, resp.Header, b)
 	we.Header = resp.Header
 	return nil, we
+}
+
+// credentialHeaders are the headers a client's credentials travel in.
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key"}
+
+// Credential is what authenticates r at this upstream: the configured key,
+// or the client's own (its credential headers and a "key" query
+// parameter). "" when there is none.
+func (c *Client) Credential(r Request) string {
+	if key := cmp.Or(r.APIKey, c.APIKey); key != "" {
+		return "key " + key
+	}
+	var b strings.Builder
+	for _, h := range credentialHeaders {
+		for _, v := range r.Header.Values(h) {
+			b.WriteString(h + ": " + v + "\n")
+		}
+	}
+	if q, err := url.ParseQuery(r.Query); err == nil && q.Has("key") {
+		b.WriteString("key=" + q.Get("key") + "\n")
+	}
+	return b.String()
+}
+
+// Fingerprint names a credential without holding it: a SHA-256 of the
+// upstream's address and the credential, never reversed (keys are long
+// and random), so what is stored with a provider's file says whose it is.
+func (c *Client) Fingerprint(credential string) string {
+	sum := sha256.Sum256([]byte(strings.TrimRight(c.BaseURL, "/") + "\n" + credential))
+	return hex.EncodeToString(sum[:16])
+}
+
+// FileCall is a wire.Call to this upstream's Files API with r's
+// credentials (only those: none of the client's other headers), sent once
+// — an upload that fails falls back to base64, which needs no retry.
+func (c *Client) FileCall(r Request) wire.Call {
+	return func(ctx context.Context, f wire.FileRequest) (int, http.Header, []byte, error) {
+		u := f.URL
+		if u == "" {
+			u = strings.TrimRight(c.BaseURL, "/") + f.Path
+			if q, err := url.ParseQuery(r.Query); err == nil && q.Has("key") && r.APIKey == "" && c.APIKey == "" {
+				u += "?" + url.Values{"key": {q.Get("key")}}.Encode() // Gemini's key in the query
+			}
+		}
+		var body io.Reader
+		if f.Body != nil {
+			body = bytes.NewReader(f.Body)
+		}
+		req, err := http.NewRequestWithContext(ctx, cmp.Or(f.Method, http.MethodPost), u, body)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		for _, h := range credentialHeaders {
+			if vs := r.Header.Values(h); len(vs) > 0 {
+				req.Header[h] = vs
+			}
+		}
+		for k, v := range c.Wire().Headers {
+			req.Header.Set(k, cmp.Or(r.Header.Get(k), v))
+		}
+		for k, vs := range f.Header {
+			req.Header[http.CanonicalHeaderKey(k)] = vs
+		}
+		if f.ContentType != "" {
+			req.Header.Set("Content-Type", f.ContentType)
+		}
+		if key := cmp.Or(r.APIKey, c.APIKey); key != "" {
+			for _, h := range credentialHeaders {
+				req.Header.Del(h)
+			}
+			c.Wire().Credentials(req, key)
+		}
+		resp, err := c.httpClient().Do(req)
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("upstream files API: %w", err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+		return resp.StatusCode, resp.Header, b, err
+	}
 }

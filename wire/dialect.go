@@ -28,6 +28,9 @@ type Dialect struct {
 	// marker, a note), cache being the slot's cache_control if any.
 	WriteSource func(w *BodyWriter, mediaType, b64 string)
 	WriteText   func(w *BodyWriter, text string, cache []byte)
+	// Files, when set, is the provider's Files API for the wire's images
+	// (upstreams[].file_ids).
+	Files *Files
 	// Upstream names the format of the upstreams that serve the wire's
 	// drop-in route (an OpenAI upstream serves the Responses API).
 	Upstream string

@@ -101,6 +101,7 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		Log:      a.log,
 	}
 	e.Hints = hints(cfg.Upstream.Vision, cfg.Upstream.ContextWindow)
+	e.UpstreamFiles = cfg.Upstream.FileIDs == "auto"
 	if cfg.Upstream.BaseURL == "" {
 		// The sessions API runs on the first listed upstream it can speak to.
 		for _, r := range routes {
@@ -130,7 +131,13 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		ProxyKeepOff: !cfg.Proxy.KeepTurnImages, Recall: cfg.Proxy.Recall, Version: version,
 		RequestLog: cfg.RequestLog.Enabled, RequestRetention: cfg.RequestLog.Retention, RequestMaxRows: cfg.RequestLog.MaxRows,
 		Tracer: tracer, UI: cfg.UI.Enabled, UIAdminKey: cfg.UI.AdminKey}, e, reg, a.log)
-	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log)
+	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log, func(ctx context.Context) {
+		if n, left, err := e.SweepFiles(ctx, cfg.Proxy.IdleExpiry, srv.Routes()); err != nil {
+			a.log.Error("deleting provider files no conversation uses", "err", err)
+		} else if n > 0 || left > 0 {
+			a.log.Info("deleted provider files no conversation uses", "count", n, "left", left, "idle_expiry", cfg.Proxy.IdleExpiry)
+		}
+	})
 	stopFlush := every(time.Second, func() {
 		if err := e.FlushProxied(context.Background()); err != nil {
 			a.log.Error("writing proxied conversations' measurement bases", "err", err)
@@ -141,8 +148,9 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 
 // expireProxied deletes the decisions of proxied conversations idle past
 // the expiry, at start and then every tenth of it (at most hourly), so
-// client input cannot grow the database without end. It returns a stop.
-func expireProxied(s session.Store, idle time.Duration, log *slog.Logger) func() {
+// client input cannot grow the database without end, and sweeps the
+// provider files they no longer use. It returns a stop.
+func expireProxied(s session.Store, idle time.Duration, log *slog.Logger, sweep func(context.Context)) func() {
 	done := make(chan struct{})
 	every := max(min(idle/10, time.Hour), time.Millisecond)
 	go func() {
@@ -154,6 +162,7 @@ func expireProxied(s session.Store, idle time.Duration, log *slog.Logger) func()
 			} else if n > 0 {
 				log.Info("expired idle proxied conversations", "count", n, "idle_expiry", idle)
 			}
+			sweep(context.Background())
 			select {
 			case <-done:
 				return
@@ -224,11 +233,11 @@ func routingTable(cfg config.Config) []*gateway.Upstream {
 	var out []*gateway.Upstream
 	for _, r := range cfg.Upstreams {
 		out = append(out, &gateway.Upstream{Name: r.Name, Client: newClient(cfg, r.Format, r.BaseURL, r.APIKey),
-			Models: r.Models, Hints: hints(r.Vision, r.ContextWindow)})
+			Models: r.Models, Hints: hints(r.Vision, r.ContextWindow), Files: r.FileIDs == "auto"})
 	}
 	if cfg.Upstream.BaseURL != "" {
 		out = append(out, &gateway.Upstream{Name: "default", Client: newClient(cfg, cfg.Upstream.Format, cfg.Upstream.BaseURL, cfg.Upstream.APIKey),
-			Hints: hints(cfg.Upstream.Vision, cfg.Upstream.ContextWindow)})
+			Hints: hints(cfg.Upstream.Vision, cfg.Upstream.ContextWindow), Files: cfg.Upstream.FileIDs == "auto"})
 	}
 	return out
 }

@@ -107,7 +107,7 @@ func TestServeExpiresIdleProxiedConversations(t *testing.T) {
 	s := &session.Mem{}
 	ctx := context.Background()
 	s.SaveProxied(ctx, "default", "old", session.Proxied{})
-	stop := expireProxied(s, time.Nanosecond, slog.New(slog.DiscardHandler))
+	stop := expireProxied(s, time.Nanosecond, slog.New(slog.DiscardHandler), func(context.Context) {})
 	defer stop()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -276,7 +276,7 @@ func newStoreGCCmd(a *app, tenant *string) *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "gc: removed %d of %d image(s), freed %d bytes; kept %d still used by a session; removed %d stale temp file(s)\n",
 				total.Removed, total.Scanned, total.Freed, total.Kept, temps)
-			return nil
+			return a.sweepFiles(cmd.Context())
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 30*24*time.Hour, "delete images not used for this long")
@@ -325,4 +325,38 @@ func (a *app) referenced(ctx context.Context, tenant string) (map[blob.Ref]bool,
 		}
 	}
 	return keep, nil
+}
+
+// sweepFiles deletes at their providers the files imgctx uploaded that no
+// conversation used within proxy.idle_expiry, with the configured keys
+// (a client's own key is never stored: its files are left to the server,
+// which holds it while it runs, or to the provider's expiry).
+func (a *app) sweepFiles(ctx context.Context) error {
+	db, err := a.openExistingSessions(ctx)
+	if err != nil || db == nil {
+		return err
+	}
+	defer db.Close()
+	routes := routingTable(a.cfg)
+	if len(routes) == 0 && a.cfg.Upstream.BaseURL != "" {
+		routes = []*engine.Route{{Name: "default", Client: newClient(a.cfg, a.cfg.Upstream.Format, a.cfg.Upstream.BaseURL, a.cfg.Upstream.APIKey)}}
+	}
+	tenantKeys, err := a.cfg.TenantUpstreamKeys()
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for _, k := range tenantKeys {
+		keys = append(keys, k)
+	}
+	deleted, left, err := (&engine.Engine{Sessions: db}).SweepFiles(ctx, a.cfg.Proxy.IdleExpiry, routes, keys...)
+	if err != nil {
+		return fmt.Errorf("provider files: %w", err)
+	}
+	fmt.Fprintf(a.stdout, "gc: deleted %d provider file(s) no conversation used within proxy.idle_expiry (%s)", deleted, a.cfg.Proxy.IdleExpiry)
+	if left > 0 {
+		fmt.Fprintf(a.stdout, "; %d left: their credential is not configured here (the server deletes them with the client's key while it runs, or the provider expires them)", left)
+	}
+	fmt.Fprintln(a.stdout)
+	return nil
 }

@@ -62,6 +62,7 @@ type Route struct {
 	Models        []string `yaml:"models"`
 	Vision        string   `yaml:"vision"`
 	ContextWindow int      `yaml:"context_window"`
+	FileIDs       string   `yaml:"file_ids"`
 }
 
 // Server configures imgctx serve.
@@ -190,6 +191,7 @@ type Upstream struct {
 	Vision        string        `yaml:"vision" doc:"auto (from the model profile), true or false: whether this upstream sees images"`
 	ContextWindow int           `yaml:"context_window" doc:"context window of this upstream in tokens; 0 takes the model profile's"`
 	MaxResponse   int64         `yaml:"max_response_bytes" doc:"largest non-streamed answer taken from an upstream; larger is a 502 naming the limit"`
+	FileIDs       string        `yaml:"file_ids" doc:"off or auto: auto uploads each image once to the provider's Files API and sends its file id (Anthropic Messages, OpenAI Responses, Gemini); it stores the user's images at the provider"`
 }
 
 // Compaction configures compaction's estimates.
@@ -276,7 +278,7 @@ func Defaults() Config {
 			ShrinkWait:        10 * time.Second,
 			Fetch:             Fetch{Timeout: media.DefaultFetchTimeout, MaxBytes: media.DefaultMaxBytes, MaxRedirects: media.DefaultMaxRedirects},
 		},
-		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto", MaxResponse: 64 << 20},
+		Upstream:   Upstream{Format: "openai", Timeout: 10 * time.Minute, MaxRetries: 2, Vision: "auto", MaxResponse: 64 << 20, FileIDs: "off"},
 		Compaction: Compaction{ImageTokenEstimate: tokens.DefaultImageTokenEstimate, Threshold: 0.8, PreserveFraction: 0.3, MinCompressionFraction: 0.05, RestoreImages: 3},
 		Replay:     Replay{MaxHistoryImages: 4, MaxHistoryImageBytes: 1_600_000},
 		Micro: Micro{IdleAfter: 60 * time.Minute, KeepRecentTool: 1, KeepRecentMedia: 1, KeepRecentNestedMedia: 1,
@@ -375,10 +377,21 @@ func Load(path string, lookup func(string) (string, bool), flags map[string]any)
 		return Config{}, fmt.Errorf("config: %s: %w", sourceOf(err, path, lookup, flags), err)
 	}
 	cfg.Upstream.Vision = yamlBool(cfg.Upstream.Vision)
+	cfg.Upstream.FileIDs = yamlOff(cfg.Upstream.FileIDs)
 	for i := range cfg.Upstreams {
 		cfg.Upstreams[i].Vision = yamlBool(cfg.Upstreams[i].Vision)
+		cfg.Upstreams[i].FileIDs = yamlOff(cfg.Upstreams[i].FileIDs)
 	}
 	return cfg, cfg.Validate()
+}
+
+// yamlOff reads back file_ids: off, which YAML 1.1 readers take for
+// false.
+func yamlOff(s string) string {
+	if s == "0" || s == "false" {
+		return "off"
+	}
+	return s
 }
 
 // yamlBool reads back a YAML boolean given to a string setting (vision:
@@ -594,6 +607,9 @@ func (c Config) Validate() error {
 	if !slices.Contains([]string{"auto", "true", "false"}, c.Upstream.Vision) {
 		errs = append(errs, fmt.Errorf("upstream.vision: %q is not auto, true or false", c.Upstream.Vision))
 	}
+	if !slices.Contains([]string{"off", "auto"}, c.Upstream.FileIDs) {
+		errs = append(errs, fmt.Errorf("upstream.file_ids: %q is not off or auto", c.Upstream.FileIDs))
+	}
 	if c.Upstream.BaseURL != "" {
 		if err := checkBaseURL(c.Upstream.BaseURL, c.Server.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("upstream.base_url: %w", err))
@@ -617,6 +633,9 @@ func (c Config) Validate() error {
 		}
 		if !slices.Contains([]string{"", "auto", "true", "false"}, r.Vision) {
 			errs = append(errs, fmt.Errorf("%s.vision: %q is not auto, true or false", key, r.Vision))
+		}
+		if !slices.Contains([]string{"", "off", "auto"}, r.FileIDs) {
+			errs = append(errs, fmt.Errorf("%s.file_ids: %q is not off or auto", key, r.FileIDs))
 		}
 		if r.ContextWindow < 0 {
 			errs = append(errs, fmt.Errorf("%s.context_window: must not be negative", key))

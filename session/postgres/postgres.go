@@ -541,3 +541,60 @@ func (s *Store) Close() error {
 	s.pool.Close()
 	return nil
 }
+
+func (s *Store) LoadFile(ctx context.Context, k session.FileKey) (session.ProviderFile, error) {
+	var b string
+	err := s.pool.QueryRow(ctx, `SELECT file FROM files WHERE upstream = $1 AND credential = $2 AND wire = $3 AND ref = $4`,
+		k.Upstream, k.Credential, k.Wire, k.Ref.String()).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return session.ProviderFile{}, fmt.Errorf("provider file: %w", session.ErrNotFound)
+	}
+	if err != nil {
+		return session.ProviderFile{}, fmt.Errorf("load provider file: %w", err)
+	}
+	return session.DecodeFile([]byte(b))
+}
+
+func (s *Store) SaveFile(ctx context.Context, f session.ProviderFile) error {
+	b, err := session.EncodeFile(f)
+	if err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO files (upstream, credential, wire, ref, used, expires, file) VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (upstream, credential, wire, ref) DO UPDATE SET used = excluded.used, expires = excluded.expires, file = excluded.file`,
+		f.Upstream, f.Credential, f.Wire, f.Ref.String(), session.Unix(f.Used), session.Unix(f.Expires), string(b)); err != nil {
+		return fmt.Errorf("save provider file: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) DeleteFile(ctx context.Context, k session.FileKey) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM files WHERE upstream = $1 AND credential = $2 AND wire = $3 AND ref = $4`,
+		k.Upstream, k.Credential, k.Wire, k.Ref.String()); err != nil {
+		return fmt.Errorf("delete provider file: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) StaleFiles(ctx context.Context, usedBefore time.Time) ([]session.ProviderFile, error) {
+	t := usedBefore.UnixNano()
+	rows, err := s.pool.Query(ctx, `SELECT file FROM files WHERE used < $1 OR (expires > 0 AND expires < $1) ORDER BY used LIMIT $2`,
+		t, session.MaxStaleFiles)
+	if err != nil {
+		return nil, fmt.Errorf("stale provider files: %w", err)
+	}
+	defer rows.Close()
+	var out []session.ProviderFile
+	for rows.Next() {
+		var b string
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("stale provider files: %w", err)
+		}
+		f, err := session.DecodeFile([]byte(b))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}

@@ -466,6 +466,65 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("provider files are found by upstream, credential, wire and image; stale ones listed least used first", func(t *testing.T) {
+		s := h.New(t)
+		old := time.Unix(0, time.Now().Add(-2*time.Hour).UnixNano()).UTC()
+		a := session.ProviderFile{FileKey: session.FileKey{Upstream: "https://api.anthropic.com", Credential: "fp-a", Wire: "anthropic", Ref: blob.Of([]byte("a"))},
+			ID: "file_a", Uploaded: old, Used: old}
+		if err := s.SaveFile(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.LoadFile(ctx, a.FileKey); err != nil || !reflect.DeepEqual(got, a) {
+			t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, a)
+		}
+		for _, other := range []session.FileKey{
+			{Upstream: a.Upstream, Credential: "fp-b", Wire: a.Wire, Ref: a.Ref}, // another credential
+			{Upstream: "https://other", Credential: "fp-a", Wire: a.Wire, Ref: a.Ref},
+			{Upstream: a.Upstream, Credential: "fp-a", Wire: "responses", Ref: a.Ref},
+			{Upstream: a.Upstream, Credential: "fp-a", Wire: a.Wire, Ref: blob.Of([]byte("b"))},
+		} {
+			if _, err := s.LoadFile(ctx, other); !errors.Is(err, session.ErrNotFound) {
+				t.Fatalf("%+v found a's file: %v", other, err)
+			}
+		}
+		// b is used now but expires in an hour; c used now, no expiry.
+		now := time.Unix(0, time.Now().UnixNano()).UTC()
+		b := session.ProviderFile{FileKey: session.FileKey{Upstream: a.Upstream, Credential: "fp-a", Wire: "gemini", Ref: a.Ref},
+			ID: "files/b", URI: "https://g/files/b", Expires: now.Add(time.Hour), Uploaded: now, Used: now}
+		c := b
+		c.Wire, c.ID, c.URI, c.Expires = "responses", "file-c", "", time.Time{}
+		for _, f := range []session.ProviderFile{b, c} {
+			if err := s.SaveFile(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stale, err := s.StaleFiles(ctx, now.Add(-time.Minute))
+		if err != nil || len(stale) != 1 || stale[0].ID != "file_a" {
+			t.Fatalf("stale a minute ago: %v %+v", err, stale)
+		}
+		stale, _ = s.StaleFiles(ctx, now.Add(time.Minute).Add(time.Hour))
+		if len(stale) != 3 || stale[0].ID != "file_a" {
+			t.Fatalf("stale past b's expiry, least used first: %+v", stale)
+		}
+		// Using a again moves it out of the stale list; deleting forgets it.
+		a.Used = now
+		if err := s.SaveFile(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if stale, _ := s.StaleFiles(ctx, now.Add(-time.Minute)); len(stale) != 0 {
+			t.Fatalf("a used file stayed stale: %+v", stale)
+		}
+		if err := s.DeleteFile(ctx, a.FileKey); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LoadFile(ctx, a.FileKey); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("a deleted file was found: %v", err)
+		}
+		if err := s.DeleteFile(ctx, a.FileKey); err != nil {
+			t.Fatalf("deleting a missing file: %v", err)
+		}
+	})
+
 	t.Run("the request log answers within its tenant, newest first, and trims by age and rows", func(t *testing.T) {
 		s := h.New(t)
 		at := time.Unix(0, time.Now().Add(-time.Hour).UnixNano()).UTC()

@@ -490,3 +490,60 @@ func (s *Store) Ping(ctx context.Context) error {
 	var one int
 	return s.db.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
 }
+
+func (s *Store) LoadFile(ctx context.Context, k session.FileKey) (session.ProviderFile, error) {
+	var b string
+	err := s.proxied.QueryRowContext(ctx, `SELECT file FROM files WHERE upstream = ? AND credential = ? AND wire = ? AND ref = ?`,
+		k.Upstream, k.Credential, k.Wire, k.Ref.String()).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return session.ProviderFile{}, fmt.Errorf("provider file: %w", session.ErrNotFound)
+	}
+	if err != nil {
+		return session.ProviderFile{}, fmt.Errorf("load provider file: %w", err)
+	}
+	return session.DecodeFile([]byte(b))
+}
+
+func (s *Store) SaveFile(ctx context.Context, f session.ProviderFile) error {
+	b, err := session.EncodeFile(f)
+	if err != nil {
+		return err
+	}
+	if _, err := s.proxied.ExecContext(ctx, `INSERT INTO files (upstream, credential, wire, ref, used, expires, file) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (upstream, credential, wire, ref) DO UPDATE SET used = excluded.used, expires = excluded.expires, file = excluded.file`,
+		f.Upstream, f.Credential, f.Wire, f.Ref.String(), session.Unix(f.Used), session.Unix(f.Expires), string(b)); err != nil {
+		return fmt.Errorf("save provider file: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) DeleteFile(ctx context.Context, k session.FileKey) error {
+	if _, err := s.proxied.ExecContext(ctx, `DELETE FROM files WHERE upstream = ? AND credential = ? AND wire = ? AND ref = ?`,
+		k.Upstream, k.Credential, k.Wire, k.Ref.String()); err != nil {
+		return fmt.Errorf("delete provider file: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) StaleFiles(ctx context.Context, usedBefore time.Time) ([]session.ProviderFile, error) {
+	t := usedBefore.UnixNano()
+	rows, err := s.proxied.QueryContext(ctx, `SELECT file FROM files WHERE used < ? OR (expires > 0 AND expires < ?) ORDER BY used LIMIT ?`,
+		t, t, session.MaxStaleFiles)
+	if err != nil {
+		return nil, fmt.Errorf("stale provider files: %w", err)
+	}
+	defer rows.Close()
+	var out []session.ProviderFile
+	for rows.Next() {
+		var b string
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("stale provider files: %w", err)
+		}
+		f, err := session.DecodeFile([]byte(b))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}

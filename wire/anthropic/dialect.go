@@ -10,7 +10,7 @@ import (
 
 // Dialect is Anthropic Messages (/v1/messages, /v1/messages/count_tokens).
 var Dialect = &wire.Dialect{
-	Name: Wire, Scan: Scan, DecodeMessage: DecodeMessage, WriteSource: WriteSource, WriteText: WriteText,
+	Name: Wire, Scan: Scan, DecodeMessage: DecodeMessage, WriteSource: WriteSource, WriteText: WriteText, Files: Files,
 	Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
 	CountAnswer: func(n int) any { return map[string]int{"input_tokens": n} }, CountPath: "/count_tokens",
 	Upstream: Wire, ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete,

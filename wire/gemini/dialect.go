@@ -11,7 +11,7 @@ import (
 // Dialect is Gemini generateContent (/v1beta/models/{model}:…): the path
 // names the model, so it has no default path.
 var Dialect = &wire.Dialect{
-	Name: Wire, Scan: Scan, DecodeMessage: DecodeContent, WriteSource: WriteSource,
+	Name: Wire, Scan: Scan, DecodeMessage: DecodeContent, WriteSource: WriteSource, Files: Files,
 	WriteText: func(w *wire.BodyWriter, text string, _ []byte) { WriteText(w, text) },
 	Answer: func(b []byte) (*chat.Usage, bool) {
 		u, cut, _ := DecodeResponse(b)

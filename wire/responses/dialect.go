@@ -9,7 +9,7 @@ import (
 // Dialect is OpenAI Responses (/v1/responses and its input_tokens and
 // compact side routes); errors have OpenAI's shape.
 var Dialect = &wire.Dialect{
-	Name: Wire, Scan: Scan, DecodeMessage: DecodeItem,
+	Name: Wire, Scan: Scan, DecodeMessage: DecodeItem, Files: Files,
 	WriteSource: func(w *wire.BodyWriter, mediaType, b64 string) { wire.WriteDataURL(w, mediaType, b64) },
 	WriteText:   func(w *wire.BodyWriter, text string, _ []byte) { WriteText(w, text) },
 	Answer: func(b []byte) (*chat.Usage, bool) {
