@@ -35,6 +35,8 @@ type Peer struct {
 	// config's.
 	Dial  bool
 	Sight float64
+	// Files: the imgctx row sends images by file id (FilesPeers).
+	Files bool
 	// Schedule, when set, is a frontier point's schedule played as a
 	// policy: the oldest Schedule[i] images removed at step i.
 	Schedule []int

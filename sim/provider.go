@@ -12,6 +12,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -106,6 +109,12 @@ type Provider struct {
 	prev   []seen // the previous request's messages
 	bufs   [2]bytes.Buffer
 	reads  int
+	// files are the Files API's: base64 data by id, an id naming its
+	// content (so a memoised message names the same image in every run);
+	// uploaded their bytes as sent, sessions Gemini's open uploads.
+	files    map[string]string
+	uploaded int64
+	sessions map[string]string
 }
 
 type entry struct {
@@ -185,6 +194,9 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.filesAPI(w, r) {
+		return
+	}
 	// Two buffers in turn: the previous body stays readable (p.prev).
 	p.reads++
 	buf := &p.bufs[p.reads%2]
@@ -676,6 +688,7 @@ type anthropicPart struct {
 		Type      string `json:"type"`
 		MediaType string `json:"media_type"`
 		Data      string `json:"data"`
+		FileID    string `json:"file_id"`
 	} `json:"source"`
 }
 
@@ -711,6 +724,9 @@ func (p *Provider) anthropicTokens(part anthropicPart, b *block, e elided) (int,
 	case "image":
 		if part.Source == nil {
 			return 0, fmt.Errorf("image: source: field required")
+		}
+		if data, ok := p.files[part.Source.FileID]; ok && part.Source.Type == "file" {
+			return p.imageTokens(data, "", 0, b, e)
 		}
 		if part.Source.Type != "base64" {
 			return p.unseen(false, ""), nil // a file id or a URL
@@ -851,6 +867,7 @@ func (p *Provider) responsesItem(e elided) (block, error) {
 			ImageURL string `json:"image_url"`
 			Detail   string `json:"detail"`
 			FileData string `json:"file_data"`
+			FileID   string `json:"file_id"`
 		}
 		if err := json.Unmarshal(c, &ps); err != nil {
 			return err
@@ -859,12 +876,16 @@ func (p *Provider) responsesItem(e elided) (block, error) {
 			switch part.Type {
 			case "input_image":
 				_, data, ok := strings.Cut(part.ImageURL, ";base64,")
+				lead := len(part.ImageURL) - len(data) // "data:…;base64,"
+				if stored, has := p.files[part.FileID]; has && part.ImageURL == "" {
+					data, lead, ok = stored, 0, true
+				}
 				if !ok {
 					b.images++
 					b.tokens += p.unseen(false, part.Detail)
 					continue
 				}
-				n, err := p.imageTokens(data, part.Detail, len(part.ImageURL)-len(data), &b, e)
+				n, err := p.imageTokens(data, part.Detail, lead, &b, e)
 				if err != nil {
 					return err
 				}
@@ -898,4 +919,85 @@ func (p *Provider) responsesItem(e elided) (block, error) {
 	}
 	b.tokens += p.text(string(raw))
 	return b, nil
+}
+
+// filesAPI answers the Files API calls (Anthropic's and OpenAI's
+// multipart upload, Gemini's resumable one), reporting whether r was one.
+// Uploads are counted in bytes as sent, never billed as a request.
+func (p *Provider) filesAPI(w http.ResponseWriter, r *http.Request) bool {
+	path := r.URL.Path
+	if !strings.HasPrefix(path, "/upload/") && !strings.HasPrefix(path, "/v1/files") && !strings.HasPrefix(path, "/v1beta/files/") {
+		return false
+	}
+	body, _ := io.ReadAll(r.Body) // not the rotating buffers: they hold the previous request (p.prev)
+	switch {
+	case r.Method == http.MethodPost && path == "/v1/files":
+		_, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if err != nil {
+			http.Error(w, "not multipart", 400)
+			return true
+		}
+		form, err := multipart.NewReader(bytes.NewReader(body), params["boundary"]).ReadForm(64 << 20)
+		if err != nil || len(form.File["file"]) != 1 {
+			http.Error(w, "no file", 400)
+			return true
+		}
+		f, _ := form.File["file"][0].Open()
+		data, _ := io.ReadAll(f)
+		id := p.keepFile(data, len(body))
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("Anthropic-Beta") != "" {
+			fmt.Fprintf(w, `{"id":"file_%s","type":"file","size_bytes":%d}`, id, len(data))
+			p.files["file_"+id] = p.files[id]
+			return true
+		}
+		fmt.Fprintf(w, `{"id":"file-%s","object":"file","bytes":%d,"expires_at":%d}`, id, len(data), p.Clock.Now().Add(7*24*time.Hour).Unix())
+		p.files["file-"+id] = p.files[id]
+		return true
+	case r.Method == http.MethodPost && path == "/upload/v1beta/files":
+		if p.sessions == nil {
+			p.sessions = map[string]string{}
+		}
+		u := fmt.Sprintf("http://provider.sim/upload/session/%d", len(p.sessions))
+		p.sessions[u] = r.Header.Get("X-Goog-Upload-Header-Content-Type")
+		p.uploaded += int64(len(body))
+		w.Header().Set("X-Goog-Upload-Url", u)
+		return true
+	case r.Method == http.MethodPost && strings.HasPrefix(path, "/upload/session/"):
+		mt, ok := p.sessions["http://provider.sim"+path]
+		if !ok {
+			http.Error(w, "no such upload", 404)
+			return true
+		}
+		id := p.keepFile(body, len(body))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"file":{"name":"files/%s","mimeType":%q,"uri":"http://provider.sim/v1beta/files/%s","state":"ACTIVE","expirationTime":%q}}`,
+			id, mt, id, p.Clock.Now().Add(48*time.Hour).Format(time.RFC3339))
+		return true
+	case r.Method == http.MethodDelete && (strings.HasPrefix(path, "/v1/files/") || strings.HasPrefix(path, "/v1beta/files/")):
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`) // kept: an id names its content, and memoised messages may name it
+		return true
+	}
+	return false
+}
+
+// keepFile holds data as a file named by its content and counts the
+// upload's bytes.
+func (p *Provider) keepFile(data []byte, sent int) string {
+	if p.files == nil {
+		p.files = map[string]string{}
+	}
+	sum := sha256.Sum256(data)
+	id := fmt.Sprintf("%x", sum[:12])
+	p.files[id] = base64.StdEncoding.EncodeToString(data)
+	p.uploaded += int64(sent)
+	return id
+}
+
+// Uploaded is the bytes the Files API received.
+func (p *Provider) Uploaded() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.uploaded
 }

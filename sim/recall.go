@@ -41,6 +41,24 @@ func RecallPeers(peers []Peer, rc Recall) []Peer {
 	return out
 }
 
+// FilesPeers are the imgctx rows run again with file ids (+files): each
+// image uploaded once to the emulated provider's Files API and sent by
+// reference, so the report shows the bytes each sends beside the row
+// without.
+func FilesPeers(peers []Peer) []Peer {
+	var out []Peer
+	for _, p := range peers {
+		if p.Through && p.Schedule == nil && !p.Recall {
+			q := p
+			q.Name += "+files"
+			q.Reproduces += "; images by file id (upstream.file_ids auto): uploaded once, then sent by reference"
+			q.Files = true
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
 // chosen says whether the image behind ref is one the model recalls: the
 // first eight bytes of its digest as a fraction, under the share.
 func (r Recall) chosen(ref blob.Ref) bool {

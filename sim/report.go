@@ -73,6 +73,9 @@ func (r *Report) rows() [][]string {
 		return fmt.Sprintf("%+.0f%%", 100**p.FrontierGap)
 	})
 	row("largest request (bytes)", func(p PolicyReport) string { return thousands(int64(p.LargestRequest)) })
+	row("request bytes, all requests", func(p PolicyReport) string { return thousands(p.BytesSent) })
+	row("  per request, mean", func(p PolicyReport) string { return thousands(p.BytesSent / int64(max(p.Requests, 1))) })
+	row("file upload bytes", func(p PolicyReport) string { return thousands(p.BytesUploaded) })
 	row("stored image bytes", func(p PolicyReport) string { return thousands(p.StoredBytes) })
 	row("  unique image bytes", func(p PolicyReport) string { return thousands(p.UniqueBytes) })
 	reasons := map[string]bool{}

@@ -77,6 +77,8 @@ type Config struct {
 	// Received, when set, sees each body the emulated provider receives,
 	// by policy.
 	Received func(policy string, body []byte)
+	// FileIDs runs every imgctx row again with file ids (policy+files).
+	FileIDs bool
 }
 
 // Report is a simulation's result.
@@ -118,6 +120,8 @@ type PolicyReport struct {
 	Recency         float64        `json:"recent_screenshots_visible"` // share of the last 10 tool screenshots each request carries, mean; NaN without screenshots
 	FrontierGap     *float64       `json:"frontier_gap,omitempty"`     // cost over the hindsight frontier's at the same images per request (a row that failed requests is not billed for them)
 	LargestRequest  int            `json:"largest_request_bytes"`
+	BytesSent       int64          `json:"request_bytes"`           // every request body, in total
+	BytesUploaded   int64          `json:"file_upload_bytes"`       // Files API uploads (+files rows)
 	LargestPrompt   int            `json:"largest_prompt_accepted"` // tokens, of a request the provider answered
 	FinalImages     int            `json:"images_in_last_request"`
 	StoredBytes     int64          `json:"stored_image_bytes"`
@@ -182,6 +186,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	peers := append(Peers(cfg.N, cfg.Chunk, cfg.KeepNewest), SightPeers(cfg.Sights)...)
 	if cfg.Workload.Recorded == nil {
 		peers = append(peers, RecallPeers(peers, cfg.Recall)...)
+	}
+	if cfg.FileIDs {
+		peers = append(peers, FilesPeers(peers)...)
 	}
 	if len(cfg.Policies) > 0 {
 		var chosen []Peer
@@ -311,7 +318,7 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 	if f := r.cfg.Received; f != nil {
 		r.prov.Received = func(b []byte) { f(r.policy, b) }
 	}
-	r.client = &upstream.Client{Format: upstream.Format(r.format), BaseURL: "http://provider.sim", HTTP: &http.Client{Transport: r.prov.Transport()}, MaxRetries: -1}
+	r.client = &upstream.Client{Format: upstream.Format(r.format), BaseURL: "http://provider.sim", APIKey: "sim", HTTP: &http.Client{Transport: r.prov.Transport()}, MaxRetries: -1}
 	if r.through() {
 		r.images = imagestore.Verified{Store: &imagestore.Mem{}}
 		table, err := tokens.Default().With(r.cfg.Profile)
@@ -322,6 +329,7 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 		if r.peer.Dial {
 			ec.Keep.Hold, ec.Keep.Sight = true, r.peer.Sight
 		}
+		ec.UpstreamFiles = r.peer.Files
 		e := &engine.Engine{Config: ec, Images: r.images, Sessions: &session.Mem{}, Profiles: table, Upstream: r.client,
 			Now: r.clock.Now, Log: slog.New(slog.DiscardHandler),
 			Sink: func(ev engine.Event) {
@@ -424,7 +432,8 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 	w := r.cfg.Workload
 	// The report, from what the provider billed.
 	bills := r.prov.Bills()
-	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1, Recalled: r.recalledN}
+	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1, Recalled: r.recalledN,
+		BytesUploaded: r.prov.Uploaded()}
 	prices := *r.cfg.Profile.Prices
 	var dollars float64
 	var writes, imageRewrites, read, prompt int64
@@ -436,6 +445,7 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 			b := bills[bi]
 			pr.Requests++
 			pr.LargestRequest = max(pr.LargestRequest, b.Bytes)
+			pr.BytesSent += int64(b.Bytes)
 			if b.Failed != "" {
 				pr.Failed++
 				pr.FailedBy[b.Failed]++

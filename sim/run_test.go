@@ -368,3 +368,36 @@ func TestTheRecallModelAsksForRemovedImagesBack(t *testing.T) {
 		t.Fatalf("the recall model changed the row without it: $%.4f, %d requests (with it: $%.4f, %d)", r.Dollars, r.Requests, base.Dollars, base.Requests)
 	}
 }
+
+// With file ids, an imgctx row pays and shows exactly what its twin does
+// (the same decisions, the same prefix breaks) and sends each image once:
+// its uploads carry about the unique image bytes, its requests a fraction of
+// the twin's bytes. On the built-in workloads' wires with a Files API
+// (their OpenAI rows speak Chat Completions, which has none: unchanged).
+func TestFileIDsSendEachImageOnce(t *testing.T) {
+	w, err := Build("computer-use", small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"claude-sonnet-4-6", "gemini-2.5-flash"} {
+		prof, _ := tokens.Default().Lookup(model)
+		rep, err := Run(context.Background(), Config{Workload: w, Model: model, Profile: prof, Policies: []string{"imgctx"}, NoFrontier: true, FileIDs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, files := row(rep, "imgctx"), row(rep, "imgctx+files")
+		if base.Requests == 0 || files.Requests != base.Requests {
+			t.Fatalf("%s: rows %+v", model, rep.Policies)
+		}
+		if files.Failed != 0 || files.Dollars != base.Dollars || files.ImagesMean != base.ImagesMean || files.PrefixBreaks != base.PrefixBreaks {
+			t.Errorf("%s: +files %d failed, $%.4f %.1f images %d breaks; without $%.4f %.1f %d", model, files.Failed, files.Dollars, files.ImagesMean, files.PrefixBreaks,
+				base.Dollars, base.ImagesMean, base.PrefixBreaks)
+		}
+		if files.BytesUploaded < files.UniqueBytes || files.BytesUploaded > files.UniqueBytes*3/2+100_000 {
+			t.Errorf("%s: uploaded %d bytes for %d unique image bytes", model, files.BytesUploaded, files.UniqueBytes)
+		}
+		if files.BytesSent*5 > base.BytesSent || base.BytesUploaded != 0 {
+			t.Errorf("%s: +files sent %d bytes, without %d (uploads %d)", model, files.BytesSent, base.BytesSent, base.BytesUploaded)
+		}
+	}
+}

@@ -207,7 +207,10 @@ func (p *Provider) geminiContent(role string, e elided) (block, error) {
 				MimeType string `json:"mimeType"`
 				Data     string `json:"data"`
 			} `json:"inlineData"`
-			FileData     json.RawMessage `json:"fileData"`
+			FileData *struct {
+				MimeType string `json:"mimeType"`
+				URI      string `json:"fileUri"`
+			} `json:"fileData"`
 			FunctionCall *struct {
 				Name string          `json:"name"`
 				Args json.RawMessage `json:"args"`
@@ -251,6 +254,12 @@ func (p *Provider) geminiContent(role string, e elided) (block, error) {
 				return block{}, err
 			}
 		case part.FileData != nil:
+			if data, ok := p.files[part.FileData.URI[strings.LastIndexByte(part.FileData.URI, '/')+1:]]; ok {
+				if err := inline(part.FileData.MimeType, data); err != nil {
+					return block{}, err
+				}
+				continue
+			}
 			b.images++ // a file the emulator does not have (unseen)
 			b.tokens += p.unseen(false, "")
 		case part.FunctionCall != nil:

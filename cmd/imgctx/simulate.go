@@ -19,7 +19,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 		workload, model, policies, from, svg, page, prices, size, sights, recall string
 		asJSON                                                                   bool
 		n, chunk, keepNewest                                                     int
-		noFrontier                                                               bool
+		noFrontier, fileIDs                                                      bool
 		compactAt                                                                float64
 		p                                                                        = sim.DefaultParams("computer-use")
 	)
@@ -122,7 +122,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 			}
 			prog := newProgress(a.stderr)
 			rep, err := sim.Run(cmd.Context(), sim.Config{Workload: w, Model: model, Profile: profile, Policies: list,
-				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages, Sights: dial, Recall: rc,
+				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages, Sights: dial, Recall: rc, FileIDs: fileIDs,
 				Progress: func(policy string, step, steps int) { prog.update("simulate: %s, step %d of %d", policy, step, steps) }})
 			prog.done()
 			if err != nil {
@@ -176,6 +176,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 	f.IntVar(&chunk, "chunk", 10, "chunked newest-n: images removed only in multiples of this")
 	f.BoolVar(&noFrontier, "no-frontier", false, "skip the hindsight frontier")
 	f.StringVar(&recall, "recall", "", "the recall model, SHARE[:AFTER]: each imgctx row runs again (+recall) with markers naming recall handles and the model asking for SHARE of the removed images AFTER steps later (default 10), one request each time")
+	f.BoolVar(&fileIDs, "file-ids", false, "run each imgctx row again (+files) with images by file id (upstream.file_ids auto): the report's bytes rows compare what each sends")
 	f.StringVar(&sights, "sights", joinSights(sim.DefaultSights), "keep.sight positions run as imgctx rows of their own (imgctx-sight-S), comma-separated; empty: none")
 	f.IntVar(&keepNewest, "keep-newest", 5, "ceiling-batch: images kept when it evicts at the provider's image limit")
 	f.Float64Var(&compactAt, "compact-at", 0.9, "share of the window past which the agent compacts its history (every policy but naive)")
