@@ -52,6 +52,7 @@ var allowed = map[string][]string{
 	"scripts/abmeter":      {"internal/bodies"},
 	"scripts/agentcheck":   {},
 	"scripts/attack":       {},
+	"scripts/filesbench":   {"sim"},
 	"internal/bodies":      {},
 	"cmd/imgctx":           {"blob", "chat", "engine", "gateway", "imagestore", "internal/config", "media", "mimetype", "policy", "reason", "recall", "imagestore/s3", "session", "session/postgres", "session/sqlite", "sim", "tokens", "upstream"},
 }
