@@ -574,3 +574,27 @@ func TestFileIDsLeaveChatCompletionsAlone(t *testing.T) {
 		t.Fatalf("the body changed")
 	}
 }
+
+// A Gemini file nears its 48-hour expiry: the next request uploads the
+// image again and names the new file, never the one about to go.
+func TestFileIDsNeverSendAnExpiringFile(t *testing.T) {
+	fw := fileWires()[2]
+	p := newFileProvider(t, fw.format)
+	g := filesGW(t, p, true)
+	img := shots(t, 1)
+	send := func() []byte {
+		if resp, out := g.do(t, "POST", fw.path, "", fw.body(img, nil), fw.cred...); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		bodies := p.received()
+		return geminiFileRef.Find(bodies[len(bodies)-1])
+	}
+	first := send()
+	if again := send(); !bytes.Equal(again, first) || p.uploadCounts()[digest(img[0])] != 1 {
+		t.Fatalf("a fresh file was uploaded again: %s then %s", first, again)
+	}
+	g.engine.Now = func() time.Time { return time.Now().Add(47*time.Hour + 30*time.Minute) }
+	if later := send(); bytes.Equal(later, first) || p.uploadCounts()[digest(img[0])] != 2 {
+		t.Fatalf("a file half an hour from its expiry was sent: %s then %s (uploads %d)", first, later, p.uploadCounts()[digest(img[0])])
+	}
+}

@@ -31,3 +31,23 @@ func TestFileName(t *testing.T) {
 		}
 	}
 }
+
+// KeyBefore reads client bytes backwards: whatever they are, it stays in
+// them, and a name it finds stands quoted right before the value.
+func FuzzKeyBefore(f *testing.F) {
+	f.Add([]byte(`{"image_url":"x"}`), 13)
+	f.Add([]byte(`{"a" : "x"}`), 7)
+	f.Add([]byte(`"\"":1`), 5)
+	f.Fuzz(func(t *testing.T, body []byte, at int) {
+		if at < 0 || at > len(body) {
+			return
+		}
+		start, name, ok := KeyBefore(body, at)
+		if !ok {
+			return
+		}
+		if start < 0 || start+len(name)+2 > at || body[start] != '"' || string(body[start+1:start+1+len(name)]) != name || body[start+1+len(name)] != '"' {
+			t.Fatalf("%q at %d: %d %q", body, at, start, name)
+		}
+	})
+}
