@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -386,6 +387,10 @@ type call struct {
 	// recallRounds counts the replies this call answered itself (recall).
 	recallRounds int
 	memo         *wire.Memo // the session's upstream encodings
+	// files sends images by file id (upstream.file_ids); sent is what the
+	// last main request sent, where files_from looks for a change.
+	files *fileSender
+	sent  []chat.Message
 }
 
 func (c *call) emit(ev Event) {
@@ -456,7 +461,7 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 			return res, nil
 		}
 	}
-	c := &call{e: e, tenant: tenant, meta: meta, st: st, memo: from.memo}
+	c := &call{e: e, tenant: tenant, meta: meta, st: st, memo: from.memo, sent: slices.Clone(st.Live)}
 	c.st.Answered = nil
 	c.profile = e.Profile(meta.Settings.Model)
 	if len(incoming) == 0 {

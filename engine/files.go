@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/upstream"
@@ -76,16 +78,24 @@ type fileSender struct {
 // base64: the route does not ask for file ids, the wire has no file form,
 // the request carries no credential, or a quota turned uploads off.
 func (e *Engine) fileSenderFor(c ProxyCall, route *Route, counts *ProxyCounts) *fileSender {
-	d := c.Wire
-	if !route.Files || d.Files == nil {
+	if !route.Files {
 		return nil
 	}
-	cred := route.Client.Credential(c.Upstream)
+	return e.newFileSender(c.Tenant, route.Client, c.Wire, c.Upstream, counts)
+}
+
+// newFileSender is a file sender for requests of wire d to client with
+// req's credentials (nil when it cannot send files).
+func (e *Engine) newFileSender(tenant string, client *upstream.Client, d *wire.Dialect, req upstream.Request, counts *ProxyCounts) *fileSender {
+	if d.Files == nil {
+		return nil
+	}
+	cred := client.Credential(req)
 	if cred == "" {
 		return nil
 	}
-	fp := route.Client.Fingerprint(cred)
-	base := session.FileKey{Upstream: strings.TrimRight(route.Client.BaseURL, "/"), Credential: fp, Wire: d.Name}
+	fp := client.Fingerprint(cred)
+	base := session.FileKey{Upstream: strings.TrimRight(client.BaseURL, "/"), Credential: fp, Wire: d.Name}
 	pf := &e.files
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
@@ -96,12 +106,12 @@ func (e *Engine) fileSenderFor(c ProxyCall, route *Route, counts *ProxyCounts) *
 		}
 		delete(pf.off, base.Upstream+"\x00"+fp)
 	}
-	call := route.Client.FileCall(c.Upstream)
+	call := client.FileCall(req)
 	if pf.calls == nil {
 		pf.calls = map[string]heldCall{}
 	}
 	pf.calls[fp] = heldCall{call: call, files: d.Files}
-	return &fileSender{e: e, tenant: c.Tenant, files: d.Files, call: call, base: base, got: map[string]session.ProviderFile{}, counts: counts}
+	return &fileSender{e: e, tenant: tenant, files: d.Files, call: call, base: base, got: map[string]session.ProviderFile{}, counts: counts}
 }
 
 // prepare finds or uploads a file for each image, a few at a time; an
@@ -383,4 +393,72 @@ func (e *Engine) heldCall(k session.FileKey, routes []*Route, keys []string) (he
 		}
 	}
 	return heldCall{}, false
+}
+
+// A session's requests send images by file id too when its upstream does
+// (upstream.file_ids, a wire with a file form: Anthropic), with the same
+// cache-safe rule as a proxied conversation: the live context's images
+// before the session's files_from keep the form the cache holds them in.
+
+// sessionFiles is the call's file sender, made at its first request.
+func (c *call) sessionFiles() *fileSender {
+	if c.files == nil && c.e.UpstreamFiles && c.e.Upstream != nil {
+		c.files = c.e.newFileSender(c.tenant, c.e.Upstream, c.e.sessionWire(), upstream.Request{}, &ProxyCounts{})
+	}
+	return c.files
+}
+
+// advanceFiles moves the session's files_from for a main request of msgs:
+// to 0 for a new session or a cold cache, to the first message that
+// differs from what the previous request sent (a removal, a compaction),
+// and to the previous request's length the first time file ids apply.
+func (c *call) advanceFiles(msgs []chat.Message) {
+	if c.sessionFiles() == nil {
+		return
+	}
+	from := len(c.sent)
+	if c.st.FilesFrom != nil {
+		from = *c.st.FilesFrom
+	}
+	if c.st.LastActivity.IsZero() || c.e.now().Sub(c.st.LastActivity) > c.e.cacheTTL() {
+		from = 0
+	}
+	k := 0
+	for k < min(len(msgs), len(c.sent)) && chat.Equal(msgs[k], c.sent[k]) {
+		k++
+	}
+	from = min(from, k)
+	c.st.FilesFrom = &from
+	c.sent = slices.Clone(msgs)
+}
+
+// fileSource is src with the images of msgs from the session's files_from
+// on sent by file id (uploaded first where the provider has none). An
+// image that also stands before files_from keeps its base64 everywhere:
+// what a cached prefix holds never changes form.
+func (c *call) fileSource(ctx context.Context, msgs []chat.Message, src func(chat.Image) (string, string, string, error)) func(chat.Image) (string, string, string, error) {
+	files := c.sessionFiles()
+	if files == nil || c.st.FilesFrom == nil {
+		return src
+	}
+	from := *c.st.FilesFrom
+	inline := map[blob.Ref]bool{}
+	var imgs []chat.Image
+	eachImage(msgs, func(at wire.Pos, img chat.Image) {
+		if at.Msg < from {
+			inline[img.Ref] = true
+		} else {
+			imgs = append(imgs, img)
+		}
+	})
+	imgs = slices.DeleteFunc(imgs, func(img chat.Image) bool { return inline[img.Ref] })
+	files.sent = files.sent[:0]
+	files.prepare(ctx, imgs)
+	return func(img chat.Image) (string, string, string, error) {
+		if f, ok := files.got[img.Ref.String()]; ok && f.ID != "" && !inline[img.Ref] {
+			files.sent = append(files.sent, f)
+			return img.MediaType, "", wire.FileURL(f.ID), nil
+		}
+		return src(img)
+	}
 }

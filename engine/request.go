@@ -46,16 +46,25 @@ func (c *call) send(ctx context.Context) (*response, error) {
 		}
 		c.turn.InvalidateBase()
 	}
+	c.advanceFiles(c.st.Live)
 	body, err := c.encode(ctx, c.st.Live, true)
 	if err != nil {
 		return nil, err
 	}
 	c.turn.Sending(c.st.Live)
-	return c.roundTrip(ctx, body)
+	r, err := c.roundTrip(ctx, body)
+	if c.files.missing(ctx, err) {
+		// A file the provider no longer has: uploaded again, sent again.
+		if body, err = c.encode(ctx, c.st.Live, true); err != nil {
+			return nil, err
+		}
+		r, err = c.roundTrip(ctx, body)
+	}
+	return r, err
 }
 
 func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
-	resp, err := c.e.Upstream.Do(ctx, body, nil)
+	resp, err := c.e.Upstream.Do(ctx, body, c.files.header(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +114,7 @@ func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool
 		// markers, the same tools (the tools head the cached prefix).
 		msgs = withHandles(msgs, c.conversation(), nil)
 	}
-	r := wire.SessionRequest{Model: c.meta.Settings.Model, MaxTokens: maxTokens, Messages: msgs, Source: c.e.ImageSource(ctx, c.tenant), Memo: c.memo}
+	r := wire.SessionRequest{Model: c.meta.Settings.Model, MaxTokens: maxTokens, Messages: msgs, Source: c.fileSource(ctx, msgs, c.e.ImageSource(ctx, c.tenant)), Memo: c.memo}
 	if breakpoints && c.offersRecall() {
 		r.Tools = []wire.Tool{recallTool}
 	}

@@ -598,3 +598,53 @@ func TestFileIDsNeverSendAnExpiringFile(t *testing.T) {
 		t.Fatalf("a file half an hour from its expiry was sent: %s then %s (uploads %d)", first, later, p.uploadCounts()[digest(img[0])])
 	}
 }
+
+// The sessions API sends a session's images by file id too (an Anthropic
+// upstream with file_ids auto and a configured key): each uploaded once
+// across the session's turns. A session that began with file ids off
+// keeps the base64 of the images its cache holds; later ones go by file.
+func TestFileIDsInSessions(t *testing.T) {
+	p := newFileProvider(t, upstream.Anthropic)
+	g := filesGW(t, p, false)
+	g.engine.Upstream = &upstream.Client{Format: upstream.Anthropic, BaseURL: p.srv.URL, APIKey: "sk-conf", MaxRetries: -1}
+	imgs := shots(t, 6)
+	resp, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"claude-sonnet-4-6"}`))
+	if resp.StatusCode != 201 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	id := decodeJSON(t, body)["id"].(string)
+	turn := func(i int) []byte {
+		t.Helper()
+		msg := fmt.Sprintf(`{"messages":[{"role":"user","content":[{"type":"text","text":"step %d"},{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`,
+			i, base64.StdEncoding.EncodeToString(imgs[i]))
+		if resp, body := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(msg)); resp.StatusCode != 200 {
+			t.Fatalf("turn %d: %d %s", i, resp.StatusCode, body)
+		}
+		bodies := p.received()
+		return bodies[len(bodies)-1]
+	}
+	for i := range 2 {
+		turn(i)
+	}
+	g.engine.UpstreamFiles = true
+	var last []byte
+	for i := 2; i < 6; i++ {
+		last = turn(i)
+	}
+	ups := p.uploadCounts()
+	for i, img := range imgs {
+		if want := map[bool]int{true: 1, false: 0}[i >= 2]; ups[digest(img)] != want {
+			t.Errorf("image %d uploaded %d times, want %d", i, ups[digest(img)], want)
+		}
+	}
+	if n := len(anthropicFileRef.FindAll(last, -1)); n != 4 || bytes.Count(last, []byte(`"type":"base64"`)) != 2 {
+		t.Fatalf("the last turn names %d files and %d base64 images, want 4 and 2: %.300s", n, bytes.Count(last, []byte(`"type":"base64"`)), last)
+	}
+	bodies := p.received()
+	// Up to the one before's newest message (whose breakpoint moves on).
+	prev := bodies[len(bodies)-2]
+	prefix := prev[:bytes.LastIndex(prev[:bytes.Index(prev, []byte("step 4"))], []byte(`{"role"`))]
+	if bytes.Count(prefix, []byte(`"type":"base64"`)) != 2 || !bytes.HasPrefix(last, prefix) {
+		t.Fatalf("the last turn does not start with the one before's bytes")
+	}
+}

@@ -24,6 +24,7 @@ type stateJSON struct {
 	TurnOpen     bool                 `json:"turn_open"`
 	Turn         *policy.TurnSnapshot `json:"turn,omitempty"`
 	Answered     *Answered            `json:"answered,omitempty"`
+	FilesFrom    *int                 `json:"files_from,omitempty"`
 }
 
 // EncodeState writes a state as versioned JSON: the live context first,
@@ -59,7 +60,7 @@ func EncodeState(s State) ([]byte, error) {
 
 // restJSON is the state but its live context, as a JSON object.
 func restJSON(s State, version int) ([]byte, error) {
-	return json.Marshal(stateJSON{version, nil, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn, s.Answered})
+	return json.Marshal(stateJSON{version, nil, s.Keep, s.LastUsage, s.LastActivity.UTC(), s.TurnStart, s.TurnOpen, s.Turn, s.Answered, s.FilesFrom})
 }
 
 // liveJSON is each live message's JSON: from the memo (s.Encoded) where
@@ -123,7 +124,7 @@ func DecodeStored(b []byte, rows func() ([][]byte, error)) (State, error) {
 	default:
 		return State{}, fmt.Errorf("session state version %d not supported", j.Version)
 	}
-	return State{Live: j.Live, Keep: j.Keep, LastUsage: j.LastUsage, LastActivity: j.LastActivity, TurnStart: j.TurnStart, TurnOpen: j.TurnOpen, Turn: j.Turn, Answered: j.Answered}, nil
+	return State{Live: j.Live, Keep: j.Keep, LastUsage: j.LastUsage, LastActivity: j.LastActivity, TurnStart: j.TurnStart, TurnOpen: j.TurnOpen, Turn: j.Turn, Answered: j.Answered, FilesFrom: j.FilesFrom}, nil
 }
 
 // entryBody is an entry's payload, without its sequence number and time.

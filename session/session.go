@@ -65,6 +65,9 @@ type State struct {
 	// Answered is the last turn's answer when its request carried an
 	// idempotency key: a retry with the same key gets it again.
 	Answered *Answered
+	// FilesFrom is the first live message whose images go by file id
+	// (upstream.file_ids); nil: the session never used file ids.
+	FilesFrom *int
 	// Encoded is a memo, never stored: Encoded[i], when not nil, is
 	// Live[i]'s JSON as EncodeState writes it, carried from the turn
 	// before for the messages that did not change. EncodeState fills in

@@ -61,6 +61,21 @@ func (e *FileError) Error() string {
 	return fmt.Sprintf("files API: status %d: %s", e.Status, e.Body)
 }
 
+// fileURL is how a session request's image Source names a provider file
+// (an encoder with a file form writes it as one): no client URL has it.
+const fileURL = "imgctx-provider-file:"
+
+// FileURL is the Source URL naming the provider file id.
+func FileURL(id string) string { return fileURL + id }
+
+// FileOf reads a FileURL.
+func FileOf(url string) (id string, ok bool) {
+	if len(url) > len(fileURL) && url[:len(fileURL)] == fileURL {
+		return url[len(fileURL):], true
+	}
+	return "", false
+}
+
 // RefusedFile is the FileError for an answer that is not a success.
 func RefusedFile(status int, body []byte) *FileError {
 	return &FileError{Status: status, Body: string(body[:min(len(body), 300)]),

@@ -106,7 +106,7 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		// The sessions API runs on the first listed upstream it can speak to.
 		for _, r := range routes {
 			if engine.SpeaksSessions(r.Client.Format) {
-				e.Upstream, e.Hints = r.Client, r.Hints
+				e.Upstream, e.Hints, e.UpstreamFiles = r.Client, r.Hints, r.Files
 				break
 			}
 		}

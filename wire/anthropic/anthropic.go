@@ -40,6 +40,7 @@ type source struct {
 	MediaType string `json:"media_type,omitempty"`
 	Data      string `json:"data,omitempty"`
 	URL       string `json:"url,omitempty"`
+	FileID    string `json:"file_id,omitempty"`
 }
 
 type block struct {
@@ -471,6 +472,9 @@ func writeBlocks(w wire.JSONWriter, blocks []block) {
 			if src.URL != "" {
 				field("url", mustJSON(src.URL))
 			}
+			if src.FileID != "" {
+				field("file_id", mustJSON(src.FileID))
+			}
 			w.WriteByte('}')
 		}
 		if b.ID != "" {
@@ -596,7 +600,9 @@ func encodeBlocks(parts []chat.Part, src Source, ours bool) ([]block, error) {
 			if err != nil {
 				return nil, err
 			}
-			if data != "" {
+			if id, ok := wire.FileOf(url); ok {
+				out = append(out, block{Type: "image", Source: &source{Type: "file", FileID: id}, extra: extra(p.Extra)})
+			} else if data != "" {
 				out = append(out, block{Type: "image", Source: &source{Type: "base64", MediaType: mt, Data: data}, extra: extra(p.Extra)})
 			} else {
 				out = append(out, block{Type: "image", Source: &source{Type: "url", URL: url}, extra: extra(p.Extra)})
