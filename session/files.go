@@ -57,6 +57,12 @@ func DecodeFile(b []byte) (ProviderFile, error) {
 	return f, nil
 }
 
+// LoadFiles reads a SQL store's provider file rows (the file JSON, in
+// order): the list both SQL stores share.
+func LoadFiles(rows Rows) ([]ProviderFile, error) {
+	return loadJSONRows(rows, "stale provider files", DecodeFile)
+}
+
 // Unix is t in Unix nanoseconds, 0 for the zero time (a file that does
 // not expire), as the SQL stores keep times.
 func Unix(t time.Time) int64 {

@@ -7,6 +7,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"time"
 )
 
@@ -74,6 +75,26 @@ func FileOf(url string) (id string, ok bool) {
 		return url[len(fileURL):], true
 	}
 	return "", false
+}
+
+// Send makes a Files API call and returns the answer's headers and body
+// when it succeeded, a *FileError when the provider refused it.
+func (c Call) Send(ctx context.Context, r FileRequest) (http.Header, []byte, error) {
+	status, h, body, err := c(ctx, r)
+	if err == nil && status/100 != 2 {
+		err = RefusedFile(status, body)
+	}
+	return h, body, err
+}
+
+// Remove deletes a file: a success, or gone already (the statuses the
+// provider answers for a file it does not have), is no error.
+func (c Call) Remove(ctx context.Context, r FileRequest, gone ...int) error {
+	status, _, body, err := c(ctx, r)
+	if err == nil && status/100 != 2 && status != http.StatusNotFound && !slices.Contains(gone, status) {
+		err = RefusedFile(status, body)
+	}
+	return err
 }
 
 // RefusedFile is the FileError for an answer that is not a success.

@@ -584,17 +584,5 @@ func (s *Store) StaleFiles(ctx context.Context, usedBefore time.Time) ([]session
 		return nil, fmt.Errorf("stale provider files: %w", err)
 	}
 	defer rows.Close()
-	var out []session.ProviderFile
-	for rows.Next() {
-		var b string
-		if err := rows.Scan(&b); err != nil {
-			return nil, fmt.Errorf("stale provider files: %w", err)
-		}
-		f, err := session.DecodeFile([]byte(b))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
+	return session.LoadFiles(rows)
 }

@@ -17,13 +17,10 @@ const FilesBeta = "files-api-2025-04-14"
 var Files = &wire.Files{
 	Upload: func(ctx context.Context, call wire.Call, data []byte, mediaType string) (wire.File, error) {
 		body, ct := wire.Multipart(nil, "file", wire.FileName(mediaType), mediaType, data)
-		status, _, resp, err := call(ctx, wire.FileRequest{Method: http.MethodPost, Path: "/v1/files",
+		_, resp, err := call.Send(ctx, wire.FileRequest{Method: http.MethodPost, Path: "/v1/files",
 			Header: http.Header{"Anthropic-Beta": {FilesBeta}}, ContentType: ct, Body: body})
 		if err != nil {
 			return wire.File{}, err
-		}
-		if status/100 != 2 {
-			return wire.File{}, wire.RefusedFile(status, resp)
 		}
 		var f struct {
 			ID string `json:"id"`
@@ -34,12 +31,8 @@ var Files = &wire.Files{
 		return wire.File{ID: f.ID}, nil
 	},
 	Delete: func(ctx context.Context, call wire.Call, f wire.File) error {
-		status, _, resp, err := call(ctx, wire.FileRequest{Method: http.MethodDelete, Path: "/v1/files/" + f.ID,
+		return call.Remove(ctx, wire.FileRequest{Method: http.MethodDelete, Path: "/v1/files/" + f.ID,
 			Header: http.Header{"Anthropic-Beta": {FilesBeta}}})
-		if err == nil && status/100 != 2 && status != http.StatusNotFound {
-			err = wire.RefusedFile(status, resp)
-		}
-		return err
 	},
 	Edit: func(_ []byte, slot wire.Slot, f wire.File) wire.Edit {
 		return wire.Edit{Start: slot.Source.Start, End: slot.Source.End, Write: func(w *wire.BodyWriter) {

@@ -18,26 +18,20 @@ import (
 var Files = &wire.Files{
 	Upload: func(ctx context.Context, call wire.Call, data []byte, mediaType string) (wire.File, error) {
 		meta, _ := json.Marshal(map[string]any{"file": map[string]string{"display_name": wire.FileName(mediaType)}})
-		status, h, resp, err := call(ctx, wire.FileRequest{Method: http.MethodPost, Path: "/upload/v1beta/files", ContentType: "application/json", Body: meta,
+		h, _, err := call.Send(ctx, wire.FileRequest{Method: http.MethodPost, Path: "/upload/v1beta/files", ContentType: "application/json", Body: meta,
 			Header: http.Header{"X-Goog-Upload-Protocol": {"resumable"}, "X-Goog-Upload-Command": {"start"},
 				"X-Goog-Upload-Header-Content-Length": {strconv.Itoa(len(data))}, "X-Goog-Upload-Header-Content-Type": {mediaType}}})
 		if err != nil {
 			return wire.File{}, err
 		}
-		if status/100 != 2 {
-			return wire.File{}, wire.RefusedFile(status, resp)
-		}
 		session := h.Get("X-Goog-Upload-Url")
 		if session == "" {
 			return wire.File{}, fmt.Errorf("files API: the upload start named no upload URL")
 		}
-		status, _, resp, err = call(ctx, wire.FileRequest{Method: http.MethodPost, URL: session, ContentType: mediaType, Body: data,
+		_, resp, err := call.Send(ctx, wire.FileRequest{Method: http.MethodPost, URL: session, ContentType: mediaType, Body: data,
 			Header: http.Header{"X-Goog-Upload-Command": {"upload, finalize"}, "X-Goog-Upload-Offset": {"0"}}})
 		if err != nil {
 			return wire.File{}, err
-		}
-		if status/100 != 2 {
-			return wire.File{}, wire.RefusedFile(status, resp)
 		}
 		var f struct {
 			File struct {
@@ -56,11 +50,8 @@ var Files = &wire.Files{
 		return out, nil
 	},
 	Delete: func(ctx context.Context, call wire.Call, f wire.File) error {
-		status, _, resp, err := call(ctx, wire.FileRequest{Method: http.MethodDelete, Path: "/v1beta/" + f.ID})
-		if err == nil && status/100 != 2 && status != http.StatusNotFound && status != http.StatusForbidden {
-			err = wire.RefusedFile(status, resp) // 403 is Gemini's answer for a file gone
-		}
-		return err
+		// 403 is Gemini's answer for a file gone.
+		return call.Remove(ctx, wire.FileRequest{Method: http.MethodDelete, Path: "/v1beta/" + f.ID}, http.StatusForbidden)
 	},
 	// The inlineData member becomes a fileData member in the same
 	// spelling; the part's other members stay as the client sent them.

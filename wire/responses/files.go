@@ -22,12 +22,9 @@ var Files = &wire.Files{
 	Upload: func(ctx context.Context, call wire.Call, data []byte, mediaType string) (wire.File, error) {
 		body, ct := wire.Multipart(map[string]string{"purpose": "vision", "expires_after[anchor]": "created_at",
 			"expires_after[seconds]": strconv.Itoa(int(FileLifetime.Seconds()))}, "file", wire.FileName(mediaType), mediaType, data)
-		status, _, resp, err := call(ctx, wire.FileRequest{Method: http.MethodPost, Path: "/v1/files", ContentType: ct, Body: body})
+		_, resp, err := call.Send(ctx, wire.FileRequest{Method: http.MethodPost, Path: "/v1/files", ContentType: ct, Body: body})
 		if err != nil {
 			return wire.File{}, err
-		}
-		if status/100 != 2 {
-			return wire.File{}, wire.RefusedFile(status, resp)
 		}
 		var f struct {
 			ID        string `json:"id"`
@@ -43,11 +40,7 @@ var Files = &wire.Files{
 		return out, nil
 	},
 	Delete: func(ctx context.Context, call wire.Call, f wire.File) error {
-		status, _, resp, err := call(ctx, wire.FileRequest{Method: http.MethodDelete, Path: "/v1/files/" + f.ID})
-		if err == nil && status/100 != 2 && status != http.StatusNotFound {
-			err = wire.RefusedFile(status, resp)
-		}
-		return err
+		return call.Remove(ctx, wire.FileRequest{Method: http.MethodDelete, Path: "/v1/files/" + f.ID})
 	},
 	// The image_url member becomes a file_id member; the rest of the part
 	// (its type, detail and any other field) stays as the client sent it.
