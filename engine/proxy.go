@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -161,7 +162,8 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	if key == "" || prev.convID != id || sp.Resumed < opening {
 		key, opening = conversationKey(c.Tenant, d, id, sp)
 	}
-	e.spans.keepResume(rk, resumed{res: sp.Resume(), keys: keys, convKey: key, convID: id, opening: opening})
+	res, held := holdResume(&c, sp)
+	e.spans.keepResume(rk, resumed{res: res, held: held, keys: keys, convKey: key, convID: id, opening: opening})
 	profile := e.ProfileWith(sp.Model, route.Hints)
 	files := e.fileSenderFor(c, route, &counts)
 	dctx, decided := startSpan(ctx, "imgctx.decide")
@@ -283,9 +285,10 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 // kept of its previous request.
 func (e *Engine) scan(c ProxyCall) (*wire.Spliced, []*spanKey, resumeKey, resumed, error) {
 	rk := e.spans.resumeKeyOf(c.Tenant, c.Wire.Name, c.Header, c.Body)
-	prev := e.spans.resumeFor(rk)
+	prev, done := e.spans.resumeFor(rk)
 	found, hashed := e.spans.hashAhead(c.Tenant, c.Body)
 	sp, err := c.Wire.Scan(c.Body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: c.MaxMessages, MaxParts: c.MaxParts})
+	done() // the previous request's bytes are compared
 	if err != nil {
 		hashed(nil)
 		var tooMany *wire.TooMany
@@ -305,6 +308,20 @@ func (e *Engine) scan(c ProxyCall) (*wire.Spliced, []*spanKey, resumeKey, resume
 		c.Wire.FromPath(c.Upstream.Path, sp)
 	}
 	return sp, keys, rk, prev, nil
+}
+
+// holdResume is what the next request of the conversation resumes from,
+// holding this request's memory to compare it with (wire.Resume): the
+// caller's buffer, counted as one more reader until the resume lets it
+// go, or a copy when the caller does not count readers.
+func holdResume(c *ProxyCall, sp *wire.Spliced) (*wire.Resume, *heldBody) {
+	res := sp.Resume()
+	if c.Readers == nil {
+		res.Body = bytes.Clone(res.Body)
+		return res, nil
+	}
+	c.Readers.Add(1)
+	return res, &heldBody{release: c.Readers.Done}
 }
 
 // Streams reports whether the answer is a stream, to Relay event by event.

@@ -24,6 +24,7 @@ type spanCache struct {
 	mu      sync.Mutex
 	spans   map[spanKey]seenSpan
 	resumes map[resumeKey]resumed
+	held    int // bytes the resumes hold
 }
 
 func newSpanCache() *spanCache {
@@ -196,6 +197,7 @@ func (c *spanCache) hashAhead(tenant string, body []byte) (func(wire.Slot), func
 // they part and its re-sent images are not hashed again.
 type resumed struct {
 	res  *wire.Resume
+	held *heldBody // the request memory res.Body is in
 	keys []*spanKey
 	// The conversation key, the identity it was made with and the opening
 	// messages its fingerprint read: a request that takes those over byte
@@ -229,21 +231,80 @@ func (c *spanCache) resumeKeyOf(tenant, wireName string, h http.Header, body []b
 	return resumeKey{tenant, mh.Sum64()}
 }
 
-// maxResumes bounds the conversations remembered; past it the engine
-// starts over (an entry holds a view of a request, not its bytes).
-const maxResumes = 256
+// maxResumes and maxResumeBytes bound the conversations remembered and
+// the request bytes they hold (each its last request's, up to the end of
+// its messages, to compare the next one with); past either the engine
+// starts over, and the next request of each is read whole.
+const (
+	maxResumes     = 256
+	maxResumeBytes = 128 << 20
+)
 
-func (c *spanCache) resumeFor(k resumeKey) resumed {
+// resumeFor returns the conversation's resume, its body held until done
+// is called.
+func (c *spanCache) resumeFor(k resumeKey) (r resumed, done func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.resumes[k]
+	r = c.resumes[k]
+	if r.held == nil {
+		return r, func() {}
+	}
+	r.held.users++
+	return r, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		r.held.users--
+		r.held.free()
+	}
+}
+
+// heldBody is the memory of a request a resume compares the next one
+// with: the gateway's pooled buffer, handed back (release) once the resume
+// is replaced or forgotten and no scan reads it any more.
+type heldBody struct {
+	users   int // scans reading it; under the cache's lock
+	dropped bool
+	release func()
+}
+
+func (h *heldBody) free() {
+	if h.dropped && h.users == 0 && h.release != nil {
+		h.release()
+		h.release = nil
+	}
+}
+
+// drop forgets a resume the cache held.
+func (c *spanCache) drop(r resumed) {
+	r.held.drop()
+	c.held -= r.res.Bytes()
+}
+
+// drop says no resume holds the body any more (nil: nothing to let go).
+func (h *heldBody) drop() {
+	if h != nil {
+		h.dropped = true
+		h.free()
+	}
 }
 
 func (c *spanCache) keepResume(k resumeKey, r resumed) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.resumes) >= maxResumes {
+	if old, ok := c.resumes[k]; ok {
+		c.drop(old)
+		delete(c.resumes, k)
+	}
+	if r.res.Bytes() > maxResumeBytes/2 {
+		r.held.drop() // a request this large is read whole each time
+		return
+	}
+	if len(c.resumes) >= maxResumes || c.held+r.res.Bytes() > maxResumeBytes {
+		for _, old := range c.resumes {
+			c.drop(old)
+		}
 		clear(c.resumes)
 	}
 	c.resumes[k] = r
+	c.held += r.res.Bytes()
 }

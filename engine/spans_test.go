@@ -110,7 +110,8 @@ func TestProxyLeavesTheResumedScanAsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Close(t.Context())
-	kept := e.spans.resumeFor(e.spans.resumeKeyOf("a", openai.Dialect.Name, http.Header{}, body))
+	kept, done := e.spans.resumeFor(e.spans.resumeKeyOf("a", openai.Dialect.Name, http.Header{}, body))
+	defer done()
 	fresh, err := openai.Dialect.Scan(body, wire.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -122,5 +123,32 @@ func TestProxyLeavesTheResumedScanAsRead(t *testing.T) {
 		if !chat.Equal(kept.res.Messages[i], fresh.Messages[i]) {
 			t.Fatalf("message %d of the kept scan changed: %+v, read %+v", i, kept.res.Messages[i], fresh.Messages[i])
 		}
+	}
+}
+
+// A resume holds its request's memory (the gateway's pooled buffer) until
+// it is replaced or forgotten and no scan reads it: a scan that took it
+// keeps it from going back to the pool while it compares.
+func TestAResumeHoldsItsBodyWhileAScanReadsIt(t *testing.T) {
+	c := newSpanCache()
+	k := resumeKey{tenant: "a", h: 1}
+	released := 0
+	c.keepResume(k, resumed{res: &wire.Resume{Body: []byte("first")}, held: &heldBody{release: func() { released++ }}})
+	_, done := c.resumeFor(k) // a scan compares with it
+	c.keepResume(k, resumed{res: &wire.Resume{Body: []byte("second")}, held: &heldBody{release: func() { released += 10 }}})
+	if released != 0 {
+		t.Fatalf("a body a scan reads was let go (%d)", released)
+	}
+	done()
+	if released != 1 {
+		t.Fatalf("the replaced body, read no more, was not let go (%d)", released)
+	}
+	if c.held != len("second") {
+		t.Fatalf("held %d bytes, want %d", c.held, len("second"))
+	}
+	// Over the bound everything goes, and a body too large is never held.
+	c.keepResume(resumeKey{tenant: "b"}, resumed{res: &wire.Resume{Body: make([]byte, maxResumeBytes/2+1)}, held: &heldBody{release: func() { released += 100 }}})
+	if released != 101 || c.held != len("second") {
+		t.Fatalf("a body over half the bound: released %d, held %d", released, c.held)
 	}
 }

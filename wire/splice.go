@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/imgctx/imgctx/chat"
@@ -116,67 +116,59 @@ func (sp Span) Of(body []byte) []byte {
 // Resume is what a scan leaves for the next scan of the same conversation.
 // Agents re-send the whole history with a few messages appended: a scan
 // given the previous one's Resume takes over the leading messages whose
-// bytes are the same (a hash of each, and of everything before them) and
-// reads only the rest. The result is exactly a full scan's: a test holds it
-// to that. A Resume holds no bytes of the body.
+// bytes are the same — compared with the previous request's own bytes,
+// which the Resume holds a copy of up to its last message, so nothing a
+// client sends can pass for what it did not send — and reads only the
+// rest. The result is exactly a full scan's: a test holds it to that.
 type Resume struct {
-	Preamble uint64 // hash of the body before the first message
+	// Body is the previous request up to the end of its last message: its
+	// own memory, which whoever holds the Resume keeps unchanged.
+	Body     []byte
 	Messages []chat.Message
 	Slots    []Slot
 	Marks    []Mark
 }
 
-// Mark is one message: its extent, the slots before it, a hash of its
-// bytes, and whether it holds a provider compaction block.
+// Mark is one message: its extent, the slots before it, and whether it
+// holds a provider compaction block.
 type Mark struct {
 	Start, End, Slots int
-	Hash              uint64
 	Compaction        bool
 }
-
-// resumeSeed keys the hashes: unknown outside this process, so a client
-// cannot make two different messages hash alike.
-var resumeSeed = maphash.MakeSeed()
 
 // Resume returns what the next scan of this conversation can take over.
 func (s *Spliced) Resume() *Resume {
 	r := &Resume{Messages: s.Messages, Slots: s.Slots, Marks: s.Marks}
 	if len(s.Marks) > 0 {
-		r.Preamble = maphash.Bytes(resumeSeed, s.Body[:s.Marks[0].Start])
+		r.Body = s.Body[:s.Marks[len(s.Marks)-1].End]
 	}
 	return r
 }
 
+// Bytes is what the Resume holds of the request's bytes.
+func (r *Resume) Bytes() int { return len(r.Body) }
+
 // shared counts r's leading messages that stand in body at the same
-// offsets with the same bytes, the separators between them included.
+// offsets with the same bytes, and everything before them the same: the
+// messages that end within the bytes body and the previous request share.
 func (r *Resume) shared(body []byte) int {
-	if len(r.Marks) == 0 || r.Marks[0].Start > len(body) || maphash.Bytes(resumeSeed, body[:r.Marks[0].Start]) != r.Preamble {
-		return 0
-	}
-	for j, m := range r.Marks {
-		if m.End > len(body) || maphash.Bytes(resumeSeed, body[m.Start:m.End]) != m.Hash {
-			return j
-		}
-		if j > 0 && !separator(body[r.Marks[j-1].End:m.Start]) {
-			return j
-		}
-	}
-	return len(r.Marks)
+	n := commonPrefix(r.Body, body)
+	return sort.Search(len(r.Marks), func(j int) bool { return r.Marks[j].End > n })
 }
 
-// separator reports whether b is what stands between two array elements.
-func separator(b []byte) bool {
-	commas := 0
-	for _, c := range b {
-		switch c {
-		case ',':
-			commas++
-		case ' ', '\t', '\n', '\r':
-		default:
-			return false
-		}
+// commonPrefix is how many leading bytes a and b share: a memory compare,
+// a page at a time.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const page = 4096
+	i := 0
+	for i+page <= n && bytes.Equal(a[i:i+page], b[i:i+page]) {
+		i += page
 	}
-	return commas == 1
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
 }
 
 // WalkMessages walks the messages array at b[at], calling element at each
@@ -206,7 +198,7 @@ func WalkMessages(s *Spliced, at int, element func(vs int) (int, error)) (int, e
 		s.compaction = false
 		ve, err := element(vs)
 		if err == nil {
-			s.Marks = append(s.Marks, Mark{Start: vs, End: ve, Slots: slots, Hash: maphash.Bytes(resumeSeed, b[vs:ve]), Compaction: s.compaction})
+			s.Marks = append(s.Marks, Mark{Start: vs, End: ve, Slots: slots, Compaction: s.compaction})
 		}
 		return ve, err
 	})
