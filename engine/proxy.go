@@ -606,7 +606,12 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	}
 	// The view's messages are shared with the conversation's next scan:
 	// only a message a slot is put in is copied (slots come in message
-	// order), the rest of the history is not.
+	// order), the rest of the history is not; with no slot the view is
+	// taken as it is (the policies copy what they change), capped so that
+	// nothing appends into the next scan's room.
+	if len(sp.Slots) == 0 {
+		return sp.Messages[:len(sp.Messages):len(sp.Messages)], nil, nil, nil
+	}
 	msgs := slices.Clone(sp.Messages)
 	owned := -1
 	own := func(i int) {

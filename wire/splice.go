@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire/jsonspan"
@@ -127,6 +128,10 @@ type Resume struct {
 	Messages []chat.Message
 	Slots    []Slot
 	Marks    []Mark
+	// extended: a scan took the views over whole and appends to them in
+	// place (beyond their length, which nothing that holds r reads); any
+	// other scan copies what it takes.
+	extended atomic.Bool
 }
 
 // Mark is one message: its extent, the slots before it, and whether it
@@ -183,9 +188,16 @@ func WalkMessages(s *Spliced, at int, element func(vs int) (int, error)) (int, e
 	from := 0
 	if p := s.prev; p != nil {
 		if n := p.shared(b); n > 0 {
-			s.Messages = append(s.Messages[:0:0], p.Messages[:n]...)
-			s.Slots = append(s.Slots[:0:0], p.Slots[:slotsUpTo(p, n)]...)
-			s.Marks = append(s.Marks[:0:0], p.Marks[:n]...)
+			if n == len(p.Marks) && p.extended.CompareAndSwap(false, true) {
+				// The whole previous request, extended: the first scan to
+				// do so appends in place, past what p's readers read; the
+				// history is not copied.
+				s.Messages, s.Slots, s.Marks = p.Messages, p.Slots, p.Marks
+			} else {
+				s.Messages = append(s.Messages[:0:0], p.Messages[:n]...)
+				s.Slots = append(s.Slots[:0:0], p.Slots[:slotsUpTo(p, n)]...)
+				s.Marks = append(s.Marks[:0:0], p.Marks[:n]...)
+			}
 			s.Resumed = n
 			from = p.Marks[n-1].End
 		}
