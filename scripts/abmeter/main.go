@@ -10,6 +10,11 @@
 //	go run ./scripts/abmeter              # the full run, about two minutes
 //	go run ./scripts/abmeter -n 100 -load 3s
 //	go run ./scripts/abmeter -scaleout       # SQLite + directory vs PostgreSQL + S3, one and two replicas
+//	go run ./scripts/abmeter -growth -n 100  # the growth table: 50 to 3,200 messages, 0 to 100 screenshots
+//	go run ./scripts/abmeter -rss 16 -load 20s  # peak RSS under 16 clients sending the agent body
+//
+// The ReverseProxy keeps 64 idle connections to the upstream (-rp-idle),
+// as a production one would; Go's default of 2 made it look slower.
 //
 // Bodies: "agent" is an OpenAI-format history of 200 text messages with
 // tool calls and 6 inline 1280×800 screenshots (≈2.2 MB), re-sent
@@ -54,6 +59,9 @@ func main() {
 	n := flag.Int("n", 200, "requests per body shape and target")
 	load := flag.Duration("load", 5*time.Second, "duration of each throughput run")
 	scale := flag.Bool("scaleout", false, "measure the storage set-ups instead: SQLite + directory, PostgreSQL + S3 with one and two replicas (needs scripts/testservices)")
+	grow := flag.Bool("growth", false, "measure the growth table instead: histories of 50 to 3,200 messages and 0 to 100 screenshots, growing")
+	rss := flag.Int("rss", 0, "measure each proxy's peak RSS instead, under this many clients sending the agent body (for -load)")
+	idle := flag.Int("rp-idle", 64, "internal: the ReverseProxy's idle connections to the upstream")
 	flag.Parse()
 	switch *role {
 	case "upstream":
@@ -63,10 +71,21 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		serve(httputil.NewSingleHostReverseProxy(u))
+		rp := httputil.NewSingleHostReverseProxy(u)
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = *idle, *idle
+		rp.Transport = t
+		serve(rp)
 	case "":
-		if *scale {
+		switch {
+		case *scale:
 			scaleout(*n, *load)
+			return
+		case *grow:
+			growth(*n)
+			return
+		case *rss > 0:
+			memory(*rss, *load)
 			return
 		}
 		run(*n, *load)
