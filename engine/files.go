@@ -234,8 +234,8 @@ func (e *Engine) upload(ctx context.Context, s *fileSender, k session.FileKey, i
 	wf, err := s.files.Upload(ctx, s.call, data, img.MediaType)
 	if err != nil {
 		var fe *wire.FileError
-		if errors.As(err, &fe) && fe.Quota {
-			e.filesQuota(ctx, k)
+		if errors.As(err, &fe) && (fe.Quota || fe.Unsupported) {
+			e.filesOffFor(ctx, k, fe)
 		}
 		return session.ProviderFile{}, err
 	}
@@ -250,8 +250,10 @@ func (e *Engine) upload(ctx context.Context, s *fileSender, k session.FileKey, i
 	return f, nil
 }
 
-// filesQuota turns uploads off for a credential for a while.
-func (e *Engine) filesQuota(ctx context.Context, k session.FileKey) {
+// filesOffFor turns uploads off for a credential for a while: the
+// provider's quota is reached, or the upstream has no Files API (tried
+// again after the while, not on every request).
+func (e *Engine) filesOffFor(ctx context.Context, k session.FileKey, fe *wire.FileError) {
 	pf := &e.files
 	pf.mu.Lock()
 	if pf.off == nil {
@@ -260,8 +262,12 @@ func (e *Engine) filesQuota(ctx context.Context, k session.FileKey) {
 	pf.off[k.Upstream+"\x00"+k.Credential] = e.now().Add(e.filesOff())
 	pf.mu.Unlock()
 	e.sink(Event{Kind: "files_off", Detail: k.Upstream})
-	e.log().WarnContext(ctx, "the provider refused an upload for its quota: images go as base64 for this credential for a while",
-		"upstream", k.Upstream, "credential", k.Credential, "for", e.filesOff())
+	why := "the provider refused an upload for its quota"
+	if !fe.Quota {
+		why = "the upstream has no Files API"
+	}
+	e.log().WarnContext(ctx, why+": images go as base64 for this credential for a while",
+		"upstream", k.Upstream, "credential", k.Credential, "status", fe.Status, "for", e.filesOff())
 }
 
 // missing reports whether an upstream error says a file the last body

@@ -494,10 +494,10 @@ func TestFileIDsConcurrentRequestsUploadOnce(t *testing.T) {
 }
 
 // An upload that fails sends the image as base64, and the request
-// succeeds; a quota error turns uploads off for the credential for a
-// while (no upload tried), counted.
+// succeeds; a quota error, or an upstream with no Files API (404), turns
+// uploads off for the credential for a while (no upload tried), counted.
 func TestFileIDsFailureFallsBackToBase64(t *testing.T) {
-	for _, status := range []int{500, 429} {
+	for _, status := range []int{500, 429, 404} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			fw := fileWires()[0]
 			p := newFileProvider(t, fw.format)
@@ -515,8 +515,9 @@ func TestFileIDsFailureFallsBackToBase64(t *testing.T) {
 			}
 			tries := p.uploadCounts()
 			m := metric(t, g, "imgctx_provider_files_total")
-			if status == 429 {
-				// The first upload met the quota: nothing tried after it.
+			if status != 500 {
+				// The first upload met the quota, or found no Files API:
+				// nothing tried after it.
 				if tries[digest(imgs[0])] != 1 || tries[digest(imgs[1])] != 0 || !strings.Contains(m, `event="off"} 1`) {
 					t.Fatalf("uploads tried %v; metrics:\n%s", tries, m)
 				}

@@ -51,11 +51,13 @@ type FileRequest struct {
 }
 
 // FileError is a Files API call the provider refused: its status and what
-// it said. Quota says the provider's storage or rate limit was reached.
+// it said. Quota says the provider's storage or rate limit was reached;
+// Unsupported, that the upstream has no Files API (an OpenAI-compatible
+// server without /v1/files).
 type FileError struct {
-	Status int
-	Body   string
-	Quota  bool
+	Status             int
+	Body               string
+	Quota, Unsupported bool
 }
 
 func (e *FileError) Error() string {
@@ -100,7 +102,8 @@ func (c Call) Remove(ctx context.Context, r FileRequest, gone ...int) error {
 // RefusedFile is the FileError for an answer that is not a success.
 func RefusedFile(status int, body []byte) *FileError {
 	return &FileError{Status: status, Body: string(body[:min(len(body), 300)]),
-		Quota: status == http.StatusTooManyRequests || status == http.StatusInsufficientStorage || bytes.Contains(bytes.ToLower(body), []byte("quota")) || bytes.Contains(bytes.ToLower(body), []byte("storage limit"))}
+		Quota:       status == http.StatusTooManyRequests || status == http.StatusInsufficientStorage || bytes.Contains(bytes.ToLower(body), []byte("quota")) || bytes.Contains(bytes.ToLower(body), []byte("storage limit")),
+		Unsupported: status == http.StatusNotFound || status == http.StatusMethodNotAllowed || status == http.StatusNotImplemented}
 }
 
 // Multipart is a multipart/form-data body of fields and one file part
