@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,4 +154,88 @@ func TestAResumeHoldsItsBodyWhileAScanReadsIt(t *testing.T) {
 	if released != 101 || c.held != len("second") {
 		t.Fatalf("a body over half the bound: released %d, held %d", released, c.held)
 	}
+}
+
+// Requests of one conversation at once, each the history grown by some
+// rounds, with images and readers counted as the gateway counts them: a
+// scan that extends the previous request in place and the ones that copy
+// never see each other's messages (each gets exactly a full scan's view),
+// and every held body is let go once nothing holds it (run with -race).
+func TestConcurrentResumesOfOneConversation(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
+	}))
+	defer up.Close()
+	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
+	e := &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
+	// Rounds past the second carry images of their own request: a view
+	// holding another request's messages shows another image.
+	seed := func(req, k int) uint8 {
+		if k < 2 {
+			return uint8(k)
+		}
+		return uint8(2 + req*7 + k)
+	}
+	history := func(req, rounds int) []byte {
+		var msgs []string
+		// A system prompt over the 4 KB the conversation is recognised by.
+		msgs = append(msgs, `{"role":"system","content":"you drive a browser`+strings.Repeat(" carefully", 500)+`"}`)
+		for k := range rounds {
+			msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":"step %d"},{"type":"image_url","image_url":{"url":"%s"}}]}`, k, screenshot(32, 24, seed(req, k))),
+				fmt.Sprintf(`{"role":"assistant","content":"done %d"}`, k))
+		}
+		return []byte(`{"model":"gpt-4o","messages":[` + strings.Join(msgs, ",") + `]}`)
+	}
+	ref := func(req, k int) blob.Ref {
+		_, b64, _ := strings.Cut(screenshot(32, 24, seed(req, k)), ",")
+		raw, _ := base64.StdEncoding.DecodeString(b64)
+		return blob.Of(raw)
+	}
+	var readers sync.WaitGroup
+	send := func(i, rounds int) {
+		body := history(i, rounds)
+		p, err := e.Proxy(t.Context(), ProxyCall{Tenant: "a", Wire: openai.Dialect, Body: body, Header: http.Header{},
+			Upstream: upstream.Request{Path: "/v1/chat/completions"}, Routes: []*Route{{Name: "up", Client: client}}, Keep: true, Readers: &readers})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer p.Close(t.Context())
+		imgs := p.Images()
+		if len(imgs) != rounds {
+			t.Errorf("request %d: %d images sent or not, the body has %d", i, len(imgs), rounds)
+			return
+		}
+		for k, img := range imgs {
+			if img.Ref != ref(i, k) || img.Msg != 1+2*k {
+				t.Errorf("request %d: image %d is %s at message %d, want %s at %d: another request's view", i, k, img.Ref, img.Msg, ref(i, k), 1+2*k)
+			}
+		}
+	}
+	send(0, 2) // the resume every other request extends (its two rounds are everyone's)
+	if r, done := e.spans.resumeFor(e.spans.resumeKeyOf("a", openai.Dialect.Name, http.Header{}, history(0, 2))); r.res == nil {
+		t.Fatal("the first request left nothing to resume from")
+	} else {
+		done()
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Go(func() {
+			<-start
+			send(i+1, 3+i%6)
+		})
+	}
+	close(start)
+	wg.Wait()
+	// The last resume still holds its request; forgetting it lets go of it.
+	e.spans.mu.Lock()
+	for _, r := range e.spans.resumes {
+		e.spans.drop(r)
+	}
+	clear(e.spans.resumes)
+	e.spans.mu.Unlock()
+	readers.Wait()
 }
