@@ -51,6 +51,8 @@ const (
 	fileTouch = 10 * time.Minute
 	// fileMargin: a file that expires sooner is uploaded again, never sent.
 	fileMargin = time.Hour
+	// maxHeldCalls bounds the credentials held in memory to delete files.
+	maxHeldCalls = 10_000
 )
 
 // FilesOff is how long a provider's quota error turns file uploads off for
@@ -107,8 +109,8 @@ func (e *Engine) newFileSender(tenant string, client *upstream.Client, d *wire.D
 		delete(pf.off, base.Upstream+"\x00"+fp)
 	}
 	call := client.FileCall(req)
-	if pf.calls == nil {
-		pf.calls = map[string]heldCall{}
+	if pf.calls == nil || len(pf.calls) >= maxHeldCalls {
+		pf.calls = map[string]heldCall{} // past it, files of older credentials are left to gc and expiry
 	}
 	pf.calls[fp] = heldCall{call: call, files: d.Files}
 	return &fileSender{e: e, tenant: tenant, files: d.Files, call: call, base: base, got: map[string]session.ProviderFile{}, counts: counts}

@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -285,6 +286,23 @@ func (c *Client) Fingerprint(credential string) string {
 // credentials (only those: none of the client's other headers), sent once
 // — an upload that fails falls back to base64, which needs no retry.
 func (c *Client) FileCall(r Request) wire.Call {
+	// Only the credentials are kept (a call may be held to delete a file
+	// later): not the client's other headers, nor its body.
+	held := Request{APIKey: r.APIKey, Header: http.Header{}}
+	for _, h := range credentialHeaders {
+		if vs := r.Header.Values(h); len(vs) > 0 {
+			held.Header[h] = slices.Clone(vs)
+		}
+	}
+	for _, h := range []string{"Anthropic-Version"} {
+		if v := r.Header.Get(h); v != "" {
+			held.Header.Set(h, v)
+		}
+	}
+	if q, err := url.ParseQuery(r.Query); err == nil && q.Has("key") {
+		held.Query = url.Values{"key": {q.Get("key")}}.Encode()
+	}
+	r = held
 	return func(ctx context.Context, f wire.FileRequest) (int, http.Header, []byte, error) {
 		u := f.URL
 		if u == "" {

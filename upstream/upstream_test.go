@@ -102,3 +102,43 @@ func TestCancelledContextStopsRetrying(t *testing.T) {
 		t.Fatalf("%v after %d attempts", err, n.Load())
 	}
 }
+
+// A Files API call carries the request's credentials and nothing else of
+// the client's (not its other headers), and a configured key replaces the
+// client's; the fingerprint tells credentials apart without holding them.
+func TestFileCallSendsOnlyTheCredentials(t *testing.T) {
+	var got http.Header
+	var query string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, query = r.Header.Clone(), r.URL.RawQuery
+		io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	client := &Client{Format: Gemini, BaseURL: srv.URL}
+	req := Request{Header: http.Header{"X-Goog-Api-Key": {"AIza-one"}, "X-Secret-Of-The-Client": {"no"}, "User-Agent": {"gemini-cli"}}, Query: "key=AIza-q&alt=sse"}
+	call := client.FileCall(req)
+	req.Header.Set("X-Goog-Api-Key", "changed after") // the call holds its own copy
+	if _, _, _, err := call(t.Context(), wire.FileRequest{Method: http.MethodPost, Path: "/upload/v1beta/files", ContentType: "application/json", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got.Get("X-Goog-Api-Key") != "AIza-one" || got.Get("X-Secret-Of-The-Client") != "" || query != "key=AIza-q" {
+		t.Fatalf("headers %v, query %q", got, query)
+	}
+	client.APIKey = "configured"
+	if _, _, _, err := client.FileCall(req)(t.Context(), wire.FileRequest{Method: http.MethodDelete, Path: "/v1beta/files/x"}); err != nil {
+		t.Fatal(err)
+	}
+	if got.Get("X-Goog-Api-Key") != "configured" || query != "" {
+		t.Fatalf("a configured key: headers %v, query %q", got, query)
+	}
+	// With a configured key, whatever the client sent, the credential is that key.
+	if client.Credential(Request{Header: http.Header{"X-Api-Key": {"one"}}}) != client.Credential(Request{}) {
+		t.Fatal("a configured key is not the credential")
+	}
+	client.APIKey = ""
+	a := client.Fingerprint(client.Credential(Request{Header: http.Header{"X-Api-Key": {"one"}}}))
+	b := client.Fingerprint(client.Credential(Request{Header: http.Header{"X-Api-Key": {"two"}}}))
+	if a == b || len(a) != 32 || client.Credential(Request{}) != "" {
+		t.Fatalf("fingerprints %q %q", a, b)
+	}
+}
