@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -80,8 +79,9 @@ type Config struct {
 	// UpstreamFiles: the drop-in routes send images to Upstream by file id
 	// (upstream.file_ids auto), as Route.Files does for a listed upstream.
 	UpstreamFiles bool
-	// FilesOffFor is how long a provider's quota error turns file uploads
-	// off for that credential (default 10 minutes).
+	// FilesOffFor is how long a provider's quota error, or an upstream
+	// with no Files API, turns file uploads off for that credential
+	// (default 10 minutes).
 	FilesOffFor time.Duration
 	// Replay bounds the history images of flat upstreams (llama.cpp,
 	// Ollama); nil: policy.DefaultReplay's caps. A zero cap is taken
@@ -388,9 +388,10 @@ type call struct {
 	recallRounds int
 	memo         *wire.Memo // the session's upstream encodings
 	// files sends images by file id (upstream.file_ids); sent is what the
-	// last main request sent, where files_from looks for a change.
-	files *fileSender
-	sent  []chat.Message
+	// last main request sent, where files_from looks for a change (before,
+	// the live context the turn started from, until a request is sent).
+	files        *fileSender
+	sent, before []chat.Message
 }
 
 func (c *call) emit(ev Event) {
@@ -461,7 +462,7 @@ func (e *Engine) CallOnce(ctx context.Context, tenant string, id session.ID, key
 			return res, nil
 		}
 	}
-	c := &call{e: e, tenant: tenant, meta: meta, st: st, memo: from.memo, sent: slices.Clone(st.Live)}
+	c := &call{e: e, tenant: tenant, meta: meta, st: st, memo: from.memo, before: st.Live[:len(st.Live):len(st.Live)]}
 	c.st.Answered = nil
 	c.profile = e.Profile(meta.Settings.Model)
 	if len(incoming) == 0 {

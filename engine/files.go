@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -71,7 +72,7 @@ type fileSender struct {
 	files  *wire.Files
 	call   wire.Call
 	base   session.FileKey // upstream, credential and wire; Ref per image
-	got    map[string]session.ProviderFile
+	got    map[blob.Ref]session.ProviderFile
 	sent   []session.ProviderFile // in the last body written
 	counts *ProxyCounts
 }
@@ -113,7 +114,7 @@ func (e *Engine) newFileSender(tenant string, client *upstream.Client, d *wire.D
 		pf.calls = map[string]heldCall{} // past it, files of older credentials are left to gc and expiry
 	}
 	pf.calls[fp] = heldCall{call: call, files: d.Files}
-	return &fileSender{e: e, tenant: tenant, files: d.Files, call: call, base: base, got: map[string]session.ProviderFile{}, counts: counts}
+	return &fileSender{e: e, tenant: tenant, files: d.Files, call: call, base: base, got: map[blob.Ref]session.ProviderFile{}, counts: counts}
 }
 
 // prepare finds or uploads a file for each image, a few at a time; an
@@ -124,9 +125,9 @@ func (s *fileSender) prepare(ctx context.Context, imgs []chat.Image) {
 	slots := make(chan struct{}, fileUploads)
 	for _, img := range imgs {
 		mu.Lock()
-		_, seen := s.got[img.Ref.String()]
+		_, seen := s.got[img.Ref]
 		if !seen {
-			s.got[img.Ref.String()] = session.ProviderFile{} // once per request
+			s.got[img.Ref] = session.ProviderFile{} // once per request
 		}
 		mu.Unlock()
 		if seen || !img.Ref.Valid() {
@@ -145,10 +146,10 @@ func (s *fileSender) prepare(ctx context.Context, imgs []chat.Image) {
 			if err != nil {
 				s.counts.FileFallbacks++
 				s.e.log().WarnContext(ctx, "an upload to the provider's Files API failed: the image goes as base64 in this request", "upstream", s.base.Upstream, "err", err)
-				delete(s.got, img.Ref.String())
+				delete(s.got, img.Ref)
 				return
 			}
-			s.got[img.Ref.String()] = f
+			s.got[img.Ref] = f
 		}()
 	}
 	wg.Wait()
@@ -157,7 +158,7 @@ func (s *fileSender) prepare(ctx context.Context, imgs []chat.Image) {
 // edit is the change that sends slot's image by reference, if it has a
 // file.
 func (s *fileSender) edit(body []byte, slot wire.Slot, img chat.Image) (wire.Edit, bool) {
-	f, ok := s.got[img.Ref.String()]
+	f, ok := s.got[img.Ref]
 	if !ok || f.ID == "" {
 		return wire.Edit{}, false
 	}
@@ -299,7 +300,7 @@ func (s *fileSender) missing(ctx context.Context, err error) bool {
 	pf.mu.Lock()
 	for _, f := range gone {
 		delete(pf.known, f.FileKey)
-		delete(s.got, f.Ref.String())
+		delete(s.got, f.Ref)
 	}
 	pf.mu.Unlock()
 	for _, f := range gone {
@@ -314,13 +315,13 @@ func (s *fileSender) missing(ctx context.Context, err error) bool {
 
 // header is the request's headers with what file references need (a
 // beta the provider asks for), merged with the client's value.
-func (s *fileSender) header(h map[string][]string) map[string][]string {
+func (s *fileSender) header(h http.Header) http.Header {
 	if s == nil || len(s.sent) == 0 || len(s.files.Header) == 0 {
 		return h
 	}
-	out := make(map[string][]string, len(h)+len(s.files.Header))
-	for k, v := range h {
-		out[k] = v
+	out := h.Clone()
+	if out == nil {
+		out = http.Header{}
 	}
 	for k, v := range s.files.Header {
 		have := strings.Join(out[k], ",")
@@ -424,6 +425,9 @@ func (c *call) advanceFiles(msgs []chat.Message) {
 	if c.sessionFiles() == nil {
 		return
 	}
+	if c.sent == nil {
+		c.sent = c.before // the first main request of the turn
+	}
 	from := len(c.sent)
 	if c.st.FilesFrom != nil {
 		from = *c.st.FilesFrom
@@ -463,7 +467,7 @@ func (c *call) fileSource(ctx context.Context, msgs []chat.Message, src func(cha
 	files.sent = files.sent[:0]
 	files.prepare(ctx, imgs)
 	return func(img chat.Image) (string, string, string, error) {
-		if f, ok := files.got[img.Ref.String()]; ok && f.ID != "" && !inline[img.Ref] {
+		if f, ok := files.got[img.Ref]; ok && f.ID != "" && !inline[img.Ref] {
 			files.sent = append(files.sent, f)
 			return img.MediaType, "", wire.FileURL(f.ID), nil
 		}

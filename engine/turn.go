@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
@@ -644,17 +645,17 @@ func (f *proxyTurn) Overflow() bool {
 // went by file id it stays so.
 func (f *proxyTurn) FilesFrom() int {
 	from := f.filesFrom
-	removed := map[string]bool{}
+	removed := map[blob.Ref]bool{}
 	for _, ev := range f.Events {
 		if ev.Kind == "removed" {
-			removed[ev.Ref.String()] = true
+			removed[ev.Ref] = true
 		}
 	}
 	if len(removed) == 0 {
 		return from
 	}
 	eachPart(f.Messages, func(at wire.Pos, p chat.Part) {
-		if m, ok := p.(chat.Marker); ok && m.Of == "image" && removed[m.Ref.String()] {
+		if m, ok := p.(chat.Marker); ok && m.Of == "image" && removed[m.Ref] {
 			from = min(from, at.Msg)
 		}
 	})
