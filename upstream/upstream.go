@@ -222,22 +222,7 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 		req.GetBody = func() (io.ReadCloser, error) { return r.Body.ReadCloser(), nil }
 		req.Header.Set("Content-Type", "application/json")
 	}
-	key := r.APIKey
-	if key == "" {
-		key = c.APIKey
-	}
-	for k, v := range c.Wire().Headers {
-		if req.Header.Get(k) == "" {
-			req.Header.Set(k, v)
-		}
-	}
-	if key != "" {
-		// A configured key replaces whatever credentials the client sent.
-		req.Header.Del("Authorization")
-		req.Header.Del("X-Api-Key")
-		req.Header.Del("X-Goog-Api-Key")
-		c.Wire().Credentials(req, key)
-	}
+	c.authorize(req, r)
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
@@ -282,34 +267,49 @@ func (c *Client) Fingerprint(credential string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// authorize sets the wire's default headers the request lacks, and a
+// configured key (r's, else the client's) in place of whatever
+// credentials the client sent.
+func (c *Client) authorize(req *http.Request, r Request) {
+	for k, v := range c.Wire().Headers {
+		if req.Header.Get(k) == "" {
+			req.Header.Set(k, v)
+		}
+	}
+	if key := cmp.Or(r.APIKey, c.APIKey); key != "" {
+		for _, h := range credentialHeaders {
+			req.Header.Del(h)
+		}
+		c.Wire().Credentials(req, key)
+	}
+}
+
 // FileCall is a wire.Call to this upstream's Files API with r's
-// credentials (only those: none of the client's other headers), sent once
-// — an upload that fails falls back to base64, which needs no retry.
+// credentials, sent once — an upload that fails falls back to base64,
+// which needs no retry. Only the credentials (and the wire's own headers,
+// Anthropic's version) are kept, since a call may be held to delete a
+// file later: not the client's other headers, nor its body.
 func (c *Client) FileCall(r Request) wire.Call {
-	// Only the credentials are kept (a call may be held to delete a file
-	// later): not the client's other headers, nor its body.
-	held := Request{APIKey: r.APIKey, Header: http.Header{}}
+	held := http.Header{}
 	for _, h := range credentialHeaders {
 		if vs := r.Header.Values(h); len(vs) > 0 {
-			held.Header[h] = slices.Clone(vs)
+			held[h] = slices.Clone(vs)
 		}
 	}
-	for _, h := range []string{"Anthropic-Version"} {
-		if v := r.Header.Get(h); v != "" {
-			held.Header.Set(h, v)
+	for k := range c.Wire().Headers {
+		if v := r.Header.Get(k); v != "" {
+			held.Set(k, v)
 		}
 	}
+	query := ""
 	if q, err := url.ParseQuery(r.Query); err == nil && q.Has("key") {
-		held.Query = url.Values{"key": {q.Get("key")}}.Encode()
+		query = "?" + url.Values{"key": {q.Get("key")}}.Encode() // Gemini's key in the query
 	}
-	r = held
+	auth := Request{APIKey: r.APIKey}
 	return func(ctx context.Context, f wire.FileRequest) (int, http.Header, []byte, error) {
-		u := f.URL
+		u := f.URL // an address the provider gave, with what it needs
 		if u == "" {
-			u = strings.TrimRight(c.BaseURL, "/") + f.Path
-			if q, err := url.ParseQuery(r.Query); err == nil && q.Has("key") && r.APIKey == "" && c.APIKey == "" {
-				u += "?" + url.Values{"key": {q.Get("key")}}.Encode() // Gemini's key in the query
-			}
+			u = strings.TrimRight(c.BaseURL, "/") + f.Path + query
 		}
 		var body io.Reader
 		if f.Body != nil {
@@ -319,26 +319,14 @@ func (c *Client) FileCall(r Request) wire.Call {
 		if err != nil {
 			return 0, nil, nil, err
 		}
-		for _, h := range credentialHeaders {
-			if vs := r.Header.Values(h); len(vs) > 0 {
-				req.Header[h] = vs
-			}
-		}
-		for k, v := range c.Wire().Headers {
-			req.Header.Set(k, cmp.Or(r.Header.Get(k), v))
-		}
+		req.Header = held.Clone()
 		for k, vs := range f.Header {
 			req.Header[http.CanonicalHeaderKey(k)] = vs
 		}
 		if f.ContentType != "" {
 			req.Header.Set("Content-Type", f.ContentType)
 		}
-		if key := cmp.Or(r.APIKey, c.APIKey); key != "" {
-			for _, h := range credentialHeaders {
-				req.Header.Del(h)
-			}
-			c.Wire().Credentials(req, key)
-		}
+		c.authorize(req, auth)
 		resp, err := c.httpClient().Do(req)
 		if err != nil {
 			return 0, nil, nil, fmt.Errorf("upstream files API: %w", err)
