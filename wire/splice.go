@@ -118,9 +118,9 @@ func (sp Span) Of(body []byte) []byte {
 // Agents re-send the whole history with a few messages appended: a scan
 // given the previous one's Resume takes over the leading messages whose
 // bytes are the same — compared with the previous request's own bytes,
-// which the Resume holds a copy of up to its last message, so nothing a
-// client sends can pass for what it did not send — and reads only the
-// rest. The result is exactly a full scan's: a test holds it to that.
+// which the Resume holds up to its last message, so nothing a client
+// sends can pass for what it did not send — and reads only the rest. The
+// result is exactly a full scan's: a test holds it to that.
 type Resume struct {
 	// Body is the previous request up to the end of its last message: its
 	// own memory, which whoever holds the Resume keeps unchanged.
