@@ -23,7 +23,7 @@ var allowed = map[string][]string{
 	"blob":                 {},
 	"reason":               {},
 	"mimetype":             {},
-	"chat":                 {"blob", "mimetype"},
+	"chat":                 {"blob", "mimetype", "reason"},
 	"imagestore":           {"blob"},
 	"imagestore/storetest": {"blob", "imagestore"},
 	"media":                {"blob", "mimetype", "reason"},

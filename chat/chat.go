@@ -11,6 +11,7 @@ import (
 
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/mimetype"
+	"github.com/imgctx/imgctx/reason"
 )
 
 // Role is who wrote a message.
@@ -231,8 +232,9 @@ func safeMIME(s string) string {
 }
 
 // String renders the marker as the text a model reads in place of the media.
-// An image's MIME type is left out: it tells the model nothing, and a
-// marker is read again on every later request (three tokens of nine).
+// An image's MIME type is left out, and so is a reason that removed what the
+// model has seen (reason.Code.Unseen): they tell the model nothing, and a
+// marker is read again on every later request.
 func (m Marker) String() string {
 	s := "[" + m.Of + " removed"
 	if m.MediaType != "" && m.Of != "image" {
@@ -241,7 +243,7 @@ func (m Marker) String() string {
 	if m.Caption != "" {
 		s += " — " + m.Caption
 	}
-	if m.Reason != "" {
+	if m.ShowsReason() {
 		s += " (" + m.Reason + ")"
 	}
 	if m.Handle != "" {
@@ -249,6 +251,10 @@ func (m Marker) String() string {
 	}
 	return s + "]"
 }
+
+// ShowsReason reports whether the marker's text names its reason: only a
+// reason the model was never shown the media for (reason.Code.Unseen).
+func (m Marker) ShowsReason() bool { return reason.Code(m.Reason).Unseen() }
 
 const recallPrefix, recallSuffix = " — recall with " + RecallTool + `("`, `")`
 

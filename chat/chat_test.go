@@ -143,17 +143,26 @@ func TestMarkerForSanitisesAndKeepsTheCaption(t *testing.T) {
 
 func TestMarkerText(t *testing.T) {
 	m := Marker{Of: "image", MediaType: "image/png", Caption: "login form", Reason: "budget"}
-	if got, want := m.String(), "[image removed — login form (budget)]"; got != want {
+	if got, want := m.String(), "[image removed — login form]"; got != want {
 		t.Fatalf("got %q; want %q", got, want)
 	}
 	m.Handle = "ik3q"
-	if got, want := m.String(), `[image removed — login form (budget) — recall with imgctx_recall("ik3q")]`; got != want {
+	if got, want := m.String(), `[image removed — login form — recall with imgctx_recall("ik3q")]`; got != want {
 		t.Fatalf("with a handle: got %q; want %q", got, want)
 	}
 	// A document's type says what kind of document left; an image's says
 	// nothing the model can use, and costs tokens on every later request.
 	doc := Marker{Of: "document", MediaType: "application/pdf", Reason: "budget"}
-	if got, want := doc.String(), "[document removed: application/pdf (budget)]"; got != want {
+	if got, want := doc.String(), "[document removed: application/pdf]"; got != want {
+		t.Fatalf("document: got %q; want %q", got, want)
+	}
+	// A reason the model was never shown the image for is told: it can say
+	// so to the user. One it was shown the image before is in the count, not
+	// in a text read again on every request.
+	if got, want := (Marker{Of: "image", Reason: "too_large"}).String(), "[image removed (too_large)]"; got != want {
+		t.Fatalf("unseen: got %q; want %q", got, want)
+	}
+	if got, want := (Marker{Of: "image", Reason: "priced"}).String(), "[image removed]"; got != want {
 		t.Fatalf("document: got %q; want %q", got, want)
 	}
 	if got, want := (Marker{Of: "image", MediaType: "image/png"}).String(), "[image removed]"; got != want {

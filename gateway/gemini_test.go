@@ -291,7 +291,7 @@ func TestGeminiCLISession(t *testing.T) {
 			g.user("And now?")
 			g.call(up, method, reply{})
 			last := g.sent[len(g.sent)-1]
-			if bytes.Count(last, []byte(`"inlineData"`)) != 1 || !bytes.Contains(last, []byte(`{"text":"[image removed (budget)]"}`)) {
+			if bytes.Count(last, []byte(`"inlineData"`)) != 1 || !bytes.Contains(last, []byte(`{"text":"[image removed]"}`)) {
 				t.Fatal("the next turn does not carry the ephemeral screenshot's marker")
 			}
 			for _, k := range up.keys {
@@ -321,7 +321,7 @@ func TestGeminiScreenshotBesideTheFunctionResponseIsTheTools(t *testing.T) {
 	g.call(up, "generateContent", reply{}) // the tool answered: the turn ends
 	g.user("Next page.")
 	g.call(up, "generateContent", reply{})
-	if last := g.sent[3]; bytes.Count(last, []byte(`"inlineData"`)) != 0 || !bytes.Contains(last, []byte(`(key_off)]"}`)) {
+	if last := g.sent[3]; bytes.Count(last, []byte(`"inlineData"`)) != 0 || !bytes.Contains(last, []byte(`{"text":"[image removed]"}`)) {
 		t.Fatalf("the screenshot outlived its turn: %d images in the next turn's request", bytes.Count(last, []byte(`"inlineData"`)))
 	}
 }

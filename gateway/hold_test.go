@@ -205,7 +205,7 @@ func TestProxyOpenAIScreenshotAfterAToolMessageIsTheTools(t *testing.T) {
 			}
 			up := g.up.received()
 			last := up[len(up)-1]
-			tools := !bytes.Contains(last, []byte(`image_url`)) && bytes.Contains(last, []byte(`key_off`))
+			tools := !bytes.Contains(last, []byte(`image_url`)) && bytes.Contains(last, []byte(`[image removed]`))
 			if tools != c.tools {
 				t.Fatalf("taken for the tool's: %v; want %v (keep off: a tool's image leaves at the next turn, a human's stays)", tools, c.tools)
 			}
@@ -293,7 +293,7 @@ func TestANewConversationKnowsTheEngineSees(t *testing.T) {
 		return g.sent[len(g.sent)-1]
 	}
 	rig, clock := holdRig(t, 200_000)
-	if last := compacted(rig, clock); !bytes.Contains(last, []byte("(unmeasured)]")) {
+	if last := compacted(rig, clock); !bytes.Contains(last, []byte("[image removed]")) || rig.counter("removed", "unmeasured") != 1 {
 		t.Fatalf("nothing measured yet on this model: the screenshot stayed; want it removed as unmeasured")
 	}
 	rig, clock = holdRig(t, 200_000)
@@ -305,7 +305,7 @@ func TestANewConversationKnowsTheEngineSees(t *testing.T) {
 	if rig.counter("kept", "*") == 0 {
 		t.Fatal("the first conversation measured no image")
 	}
-	if last := compacted(rig, clock); bytes.Contains(last, []byte("(unmeasured)]")) || bytes.Count(last, []byte(`"type":"image"`)) != 1 {
+	if last := compacted(rig, clock); bytes.Contains(last, []byte("[image removed]")) || bytes.Count(last, []byte(`"type":"image"`)) != 1 {
 		t.Fatalf("an image was measured on this model before: the new conversation's screenshot left as unmeasured")
 	}
 }

@@ -115,7 +115,7 @@ func TestProxySwitchChangesNothingInsideTheTurn(t *testing.T) {
 	if bytes.Count(on.sent[3], []byte(`"type":"image"`)) != 2 {
 		t.Fatal("switch on: the next turn lost its kept images")
 	}
-	if bytes.Count(off.sent[3], []byte(`"type":"image"`)) != 0 || bytes.Count(off.sent[3], []byte(`(key_off)]`)) != 2 {
+	if bytes.Count(off.sent[3], []byte(`"type":"image"`)) != 0 || bytes.Count(off.sent[3], []byte(`[image removed]`)) != 2 || off.rig.counter("removed", "key_off") != 2 {
 		t.Fatalf("switch off: the next turn still sends images: %d", bytes.Count(off.sent[3], []byte(`"type":"image"`)))
 	}
 }
@@ -139,7 +139,7 @@ func TestProxyEphemeralBecomesAMarkerNextTurn(t *testing.T) {
 	}
 	g.human("And now?")
 	g.send(reply{})
-	if bytes.Count(g.sent[3], []byte(`"type":"image"`)) != 1 || bytes.Count(g.sent[3], []byte(`[image removed (budget)]`)) != 1 {
+	if bytes.Count(g.sent[3], []byte(`"type":"image"`)) != 1 || bytes.Count(g.sent[3], []byte(`[image removed]`)) != 1 || g.rig.counter("removed", "budget") != 1 {
 		t.Fatalf("next turn: %s", g.sent[3][bytes.Index(g.sent[3], []byte(`"messages"`)):][:0])
 	}
 	if n := g.rig.counter("removed", "budget"); n != 1 {
@@ -169,8 +169,8 @@ func TestProxyOverflowReplaysOnlyADifferentBody(t *testing.T) {
 	before := g.rig.up.calls
 	g.rig.up.overflow = 1000 // the kept image alone is over
 	g.send(reply{})
-	if g.rig.up.calls-before != 2 || !bytes.Contains(g.sent[2], []byte(`(overflow)]`)) {
-		t.Fatalf("%d upstream attempts; the replay: %v", g.rig.up.calls-before, bytes.Contains(g.sent[2], []byte(`(overflow)]`)))
+	if g.rig.up.calls-before != 2 || !bytes.Contains(g.sent[2], []byte(`[image removed]`)) || g.rig.counter("removed", "overflow") != 1 {
+		t.Fatalf("%d upstream attempts; the replay: %v, %d removed (overflow)", g.rig.up.calls-before, bytes.Contains(g.sent[2], []byte(`[image removed]`)), g.rig.counter("removed", "overflow"))
 	}
 	g.rig.up.overflow = 10 // nothing imgctx could remove makes it fit
 	g.human("Again?")
@@ -194,7 +194,7 @@ func TestProxyCutCompletionIsNotMeasured(t *testing.T) {
 	}
 	g.human("Go on.")
 	g.send(reply{})
-	if !bytes.Contains(g.sent[2], []byte(`(unmeasured)]`)) {
+	if !bytes.Contains(g.sent[2], []byte(`[image removed]`)) || g.rig.counter("removed", "unmeasured") != 1 {
 		t.Fatal("the never-measured image did not leave at the next turn")
 	}
 }
@@ -260,7 +260,7 @@ func TestProxyRestartMidTurnSendsTheSameBodies(t *testing.T) {
 			t.Fatalf("request %d differs after the restart", i+1)
 		}
 	}
-	if !bytes.Contains(steady.sent[5], []byte("(budget)]")) {
+	if !bytes.Contains(steady.sent[5], []byte("[image removed]")) {
 		t.Fatal("the script should reach a turn with removals, or it proves little")
 	}
 }
@@ -375,7 +375,7 @@ func TestProxyImagesBeforeACompactionBlockAreNotSent(t *testing.T) {
 	}
 	g.send(reply{})
 	sent := g.sent[0]
-	if bytes.Contains(sent, []byte(data[:200])) || !bytes.Contains(sent, []byte(`(compaction)]`)) {
+	if bytes.Contains(sent, []byte(data[:200])) || !bytes.Contains(sent, []byte(`[image removed]`)) || g.rig.counter("removed", "compaction") == 0 {
 		t.Fatal("an image before the compaction block was sent")
 	}
 	if !bytes.Contains(sent, []byte(`{"type":"compaction","content":"The user showed a login form."}`)) {
@@ -438,7 +438,7 @@ func TestProxyCacheControlMovedOffTheOpeningKeepsOneConversation(t *testing.T) {
 	if n, cost := kept(g.decisions()); n != 1 || cost != 1334 {
 		t.Fatalf("%d kept at %d tokens; want the screenshot kept at its measured 1334", n, cost)
 	}
-	if bytes.Count(g.sent[2], []byte(`"type":"image"`)) != 1 || bytes.Contains(g.sent[2], []byte("(unmeasured)")) {
+	if bytes.Count(g.sent[2], []byte(`"type":"image"`)) != 1 || bytes.Contains(g.sent[2], []byte("[image removed")) {
 		t.Fatal("the next turn lost the screenshot")
 	}
 }

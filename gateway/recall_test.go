@@ -100,7 +100,7 @@ func TestRecallGivesARemovedImageBackOverMCP(t *testing.T) {
 	g.header["x-api-key"] = "key-a"
 	removeOne(g)
 	hs := handles(g.sent[3])
-	if len(hs) != 1 || !bytes.Contains(g.sent[3], []byte(`[image removed (budget) — recall with imgctx_recall(\"`+hs[0]+`\")]`)) {
+	if len(hs) != 1 || !bytes.Contains(g.sent[3], []byte(`[image removed — recall with imgctx_recall(\"`+hs[0]+`\")]`)) {
 		t.Fatalf("handles in the marker: %q", hs)
 	}
 	g.human("Once more.")
@@ -236,14 +236,14 @@ func TestRecallHandlesAreConversationScopedAndOffByDefault(t *testing.T) {
 	off := newAgent(t, rig, "Open the help page.")
 	off.header["X-Imgctx-Recall"] = "off"
 	removeOne(off)
-	if len(handles(off.sent[3])) != 0 || !bytes.Contains(off.sent[3], []byte(`[image removed (budget)]`)) {
+	if len(handles(off.sent[3])) != 0 || !bytes.Contains(off.sent[3], []byte(`[image removed]`)) {
 		t.Fatal("X-Imgctx-Recall: off still gave a handle")
 	}
 	rig.recall = false
 	rig.restart(t)
 	def := newAgent(t, rig, "Open the about page.")
 	removeOne(def)
-	if len(handles(def.sent[3])) != 0 || !bytes.Contains(def.sent[3], []byte(`[image removed (budget)]`)) {
+	if len(handles(def.sent[3])) != 0 || !bytes.Contains(def.sent[3], []byte(`[image removed]`)) {
 		t.Fatal("recall off by default still gave a handle")
 	}
 	on := newAgent(t, rig, "Open the news page.")

@@ -336,7 +336,7 @@ func TestResponsesCodexSession(t *testing.T) {
 			before := c.body()
 			c.post(rig.up, reply{})
 			last := c.sent[len(c.sent)-1]
-			marker := `{"type":"input_text","text":"[image removed (budget)]"}`
+			marker := `{"type":"input_text","text":"[image removed]"}`
 			if bytes.Count(last, []byte(`"type":"input_image"`)) != 1 || !bytes.Contains(last, []byte(marker)) {
 				t.Fatalf("next turn: %d images, marker %v", bytes.Count(last, []byte(`"type":"input_image"`)), bytes.Contains(last, []byte(marker)))
 			}

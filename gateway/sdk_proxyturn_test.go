@@ -65,7 +65,7 @@ func TestProxySeedWithTheAnthropicSDK(t *testing.T) {
 	// 200k window: both kept at the billed cost; the switch changes
 	// nothing in the turn, and takes both away at the next turn when off.
 	on, onSent := run(200_000, "on")
-	_, offSent := run(200_000, "off")
+	off, offSent := run(200_000, "off")
 	for i := range 3 {
 		if !bytes.Equal(onSent[i], offSent[i]) {
 			t.Fatalf("request %d of the turn differs with the switch on and off", i+1)
@@ -81,12 +81,12 @@ func TestProxySeedWithTheAnthropicSDK(t *testing.T) {
 	} else if n, cost := kept(p); n != 2 || cost != 2*1334 {
 		t.Fatalf("%d kept at %d tokens; want 2 at the billed 1334 each", n, cost)
 	}
-	if bytes.Count(offSent[3], []byte(`(key_off)]`)) != 2 {
+	if bytes.Count(offSent[3], []byte(`[image removed]`)) != 2 || off.counter("removed", "key_off") != 2 {
 		t.Fatal("switch off: the next turn still carries the tool images")
 	}
 	// 20k window, budget 2,000: the second is ephemeral, a marker next turn.
 	small, smallSent := run(20_000, "on")
-	if bytes.Count(smallSent[2], []byte(`"type":"image"`)) != 2 || bytes.Count(smallSent[3], []byte(`(budget)]`)) != 1 || small.counter("removed", "budget") != 1 {
+	if bytes.Count(smallSent[2], []byte(`"type":"image"`)) != 2 || bytes.Count(smallSent[3], []byte(`[image removed]`)) != 1 || small.counter("removed", "budget") != 1 {
 		t.Fatal("over the budget: the image was not sent through its turn, or not a counted marker at the next")
 	}
 }
@@ -132,8 +132,8 @@ func TestProxyReactiveNetAndCutWithTheAnthropicSDK(t *testing.T) {
 	if _, err := call(reply{tools: 1}); err != nil {
 		t.Fatalf("the replay without the kept image failed: %v", err)
 	}
-	if body, _ := rig.up.last(); rig.up.calls-before != 2 || !bytes.Contains(body, []byte("(overflow)]")) {
-		t.Fatalf("%d attempts; the replay has the overflow marker: %v", rig.up.calls-before, bytes.Contains(body, []byte("(overflow)]")))
+	if body, _ := rig.up.last(); rig.up.calls-before != 2 || !bytes.Contains(body, []byte("[image removed]")) || rig.counter("removed", "overflow") != 1 {
+		t.Fatalf("%d attempts; the replay has the overflow marker: %v", rig.up.calls-before, bytes.Contains(body, []byte("[image removed]")))
 	}
 	rig.up.overflow = 0
 	// A new screenshot, answered by a cut completion: not measured.
@@ -145,7 +145,7 @@ func TestProxyReactiveNetAndCutWithTheAnthropicSDK(t *testing.T) {
 	if _, err := call(reply{}); err != nil {
 		t.Fatal(err)
 	}
-	if body, _ := rig.up.last(); !bytes.Contains(body, []byte("(unmeasured)]")) || !bytes.Contains(body, []byte("(overflow)]")) {
+	if body, _ := rig.up.last(); bytes.Count(body, []byte("[image removed]")) != 2 || rig.counter("removed", "unmeasured") != 1 || rig.counter("removed", "overflow") != 1 {
 		t.Fatal("the next turn lacks the unmeasured marker, or the overflow removal moved")
 	}
 }

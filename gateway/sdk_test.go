@@ -139,8 +139,8 @@ func TestOpenAISDKPromptTooLongRetriedOnce(t *testing.T) {
 	if len(got) != 2 || res.Choices[0].Message.Content == "" {
 		t.Fatalf("%d upstream requests; want 2", len(got))
 	}
-	if countImages(got[1]) != 1 || !bytes.Contains(got[1], []byte("(overflow)]")) {
-		t.Fatalf("the replay: %d images, marker %v", countImages(got[1]), bytes.Contains(got[1], []byte("overflow")))
+	if countImages(got[1]) != 1 || !bytes.Contains(got[1], []byte("[image removed]")) {
+		t.Fatalf("the replay: %d images, marker %v", countImages(got[1]), bytes.Contains(got[1], []byte("[image removed]")))
 	}
 	if m := metric(t, g, "imgctx_overflow_retries_total"); !strings.Contains(m, `{outcome="ok",reason="overflow"} 1`) {
 		t.Fatalf("metrics:\n%s", m)
@@ -185,8 +185,9 @@ func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	// down to 18,000 the two oldest go.
 	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage(strings.Repeat("log line ", 68000/9)))
 	second := send(history)
-	if countImages(second) != 1 || bytes.Count(second, []byte("(window)]")) != 2 || !bytes.Contains(second, []byte(shots[2][40:200])) {
-		t.Fatalf("%d images, %d window markers; want the newest kept", countImages(second), bytes.Count(second, []byte("(window)]")))
+	if countImages(second) != 1 || bytes.Count(second, []byte("[image removed]")) != 2 || !bytes.Contains(second, []byte(shots[2][40:200])) ||
+		!strings.Contains(metric(t, g, "imgctx_images_total"), `{event="removed",reason="window"} 2`) {
+		t.Fatalf("%d images, %d markers; want the newest kept, two removed (window)", countImages(second), bytes.Count(second, []byte("[image removed]")))
 	}
 	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage("again"))
 	third := send(history)

@@ -229,10 +229,10 @@ func TestPatchTurnsKeepingOffAtTheNextTurn(t *testing.T) {
 	if !bytes.Contains(body, []byte(`"kind":"kept"`)) {
 		t.Fatalf("the open turn did not go on as it began: %s", body)
 	}
-	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"And now?"}]}`))
+	_, body = g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"And now?"}]}`))
 	got := g.up.received()
 	last := got[len(got)-1]
-	if countImages(last) != 0 || !bytes.Contains(last, []byte("(key_off)]")) {
+	if countImages(last) != 0 || !bytes.Contains(last, []byte("[image removed — screenshot {}]")) || !bytes.Contains(body, []byte(`"reason":"key_off"`)) {
 		t.Fatalf("the next turn still carries the kept image: %d images", countImages(last))
 	}
 	for _, bad := range []string{`{"keep_turn_images":"no"}`, `{"colour":"blue"}`, `{"model":""}`, `not json`} {

@@ -567,7 +567,7 @@ func TestCaptionFromTheConversation(t *testing.T) {
 	if got[0] != "The checkout page" || got[1] != `screenshot {"url":"https://example.com/login"}` || len([]rune(got[2])) != 80 || got[3] != "given" {
 		t.Fatalf("%q", got)
 	}
-	if m, _ := chat.MarkerFor(user.Parts[1], "budget"); m.String() != "[image removed — The checkout page (budget)]" {
+	if m, _ := chat.MarkerFor(user.Parts[1], "budget"); m.String() != "[image removed — The checkout page]" {
 		t.Fatalf("marker %q", m.String())
 	}
 }

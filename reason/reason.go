@@ -49,6 +49,19 @@ func (c Code) Valid() bool {
 	return false
 }
 
+// Unseen reports whether c keeps something from the model that it was
+// never shown: its marker says why, as the user would want the model to
+// tell them. The other codes remove what the model has seen; their markers
+// leave the code out, since a marker is read again on every later request
+// (two tokens of six) and the code is in the count, the log and the metric.
+func (c Code) Unseen() bool {
+	switch c {
+	case NoVision, Refused, Invalid, TooLarge, FetchFailed, Document:
+		return true
+	}
+	return false
+}
+
 // Error is a refusal that carries a reason code. Packages that refuse
 // untrusted input return it (or wrap it), so callers branch on the code with
 // errors.As and gateways map it to a status without string matching.

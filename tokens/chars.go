@@ -64,7 +64,7 @@ func markerChars(m chat.Marker) int {
 	if m.Caption != "" {
 		n += 3 + utf8.RuneCountInString(m.Caption)
 	}
-	if m.Reason != "" {
+	if m.ShowsReason() {
 		n += 3 + utf8.RuneCountInString(m.Reason)
 	}
 	return n + chat.RecallChars(m.Handle)

@@ -236,6 +236,7 @@ func TestCharsAccounting(t *testing.T) {
 		{"nested media in a tool result", chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c1", Name: "shot", Parts: []chat.Part{chat.Text{Text: "ok"}, img}}}}, 10, 16 + 2 + 4 + 2 + 40},
 		{"marker as rendered", chat.Message{Role: chat.User, Parts: []chat.Part{marker}}, 0, utf8.RuneCountInString(marker.String())},
 		{"marker with a recall handle as rendered", chat.Message{Role: chat.User, Parts: []chat.Part{recallable}}, 0, utf8.RuneCountInString(recallable.String())},
+		{"marker with its reason as rendered", chat.Message{Role: chat.User, Parts: []chat.Part{chat.Marker{Of: "document", MediaType: "application/pdf", Reason: "too_large"}}}, 0, len("[document removed: application/pdf (too_large)]")},
 		{"summary", chat.Message{Role: chat.User, Parts: []chat.Part{chat.Summary{Text: "abc"}}}, 0, 3},
 	}
 	for _, c := range cases {
