@@ -125,6 +125,15 @@ func sameDecisions(a, b session.Proxied) bool {
 		slices.Equal(x.Relays, y.Relays) && slices.Equal(x.Pending, y.Pending)
 }
 
+// Close lets go of the request bodies the engine holds to resume
+// conversations from: each is the gateway's pooled buffer, which the
+// gateway waits to reuse. The engine still serves; a conversation's next
+// request is then read whole.
+func (e *Engine) Close() {
+	e.once.Do(e.init)
+	e.spans.forgetResumes()
+}
+
 // FlushProxied writes what proxied conversations changed and did not write
 // yet (their measurement bases and activity times). The gateway calls it
 // every second and at shutdown.

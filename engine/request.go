@@ -382,15 +382,6 @@ func (e *Engine) ImageSource(ctx context.Context, tenant string) func(chat.Image
 	}
 }
 
-// PrimeBase64 offers the cache an encoding the caller already holds (the
-// base64 text an image arrived in), so it is not encoded again. b64 must be
-// exactly the standard encoding of the stored bytes — media.DecodeBase64Bytes
-// says when a text is — since it goes upstream as it is.
-func (e *Engine) PrimeBase64(ref blob.Ref, b64 string) {
-	e.once.Do(e.init)
-	e.b64.put(ref, b64)
-}
-
 // base64Cache is an LRU of encodings bounded by their total size. Refs are
 // content addresses, so an entry never goes stale; callers only reach refs
 // their tenant was allowed at ingestion.

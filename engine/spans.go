@@ -24,7 +24,8 @@ type spanCache struct {
 	mu      sync.Mutex
 	spans   map[spanKey]seenSpan
 	resumes map[resumeKey]resumed
-	held    int // bytes the resumes hold
+	held    int    // bytes the resumes hold
+	kept    uint64 // resumes kept so far
 }
 
 func newSpanCache() *spanCache {
@@ -37,7 +38,6 @@ type checked struct {
 	in        media.Info
 	canonical bool   // the text is the standard encoding: it can go upstream as it came
 	data      []byte // the decoded bytes to store; nil when stored already
-	text      []byte // the base64 text, escapes undone (primes the encoding cache)
 	key       *spanKey
 }
 
@@ -75,7 +75,7 @@ func (e *Engine) liftBase64(ctx context.Context, tenant string, b64 []byte, decl
 	if err != nil {
 		return checked{}, err
 	}
-	return checked{in: in, canonical: canonical, data: data, text: text, key: key}, nil
+	return checked{in: in, canonical: canonical, data: data, key: key}, nil
 }
 
 // commit stores what a request checked, once all of it was accepted, and
@@ -90,9 +90,6 @@ func (e *Engine) commit(ctx context.Context, tenant string, l checked) (bool, er
 	}
 	if l.key == nil {
 		return true, nil // a URL's image: no span to remember
-	}
-	if l.canonical {
-		e.PrimeBase64(l.in.Ref, string(l.text))
 	}
 	e.spans.remember(*l.key, seenSpan{ref: l.in.Ref, canonical: l.canonical, info: l.in, touched: time.Now()})
 	return true, nil
@@ -198,6 +195,7 @@ func (c *spanCache) hashAhead(tenant string, body []byte) (func(wire.Slot), func
 type resumed struct {
 	res  *wire.Resume
 	held *heldBody // the request memory res.Body is in
+	kept uint64    // when it was kept, in keepResume calls: the oldest goes first
 	keys []*spanKey
 	// The conversation key, the identity it was made with and the opening
 	// messages its fingerprint read: a request that takes those over byte
@@ -233,8 +231,9 @@ func (c *spanCache) resumeKeyOf(tenant, wireName string, h http.Header, body []b
 
 // maxResumes and maxResumeBytes bound the conversations remembered and
 // the request bytes they hold (each its last request's, up to the end of
-// its messages, to compare the next one with); past either the engine
-// starts over, and the next request of each is read whole.
+// its messages, to compare the next one with); past either the
+// conversations least recently sent are forgotten, and the next request
+// of each is read whole.
 const (
 	maxResumes     = 256
 	maxResumeBytes = 128 << 20
@@ -274,6 +273,30 @@ func (h *heldBody) free() {
 	}
 }
 
+// forgetResumes lets go of every conversation's held request.
+func (c *spanCache) forgetResumes() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.resumes {
+		c.drop(r)
+	}
+	clear(c.resumes)
+}
+
+// dropOldest forgets the resume kept longest ago. A scan of the few
+// hundred held is cheaper than keeping them in order on every request.
+func (c *spanCache) dropOldest() {
+	var oldest resumeKey
+	first := true
+	for k, r := range c.resumes {
+		if first || r.kept < c.resumes[oldest].kept {
+			oldest, first = k, false
+		}
+	}
+	c.drop(c.resumes[oldest])
+	delete(c.resumes, oldest)
+}
+
 // drop forgets a resume the cache held.
 func (c *spanCache) drop(r resumed) {
 	r.held.drop()
@@ -299,12 +322,11 @@ func (c *spanCache) keepResume(k resumeKey, r resumed) {
 		r.held.drop() // a request this large is read whole each time
 		return
 	}
-	if len(c.resumes) >= maxResumes || c.held+r.res.Bytes() > maxResumeBytes {
-		for _, old := range c.resumes {
-			c.drop(old)
-		}
-		clear(c.resumes)
+	for len(c.resumes) > 0 && (len(c.resumes) >= maxResumes || c.held+r.res.Bytes() > maxResumeBytes) {
+		c.dropOldest()
 	}
+	c.kept++
+	r.kept = c.kept
 	c.resumes[k] = r
 	c.held += r.res.Bytes()
 }

@@ -75,9 +75,12 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	}
 }
 
-// The base64 a client sent is what the upstream gets for its ref: it primes
-// the encoding cache instead of being encoded again from the stored bytes.
-func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
+// The encoding cache holds what was expanded, not every image a client
+// sent inline: a drop-in client's own bytes go upstream as they came, and
+// holding a copy of each (as the cache once did) kept hundreds of
+// megabytes no request read. The first expansion encodes the stored
+// bytes; the next is answered from the cache.
+func TestTheEncodingCacheHoldsOnlyWhatWasExpanded(t *testing.T) {
 	e, images := spanEngine(t)
 	_, b64, _ := strings.Cut(screenshot(64, 48, 2), ",")
 	l, err := e.liftBase64(t.Context(), "default", []byte(b64), "image/png", nil)
@@ -87,10 +90,16 @@ func TestLiftedSpanPrimesTheEncoding(t *testing.T) {
 	if err != nil || !l.canonical {
 		t.Fatalf("canonical %v, err %v", l.canonical, err)
 	}
-	images.Delete(t.Context(), "default", l.in.Ref) // only the primed encoding can answer now
+	if _, held := e.b64.get(l.in.Ref); held || e.b64.size != 0 {
+		t.Fatalf("a lifted span filled the encoding cache (%d bytes)", e.b64.size)
+	}
 	got, err := e.Base64(t.Context(), "default", l.in.Ref)
 	if err != nil || got != b64 {
-		t.Fatalf("the checked span did not prime the encoding: %v", err)
+		t.Fatalf("the stored bytes expand to another text: %v", err)
+	}
+	images.Delete(t.Context(), "default", l.in.Ref) // only the cache can answer now
+	if got, err := e.Base64(t.Context(), "default", l.in.Ref); err != nil || got != b64 {
+		t.Fatalf("the second expansion was not answered from the cache: %v", err)
 	}
 }
 
@@ -149,10 +158,49 @@ func TestAResumeHoldsItsBodyWhileAScanReadsIt(t *testing.T) {
 	if c.held != len("second") {
 		t.Fatalf("held %d bytes, want %d", c.held, len("second"))
 	}
-	// Over the bound everything goes, and a body too large is never held.
+	// A body too large is never held.
 	c.keepResume(resumeKey{tenant: "b"}, resumed{res: &wire.Resume{Body: make([]byte, maxResumeBytes/2+1)}, held: &heldBody{release: func() { released += 100 }}})
 	if released != 101 || c.held != len("second") {
 		t.Fatalf("a body over half the bound: released %d, held %d", released, c.held)
+	}
+}
+
+// Past either bound the conversations least recently sent are forgotten,
+// one at a time, and the others keep their resumes (a full cache used to
+// forget them all, and every conversation was then read whole again).
+func TestResumesPastTheBoundForgetTheOldest(t *testing.T) {
+	c := newSpanCache()
+	let := map[uint64]bool{}
+	keep := func(h uint64, n int) {
+		c.keepResume(resumeKey{tenant: "a", h: h}, resumed{res: &wire.Resume{Body: make([]byte, n)}, held: &heldBody{release: func() { let[h] = true }}})
+	}
+	for h := range uint64(maxResumes) {
+		keep(h, 10)
+	}
+	keep(0, 10) // conversation 0 sends again: now 1 is the oldest
+	keep(maxResumes, 10)
+	if len(c.resumes) != maxResumes || !let[1] || len(let) != 2 || !let[0] {
+		t.Fatalf("after one past the count: %d held, let go %v; want %d held, 1 (and 0's replaced body) let go", len(c.resumes), let, maxResumes)
+	}
+	if _, ok := c.resumes[resumeKey{tenant: "a", h: 0}]; !ok {
+		t.Fatal("the conversation sent again was forgotten")
+	}
+	// Two bodies of 40% of the bytes bound: the second pushes out enough
+	// of the oldest, and only them, to fit.
+	c = newSpanCache()
+	clear(let)
+	keep(999, 10)
+	keep(1000, maxResumeBytes*2/5)
+	keep(1001, maxResumeBytes*2/5)
+	if _, ok := c.resumes[resumeKey{tenant: "a", h: 1000}]; !ok || c.held > maxResumeBytes || len(let) != 0 {
+		t.Fatalf("two bodies within the bound: held %d bytes, let go %v", c.held, let)
+	}
+	keep(1002, maxResumeBytes*2/5)
+	if _, ok := c.resumes[resumeKey{tenant: "a", h: 1000}]; ok || c.held > maxResumeBytes || !let[1000] || !let[999] {
+		t.Fatalf("a third body: held %d bytes (bound %d), let go %v; want 999 and 1000 forgotten", c.held, maxResumeBytes, let)
+	}
+	if _, ok := c.resumes[resumeKey{tenant: "a", h: 1001}]; !ok {
+		t.Fatal("the newer large body was forgotten too")
 	}
 }
 

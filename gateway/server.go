@@ -131,12 +131,15 @@ type Server struct {
 	tracer   trace.Tracer
 }
 
-// Close writes the request log's last lines and stops its writer; the
-// routes still serve.
+// Close writes the request log's last lines and stops its writer, and
+// lets go of the request bodies the engine held to resume conversations
+// (nothing then waits to put them back in the pool); the routes still
+// serve.
 func (s *Server) Close() {
 	if s.reqlog != nil {
 		s.reqlog.Close()
 	}
+	s.engine.Close()
 }
 
 // Drain makes /readyz answer 503 (draining) from now on, while every route

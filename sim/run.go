@@ -340,7 +340,12 @@ func (r *runner) run(ctx context.Context) (*PolicyReport, error) {
 					}
 				}
 			}}
-		r.gw = gateway.New(gateway.Config{ProxyKeepOff: r.peer.KeepOff || r.cfg.KeepOff, Recall: r.peer.Recall}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Handler()
+		srv := gateway.New(gateway.Config{ProxyKeepOff: r.peer.KeepOff || r.cfg.KeepOff, Recall: r.peer.Recall}, e, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+		// Its request log's writer would otherwise keep the whole run —
+		// store, engine, held request bodies — alive after it: a matrix of
+		// runs in one process grew past 20 GB.
+		defer srv.Close()
+		r.gw = srv.Handler()
 	}
 	var steps []stepInfo
 	var err error

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -67,6 +68,26 @@ func TestAnEngineSettingChangesTheImgctxRow(t *testing.T) {
 	tight := row(run(t, w, sonnet(t), engine.Config{Keep: policy.KeepConfig{BudgetFraction: 0.01}}, "imgctx"), "imgctx")
 	if tight.ImagesMean >= perTurn.ImagesMean || tight.Removed["budget"] <= perTurn.Removed["budget"] {
 		t.Fatalf("a 1%% budget shows %.1f images (%d removed); the 10%% default %.1f (%d)", tight.ImagesMean, tight.Removed["budget"], perTurn.ImagesMean, perTurn.Removed["budget"])
+	}
+}
+
+// A run leaves nothing running behind it: its gateway's request-log
+// writer, left going, kept the whole run — store, engine, held request
+// bodies — alive, and a matrix of runs in one process passed 20 GB.
+func TestARunLeavesNoGoroutineBehind(t *testing.T) {
+	w, err := Build("computer-use", small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	run(t, w, sonnet(t), engine.Config{}, "imgctx", "naive")
+	after := runtime.NumGoroutine()
+	for deadline := time.Now().Add(5 * time.Second); after > before && time.Now().Before(deadline); after = runtime.NumGoroutine() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines before the run, %d after:\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
 }
 

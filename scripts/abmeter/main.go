@@ -12,6 +12,7 @@
 //	go run ./scripts/abmeter -scaleout       # SQLite + directory vs PostgreSQL + S3, one and two replicas
 //	go run ./scripts/abmeter -growth -n 100  # the growth table: 50 to 3,200 messages, 0 to 100 screenshots
 //	go run ./scripts/abmeter -rss 16 -load 20s  # peak RSS under 16 clients sending the agent body
+//	go run ./scripts/abmeter -soak 10m -rss 16  # RSS over ten minutes of growing conversations; exit 1 if imgctx's grows
 //
 // The ReverseProxy keeps 64 idle connections to the upstream (-rp-idle),
 // as a production one would; Go's default of 2 made it look slower.
@@ -28,6 +29,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -61,6 +63,7 @@ func main() {
 	scale := flag.Bool("scaleout", false, "measure the storage set-ups instead: SQLite + directory, PostgreSQL + S3 with one and two replicas (needs scripts/testservices)")
 	grow := flag.Bool("growth", false, "measure the growth table instead: histories of 50 to 3,200 messages and 0 to 100 screenshots, growing")
 	rss := flag.Int("rss", 0, "measure each proxy's peak RSS instead, under this many clients sending the agent body (for -load)")
+	soakFor := flag.Duration("soak", 0, "soak instead: -rss clients (16 if unset) a proxy in growing conversations for this long, RSS sampled; exit 1 if imgctx's grows")
 	idle := flag.Int("rp-idle", 64, "internal: the ReverseProxy's idle connections to the upstream")
 	flag.Parse()
 	switch *role {
@@ -83,6 +86,11 @@ func main() {
 			return
 		case *grow:
 			growth(*n)
+			return
+		case *soakFor > 0:
+			if soak(cmp.Or(*rss, 16), *soakFor) {
+				os.Exit(1)
+			}
 			return
 		case *rss > 0:
 			memory(*rss, *load)
