@@ -287,10 +287,10 @@ func (c *spanCache) forgetResumes() {
 // hundred held is cheaper than keeping them in order on every request.
 func (c *spanCache) dropOldest() {
 	var oldest resumeKey
-	first := true
+	at := ^uint64(0)
 	for k, r := range c.resumes {
-		if first || r.kept < c.resumes[oldest].kept {
-			oldest, first = k, false
+		if r.kept < at {
+			oldest, at = k, r.kept
 		}
 	}
 	c.drop(c.resumes[oldest])
