@@ -47,7 +47,7 @@ var knownLosses = map[string]string{
 	"doc-review/gemini-2.5-flash/newest-3/1": "removes the user's own images",
 	// Each turn's images dropped at the next (7.0 for $0.308); sight 0
 	// shows 8.2 for $0.317, 2.9% more.
-	"mixed/gemini-2.5-flash/ephemeral": "2.9% cheaper with fewer images than the cheapest position",
+	"mixed/gemini-2.5-flash/ephemeral": "3.1% cheaper with fewer images than the cheapest position",
 	// On gpt-4o every policy lies near one line of cost against images,
 	// and these loops lie on it where imgctx's positions near their
 	// images lie 1–3% above: most of it imgctx's markers (4 tokens each,
