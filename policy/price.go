@@ -118,7 +118,8 @@ type Priced struct {
 	Costs Costs
 	Warm  bool // the provider still caches the conversation's prefix
 	// Until is the message the human's current turn starts at: kept
-	// images before it may leave, the current turn's stay.
+	// images before it may leave; the current turn's stay, but on an
+	// automatic cache its older ones (Priced.until).
 	Until int
 	// Limit is the provider's image limit (0: none): past it a batch is
 	// forced, so images are carried over a cold start only as far as the
@@ -137,7 +138,32 @@ type held struct {
 	first int   // the message of the oldest
 }
 
-func (p Priced) held(msgs []chat.Message) held { return keptBefore(msgs, p.Until) }
+func (p Priced) held(msgs []chat.Message) held { return keptBefore(msgs, p.until(msgs)) }
+
+// turnKeep is how many of a request's newest images price never removes
+// where it may reach into the current turn: the screens the agent acts on
+// (the provider's own computer-use loop keeps three).
+const turnKeep = 3
+
+// until is where the images price may remove end. On an explicit cache a
+// break rewrites from a breakpoint before the edit, often the
+// conversation's start, so the current turn's images stay and batches run
+// at turns' starts. On an automatic prefix cache a break rewrites only
+// from the first image removed, a break within a long turn costs no more
+// than one at its start, and the turn's older images may leave too: all
+// but the newest turnKeep.
+func (p Priced) until(msgs []chat.Message) int {
+	if p.Costs.Whole {
+		return p.Until
+	}
+	n := 0
+	for i := len(msgs) - 1; i > p.Until; i-- {
+		if n += countImages(msgs[i : i+1]); n >= turnKeep {
+			return i
+		}
+	}
+	return p.Until
+}
 
 // keptBefore is the kept images of the messages before until.
 func keptBefore(msgs []chat.Message, until int) held {
@@ -246,7 +272,7 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 	} else if leave = len(h.costs) - p.carried(msgs, h, l); leave == 0 {
 		return msgs, nil, l
 	}
-	out, removed := evictOldest(msgs, p.Until, leave, reason.Priced)
+	out, removed := evictOldest(msgs, p.until(msgs), leave, reason.Priced)
 	l.Owed = 0
 	return out, removed, l
 }

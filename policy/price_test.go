@@ -207,7 +207,8 @@ func TestCostsOfProfiles(t *testing.T) {
 // passed in is never modified; a request removes the oldest kept images of
 // earlier turns (every one of them at a sight of 1 or less, or while warm
 // on an explicit cache), each counted with reason priced and its cost; the
-// current turn's images always stay; the ledger is never negative.
+// current turn's images stay (on an automatic cache its newest three); the
+// ledger is never negative.
 func TestPricedInvariants(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		msgs, until := history(rapid.IntRange(1, 5).Draw(t, "turns"), rapid.IntRange(0, 6).Draw(t, "shots"),
@@ -218,22 +219,26 @@ func TestPricedInvariants(t *testing.T) {
 		for i := range rapid.IntRange(1, 40).Draw(t, "requests") {
 			p := Priced{Sight: rapid.Float64Range(0, 3).Draw(t, "sight"), Costs: costs, Warm: rapid.Bool().Draw(t, fmt.Sprint("warm", i)), Until: until,
 				Limit: rapid.SampledFrom([]int{0, 20, 100}).Draw(t, "limit")}
+			reach := until // the current turn's images stay
+			if !costs.Whole {
+				reach = max(until, len(msgs)-2*turnKeep+1) // but its newest three (a screenshot every two messages)
+			}
 			out, removed, next := p.Decide(msgs, l)
 			if kept(msgs, 0, len(msgs)) != before {
 				t.Fatal("the history passed in was modified")
 			}
 			all := p.Sight <= 1 || (p.Warm && costs.Whole)
-			if n := len(removed); n != 0 && all && n != kept(msgs, 0, until) {
-				t.Fatalf("removed %d of %d earlier-turn images: want none or all", n, kept(msgs, 0, until))
+			if n := len(removed); n != 0 && all && n != kept(msgs, 0, reach) {
+				t.Fatalf("removed %d of %d removable images: want none or all", n, kept(msgs, 0, reach))
 			}
-			if n := len(removed); n > 0 && kept(out, 0, until) > 0 && lastMessage(removed) > firstKept(out) {
+			if n := len(removed); n > 0 && kept(out, 0, reach) > 0 && lastMessage(removed) > firstKept(out) {
 				t.Fatal("a newer image left before an older one")
 			}
-			if kept(out, until, len(out)) != kept(msgs, until, len(msgs)) {
+			if kept(out, reach, len(out)) != kept(msgs, reach, len(msgs)) {
 				t.Fatal("an image of the current turn was removed")
 			}
 			for _, r := range removed {
-				if r.Reason != reason.Priced || r.Cost <= 0 || r.Message >= until {
+				if r.Reason != reason.Priced || r.Cost <= 0 || r.Message >= reach {
 					t.Fatalf("removal %+v", r)
 				}
 			}
@@ -269,6 +274,41 @@ func firstKept(msgs []chat.Message) int {
 
 // removedOldest checks that removals took the oldest kept images of msgs
 // before until, in order, and returns how many stayed there.
+// In a long turn on an automatic cache, where a break rewrites only from
+// the first image removed, the turn's older screenshots leave by price too
+// — in one batch with the earlier turns', all but the newest three —; on
+// an explicit cache, where a break rewrites from a breakpoint before the
+// turn, the current turn's images all stay.
+func TestALongTurnLeavesItsNewestOnAnAutomaticCache(t *testing.T) {
+	msgs, until := history(2, 15, 765, 400) // 15 screenshots of an earlier turn, 15 in the current one
+	for _, c := range []struct {
+		costs Costs
+		stay  int // of the current turn's 15
+	}{{gpt, turnKeep}, {claude, 15}} {
+		p := Priced{Sight: 0, Costs: c.costs, Warm: true, Until: until}
+		l := Ledger{Run: 1}
+		var out []chat.Message
+		var removed []Removal
+		for range 500 {
+			if out, removed, l = p.Decide(msgs, l); len(removed) > 0 {
+				break
+			}
+		}
+		if got := kept(out, until, len(out)); got != c.stay {
+			t.Fatalf("%+v: %d of the current turn's screenshots stayed; want %d", c.costs, got, c.stay)
+		}
+		if got := kept(out, 0, until); got != 0 {
+			t.Fatalf("%+v: %d of the earlier turn's stayed; want none", c.costs, got)
+		}
+		if want := 30 - c.stay; len(removed) != want {
+			t.Fatalf("%+v: %d removed in the batch; want %d", c.costs, len(removed), want)
+		}
+		if got := kept(out, len(out)-2*turnKeep+1, len(out)); got != turnKeep {
+			t.Fatalf("%+v: the newest %d screenshots did not all stay (%d)", c.costs, turnKeep, got)
+		}
+	}
+}
+
 func removedOldest(t *testing.T, msgs []chat.Message, until int, removed []Removal) int {
 	t.Helper()
 	var at []int
