@@ -669,6 +669,50 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	return msgs, verbatim, found, nil
 }
 
+// foldRelays returns the edits that write the markers of a message
+// relaying a tool's images into the tool message before it
+// (wire.Dialect.FoldRelay), and the messages they leave out: a user
+// message right after one tool message — after several, which tool each
+// marker stands for would be lost —, every part of it a marker.
+func foldRelays(d *wire.Dialect, sp *wire.Spliced, out []chat.Message) ([]wire.Edit, map[int]bool) {
+	if d.FoldRelay == nil {
+		return nil, nil
+	}
+	var edits []wire.Edit
+	var gone map[int]bool
+	last := -1
+	for _, slot := range sp.Slots {
+		i := slot.Pos.Msg
+		if i == last || slot.Pos.Nested >= 0 {
+			continue
+		}
+		last = i
+		if i < 1 || i >= len(sp.Marks) || out[i].Role != chat.User || out[i-1].Role != chat.Tool || i >= 2 && out[i-2].Role == chat.Tool {
+			continue
+		}
+		texts := make([]string, 0, len(out[i].Parts))
+		for _, p := range out[i].Parts {
+			m, ok := p.(chat.Marker)
+			if !ok {
+				texts = nil
+				break
+			}
+			texts = append(texts, m.String())
+		}
+		if len(texts) == 0 {
+			continue
+		}
+		if e := d.FoldRelay(sp.Body, sp.Marks[i-1], sp.Marks[i], strings.Join(texts, " ")); e != nil {
+			edits = append(edits, e...)
+			if gone == nil {
+				gone = map[int]bool{}
+			}
+			gone[i] = true
+		}
+	}
+	return edits, gone
+}
+
 // readSlot reads one slot: inline base64, or a ref or URL resolved (refs
 // tenant-checked, URLs through the SSRF guard).
 func (e *Engine) readSlot(ctx context.Context, tenant string, body []byte, slot wire.Slot, key *spanKey) (checked, error) {
@@ -713,7 +757,12 @@ func (e *Engine) splice(ctx context.Context, tenant string, d *wire.Dialect, sp 
 		}
 		files.prepare(ctx, imgs)
 	}
+	folded, gone := foldRelays(d, sp, out)
+	edits = append(edits, folded...)
 	for i, slot := range sp.Slots {
+		if gone[slot.Pos.Msg] {
+			continue
+		}
 		before, after := wire.At(in, slot.Pos), wire.At(out, slot.Pos)
 		switch p := after.(type) {
 		case chat.Image:

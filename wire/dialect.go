@@ -31,6 +31,14 @@ type Dialect struct {
 	// Files, when set, is the provider's Files API for the wire's images
 	// (upstreams[].file_ids).
 	Files *Files
+	// FoldRelay, when set, writes text at the end of the tool message whose
+	// span is tool and leaves out the message after it, relay: a wire whose
+	// tool messages hold text only has clients relay a tool's images in a
+	// user message of their own, and once every image there is a marker,
+	// that message would cost its framing on every later request (more
+	// than the marker). nil: the tool message's content is not one it can
+	// add to.
+	FoldRelay func(body []byte, tool, relay Mark, text string) []Edit
 	// Upstream names the format of the upstreams that serve the wire's
 	// drop-in route (an OpenAI upstream serves the Responses API).
 	Upstream string

@@ -7,6 +7,7 @@ import (
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/jsonspan"
 )
 
 // Dialect is OpenAI Chat Completions (/v1/chat/completions).
@@ -15,6 +16,7 @@ var Dialect = &wire.Dialect{
 	WriteSource: func(w *wire.BodyWriter, mediaType, b64 string) { wire.WriteDataURL(w, mediaType, b64) },
 	WriteText:   func(w *wire.BodyWriter, text string, _ []byte) { WriteText(w, text) },
 	Upstream:    Wire, AskUsage: includeUsage, Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
+	FoldRelay: foldRelay,
 	ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete, Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
 }
 
@@ -158,4 +160,39 @@ func usageOnly(data []byte) bool {
 		return false
 	}
 	return c.Choices != nil && len(*c.Choices) == 0 && len(c.Usage) > 0 && c.Usage[0] == '{'
+}
+
+// foldRelay adds text to the end of a tool message's content — a string,
+// an array of parts or null — and leaves out the relay message after it.
+func foldRelay(body []byte, tool, relay wire.Mark, text string) []wire.Edit {
+	var content wire.Span
+	_, err := jsonspan.Object(body, tool.Start, func(k []byte, vs int) (int, error) {
+		ve, err := jsonspan.End(body, vs)
+		if string(k) == "content" {
+			content = wire.Span{Start: vs, End: ve}
+		}
+		return ve, err
+	})
+	if err != nil || content.End <= content.Start {
+		return nil
+	}
+	var add wire.Edit
+	switch v := content.Of(body); {
+	case string(v) == "null" || string(v) == `""`:
+		add = wire.Edit{Start: content.Start, End: content.End, Write: func(w *wire.BodyWriter) { w.Write(mustJSON(text)) }}
+	case v[0] == '"':
+		q := mustJSON(" " + text) // inside the string, after a space: without its quotes
+		add = wire.Edit{Start: content.End - 1, End: content.End - 1, Write: func(w *wire.BodyWriter) { w.Write(q[1 : len(q)-1]) }}
+	case v[0] == '[':
+		empty := jsonspan.Skip(v, 1) == len(v)-1
+		add = wire.Edit{Start: content.End - 1, End: content.End - 1, Write: func(w *wire.BodyWriter) {
+			if !empty {
+				w.WriteByte(',')
+			}
+			WriteText(w, text)
+		}}
+	default:
+		return nil
+	}
+	return []wire.Edit{add, {Start: tool.End, End: relay.End, Write: func(*wire.BodyWriter) {}}}
 }
