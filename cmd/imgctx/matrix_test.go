@@ -21,10 +21,12 @@ var matrixOnly = flag.String("matrix-models", "", "with -matrix: only these mode
 // matrixModels and matrixSights: the providers of every cache kind
 // (explicit breakpoints at two prices, automatic prefixes with and without
 // a steep read discount) and the positions of the dial the goals are
-// checked against.
+// checked against: denser where the images a request move fastest with
+// the dial (below 1 they grow about as 1 / (1 − sight); a peer between two
+// positions is matched by one in between).
 var (
 	matrixModels = []string{"claude-sonnet-4-6", "claude-haiku-4-5", "gpt-4o", "gemini-2.5-flash"}
-	matrixSights = "0,0.5,0.6,0.7,0.8,0.85,0.9,0.95,0.98,1.1,1.2,1.3,1.5,2,3,5,10,30,100,1000,100000"
+	matrixSights = "0,0.5,0.6,0.65,0.7,0.75,0.8,0.85,0.87,0.9,0.92,0.95,0.98,1.05,1.1,1.15,1.2,1.3,1.4,1.5,1.6,1.75,2,3,5,10,30,100,1000,100000"
 )
 
 // knownLosses are the peers no position of the dial matches — shows as
@@ -48,26 +50,24 @@ var knownLosses = map[string]string{
 	// Each turn's images dropped at the next (7.0 for $0.308); sight 0
 	// shows 8.2 for $0.317, 2.9% more.
 	"mixed/gemini-2.5-flash/ephemeral": "3.1% cheaper with fewer images than the cheapest position",
-	// On gpt-4o every policy lies near one line of cost against images,
-	// and these loops lie on it where imgctx's positions near their
-	// images lie 1–3% above: most of it imgctx's markers (4 tokens each,
-	// read on every later request at half the input price: about $0.16 of
-	// computer-use's $9.42 at chunked's 7.5 images), which these loops do
-	// without. OSWorld's 18.8 falls in a jump of the dial (17.6 images at
-	// 1.5, 27.2 at 2; 1.55 shows 18.7 for 2.5% more than its $13.75).
-	"computer-use/gpt-4o/chunked-3/10":         markers,
-	"computer-use/gpt-4o/osworld-10/20":        markers,
-	"computer-use-steady/gpt-4o/ref-loop":      markers,
-	"computer-use-steady/gpt-4o/chunked-3/10":  markers,
-	"computer-use-steady/gpt-4o/osworld-10/20": markers,
-	// The current turn's screenshots (15 on browser) always stay, so no
-	// position shows fewer than 7.5 a request: 8% and 17% more than these.
-	"browser/gpt-4o/newest-3/1":    turnStays,
-	"browser/gpt-4o/ref-loop":      turnStays,
-	"browser/gpt-4o/chunked-3/10":  markers,
-	"browser/gpt-4o/osworld-10/20": markers,
-	"mixed/gpt-4o/newest-3/1":      markers,
-	"mixed/gpt-4o/osworld-10/20":   markers,
+	// On gpt-4o every policy lies near one line of cost against images, and
+	// the dial moves along it in steps: the nearest positions show a few
+	// images fewer for the same, or the peer's images for 1.3–4% more. What
+	// is left of the markers is four tokens a removed image (a relay's
+	// framing is folded away); these loops leave nothing.
+	"computer-use/gpt-4o/chunked-3/10":         steps, // 1.1: 7.0 for $9.42 (its $9.42, 7.5); 1.15: 8.9 for 8% more
+	"computer-use/gpt-4o/osworld-10/20":        steps, // 1.5: 17.6 for $13.53 (its $13.75, 18.8); 1.6: 19.6 for 4% more
+	"computer-use-steady/gpt-4o/chunked-3/10":  steps,
+	"computer-use-steady/gpt-4o/osworld-10/20": steps,
+	"browser/gpt-4o/ref-loop":                  steps, // 0.5: 4.3 for 2.2% more than its $10.54 for 3.9
+	"browser/gpt-4o/chunked-3/10":              steps, // 0.95: 7.5 for 1.3% more than its $11.90 for 7.4
+	"browser/gpt-4o/osworld-10/20":             steps, // 1.5: 18.1 for its $17.08 (18.8)
+	"mixed/gpt-4o/chunked-3/10":                steps, // 1.1: 11.7 for 0.4% less than its $8.70 for 11.9; 1.11: 12.4 for 1.4% more
+	"mixed/gpt-4o/osworld-10/20":               steps, // 1.6: 23.3 for 2.1% more than its $11.06 for 22.3
+	// Between two positions of the grid (0.65: 11.1 images for $0.324; 0.7:
+	// 19.1 for $0.376); 0.66, not in it, shows 12.7 for $0.337 against its
+	// 11.9 for $0.358.
+	"mixed/gemini-2.5-flash/chunked-3/10": "between two positions of the grid; 0.66 matches it",
 }
 
 // defaultLosses are the peers that dominate imgctx's default — show as
@@ -95,8 +95,7 @@ var defaultLosses = map[string]string{
 const (
 	coldCoding   = "holds the screenshots the default drops at cold turn starts, for under 1% more"
 	noCompaction = "its agent never compacts"
-	markers      = "gpt-4o's line, 1–3% under imgctx's markers"
-	turnStays    = "drops the current turn's screenshots, which imgctx keeps"
+	steps        = "gpt-4o's line, between two steps of the dial"
 )
 
 // Every built-in workload × model through `imgctx simulate`: imgctx's
