@@ -131,14 +131,12 @@ type Priced struct {
 	Suffix func(i int) int
 }
 
-// held is the kept images of earlier turns, the ones price may remove.
+// held is the kept images price may remove (Priced.until).
 type held struct {
 	costs []int // oldest first
 	ranks []int // each one's place among the request's images, 1 the newest
 	first int   // the message of the oldest
 }
-
-func (p Priced) held(msgs []chat.Message) held { return keptBefore(msgs, p.until(msgs)) }
 
 // turnKeep is how many of a request's newest images price never removes
 // where it may reach into the current turn: the screens the agent acts on
@@ -243,7 +241,8 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 	if p.Warm && p.Sight >= 1 && p.Costs.Whole && l.Owed == 0 {
 		return msgs, nil, l // holding is worth its read: no break is ever paid while warm
 	}
-	h := p.held(msgs)
+	until := p.until(msgs)
+	h := keptBefore(msgs, until)
 	leave := 0
 	if p.Warm {
 		// The oldest images, worth less than their read, leave together.
@@ -272,7 +271,7 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 	} else if leave = len(h.costs) - p.carried(msgs, h, l); leave == 0 {
 		return msgs, nil, l
 	}
-	out, removed := evictOldest(msgs, p.until(msgs), leave, reason.Priced)
+	out, removed := evictOldest(msgs, until, leave, reason.Priced)
 	l.Owed = 0
 	return out, removed, l
 }

@@ -272,8 +272,6 @@ func firstKept(msgs []chat.Message) int {
 	return len(msgs)
 }
 
-// removedOldest checks that removals took the oldest kept images of msgs
-// before until, in order, and returns how many stayed there.
 // In a long turn on an automatic cache, where a break rewrites only from
 // the first image removed, the turn's older screenshots leave by price too
 // — in one batch with the earlier turns', all but the newest three —; on
@@ -309,6 +307,8 @@ func TestALongTurnLeavesItsNewestOnAnAutomaticCache(t *testing.T) {
 	}
 }
 
+// removedOldest checks that removals took the oldest kept images of msgs
+// before until, in order, and returns how many stayed there.
 func removedOldest(t *testing.T, msgs []chat.Message, until int, removed []Removal) int {
 	t.Helper()
 	var at []int

@@ -47,8 +47,8 @@ var knownLosses = map[string]string{
 	// removes the human's own images by price (only under window
 	// pressure), so its cheapest position still shows all six.
 	"doc-review/gemini-2.5-flash/newest-3/1": "removes the user's own images",
-	// Each turn's images dropped at the next (7.0 for $0.308); sight 0
-	// shows 8.2 for $0.317, 2.9% more.
+	// Each turn's images dropped at the next (7.0 for $0.306); sight 0
+	// shows 8.2 for $0.316, 3.2% more.
 	"mixed/gemini-2.5-flash/ephemeral": "3.1% cheaper with fewer images than the cheapest position",
 	// On gpt-4o every policy lies near one line of cost against images, and
 	// the dial moves along it in steps: the nearest positions show a few
