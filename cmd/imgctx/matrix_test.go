@@ -52,9 +52,11 @@ var knownLosses = map[string]string{
 	"mixed/gemini-2.5-flash/ephemeral": "3.1% cheaper with fewer images than the cheapest position",
 	// On gpt-4o every policy lies near one line of cost against images, and
 	// the dial moves along it in steps: the nearest positions show a few
-	// images fewer for the same, or the peer's images for 1.3–4% more. What
-	// is left of the markers is four tokens a removed image (a relay's
-	// framing is folded away); these loops leave nothing.
+	// images fewer for the same, or the peer's images for 1.3–4% more. Much
+	// of that is the markers, four tokens a removed image (a relay's framing
+	// is folded away), which these loops do not leave: on computer-use 1.12
+	// shows 7.9 for $0.37 more than chunked's 7.5, and $0.155 of it is the
+	// markers' text, read on every later request.
 	"computer-use/gpt-4o/chunked-3/10":         steps, // 1.1: 7.0 for $9.42 (its $9.42, 7.5); 1.15: 8.9 for 8% more
 	"computer-use/gpt-4o/osworld-10/20":        steps, // 1.5: 17.6 for $13.53 (its $13.75, 18.8); 1.6: 19.6 for 4% more
 	"computer-use-steady/gpt-4o/chunked-3/10":  steps,
@@ -73,11 +75,14 @@ var knownLosses = map[string]string{
 // defaultLosses are the peers that dominate imgctx's default — show as
 // many images or more for no more, 1% counting as no more — each with why.
 var defaultLosses = map[string]string{
-	// On coding the turns come 1 to 9 minutes apart: the default drops the
-	// few screenshots when the cache has gone cold between turns (1.6 a
-	// request), where these hold all of them (3.8) for 0.7% (Claude) to
-	// 1.0% (gpt-4o) more — within the 1% that counts as no more. Sight 3
-	// shows their images at their cost.
+	// On coding these hold the session's few screenshots for 0.7% (Claude:
+	// 3.8 a request against the default's 1.6) to 1.0% (gpt-4o: 3.1 against
+	// 2.0) more — within the 1% that counts as no more. On Claude the gap is
+	// that small because of one request: the default's smaller prompts reach
+	// the agent's compaction three steps later, just after the cache went
+	// cold, and its summary request writes the whole history the peers'
+	// read; on seeds 2–5 of the workload the default is 7–9% cheaper
+	// (BENCHMARKS.md "Policies"). Sight 3 shows their images at their cost.
 	"coding/claude-sonnet-4-6/chunked-3/10":     coldCoding,
 	"coding/claude-sonnet-4-6/osworld-10/20":    coldCoding,
 	"coding/claude-sonnet-4-6/ceiling-batch-5":  coldCoding,
@@ -93,7 +98,7 @@ var defaultLosses = map[string]string{
 }
 
 const (
-	coldCoding   = "holds the screenshots the default drops at cold turn starts, for under 1% more"
+	coldCoding   = "holds the screenshots for under 1% more (on Claude: the default's compaction lands at a cold start)"
 	noCompaction = "its agent never compacts"
 	steps        = "gpt-4o's line, between two steps of the dial"
 )
