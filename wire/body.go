@@ -3,7 +3,6 @@ package wire
 import (
 	"bytes"
 	"io"
-	"strings"
 	"sync"
 )
 
@@ -40,8 +39,8 @@ type trackedReader struct {
 	done func()
 }
 
-// WriteTo hands the pieces to w whole when the reader can (bytes.Reader,
-// io.MultiReader): the transport then writes megabytes in a few large
+// WriteTo hands the pieces to w whole when the reader can (piecesReader,
+// bytes.Reader): the transport then writes megabytes in a few large
 // writes rather than through a 32 KB copy buffer.
 func (r *trackedReader) WriteTo(w io.Writer) (int64, error) {
 	if wt, ok := r.Reader.(io.WriterTo); ok {
@@ -72,15 +71,58 @@ func (b Body) Reader() io.Reader {
 	if len(b.pieces) == 1 && b.pieces[0].b != nil {
 		return bytes.NewReader(b.pieces[0].b) // the common small body: what the transport handles best
 	}
-	rs := make([]io.Reader, len(b.pieces))
-	for i, p := range b.pieces {
-		if p.b != nil {
-			rs[i] = bytes.NewReader(p.b)
+	return &piecesReader{pieces: b.pieces}
+}
+
+// piecesReader reads the pieces in turn. Unlike io.MultiReader it needs
+// no copy buffer of its own: its WriteTo writes each piece as it is, and
+// the transport calls it once more after the body, to find its end, where
+// io.MultiReader allocated 32 KB each time.
+type piecesReader struct {
+	pieces []piece
+	off    int // bytes of pieces[0] already read
+}
+
+func (r *piecesReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && len(r.pieces) > 0 {
+		c := r.pieces[0]
+		m := 0
+		if c.b != nil {
+			m = copy(p[n:], c.b[r.off:])
 		} else {
-			rs[i] = strings.NewReader(p.s)
+			m = copy(p[n:], c.s[r.off:])
+		}
+		n += m
+		if r.off += m; r.off == len(c.b)+len(c.s) {
+			r.pieces, r.off = r.pieces[1:], 0
 		}
 	}
-	return io.MultiReader(rs...)
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (r *piecesReader) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for len(r.pieces) > 0 {
+		c := r.pieces[0]
+		var m int
+		var err error
+		if c.b != nil {
+			m, err = w.Write(c.b[r.off:])
+		} else {
+			m, err = io.WriteString(w, c.s[r.off:])
+		}
+		n += int64(m)
+		r.off += m
+		if err != nil {
+			return n, err
+		}
+		r.pieces, r.off = r.pieces[1:], 0
+	}
+	return n, nil
 }
 
 // Bytes assembles the body (for tests and small bodies).
@@ -99,21 +141,33 @@ func (b Body) Bytes() []byte {
 // BodyWriter builds a Body: small writes gather in a buffer, and Big adds
 // a large string as its own piece without copying it.
 type BodyWriter struct {
-	cur  bytes.Buffer
-	body Body
+	buf   []byte // what the writes added; its runs become pieces
+	start int    // where the run not yet a piece begins
+	body  Body
 }
 
 // bigPiece is the size from which a string becomes its own piece.
 const bigPiece = 32 << 10
 
-func (w *BodyWriter) Write(p []byte) (int, error)       { return w.cur.Write(p) }
-func (w *BodyWriter) WriteString(s string) (int, error) { return w.cur.WriteString(s) }
-func (w *BodyWriter) WriteByte(c byte) error            { return w.cur.WriteByte(c) }
+func (w *BodyWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	return len(p), nil
+}
+
+func (w *BodyWriter) WriteString(s string) (int, error) {
+	w.buf = append(w.buf, s...)
+	return len(s), nil
+}
+
+func (w *BodyWriter) WriteByte(c byte) error {
+	w.buf = append(w.buf, c)
+	return nil
+}
 
 // Big adds s as a piece of its own when it is large, else buffers it.
 func (w *BodyWriter) Big(s string) {
 	if len(s) < bigPiece {
-		w.cur.WriteString(s)
+		w.WriteString(s)
 		return
 	}
 	w.flush()
@@ -121,11 +175,10 @@ func (w *BodyWriter) Big(s string) {
 	w.body.n += len(s)
 }
 
-// Slice adds b as it is: a large run as a piece of its own (not copied),
-// a small one buffered.
+// Slice adds b as a piece of its own, not copied: the runs of a client's
+// body between edits, which its buffer holds until the body is sent.
 func (w *BodyWriter) Slice(b []byte) {
-	if len(b) < bigPiece {
-		w.cur.Write(b)
+	if len(b) == 0 {
 		return
 	}
 	w.flush()
@@ -133,12 +186,14 @@ func (w *BodyWriter) Slice(b []byte) {
 	w.body.n += len(b)
 }
 
+// flush makes the buffered run a piece. The piece's capacity ends with it,
+// so later writes append past it or into a new array, never over it.
 func (w *BodyWriter) flush() {
-	if w.cur.Len() > 0 {
-		// Hand the buffer over and start a new one: no copy.
-		w.body.pieces = append(w.body.pieces, piece{b: w.cur.Bytes()})
-		w.body.n += w.cur.Len()
-		w.cur = bytes.Buffer{}
+	if len(w.buf) > w.start {
+		run := w.buf[w.start:len(w.buf):len(w.buf)]
+		w.body.pieces = append(w.body.pieces, piece{b: run})
+		w.body.n += len(run)
+		w.start = len(w.buf)
 	}
 }
 

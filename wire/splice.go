@@ -433,7 +433,7 @@ type Edit struct {
 // overlap. Unchanged runs are pieces of body itself, not copies.
 func Splice(body []byte, edits []Edit) (Body, error) {
 	slices.SortFunc(edits, func(a, b Edit) int { return a.Start - b.Start })
-	var w BodyWriter
+	w := BodyWriter{body: Body{pieces: make([]piece, 0, 2*len(edits)+1)}} // a run and an edit each
 	last := 0
 	for _, e := range edits {
 		if e.Start < last || e.End < e.Start || e.End > len(body) {
