@@ -172,14 +172,17 @@ func StartTurn(t Turn) *KeepTurn {
 // what stays.
 func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 	var removed []Removal
-	out := edit(msgs, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := p.(chat.Image)
-		if !ok || img.Keep != chat.Kept || k.off == "" {
-			return nil, false
-		}
-		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: k.off, Message: i, Cost: img.Cost})
-		return markerFor(img, k.off), true
-	})
+	out := msgs
+	if k.off != "" { // keeping is off: the kept images leave (else nothing to walk for)
+		out = edit(msgs, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
+			img, ok := p.(chat.Image)
+			if !ok || img.Keep != chat.Kept {
+				return nil, false
+			}
+			removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: k.off, Message: i, Cost: img.Cost})
+			return markerFor(img, k.off), true
+		})
+	}
 	kept := KeptCost(out)
 	k.budget = k.t.Config.Budget(k.t.Profile.ContextWindow) - kept
 	k.vouched = k.vouched || kept > 0
@@ -381,6 +384,9 @@ func (k *KeepTurn) InvalidateBase() { k.base = Base{} }
 // Rewritten returns msgs with the keep state and measured cost of this
 // turn's relayed images applied. Mid-turn, ephemeral images are still sent.
 func (k *KeepTurn) Rewritten(msgs []chat.Message) []chat.Message {
+	if len(k.relays) == 0 {
+		return msgs // no image relayed this turn: a long history is not walked for none
+	}
 	return edit(msgs, func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
 		img, ok := p.(chat.Image)
 		if !ok {
@@ -429,6 +435,9 @@ func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepS
 			r.keep, r.why = chat.Ephemeral, reason.Unmeasured
 			k.events = append(k.events, KeepEvent{Kind: "ephemeral", Ref: r.ref, Reason: reason.Unmeasured})
 		}
+	}
+	if len(k.relays) == 0 {
+		return msgs, nil, KeepState{EngineBlind: k.blind, Base: k.base, Vouched: k.vouched}
 	}
 	var removed []Removal
 	out := edit(k.Rewritten(msgs), func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
