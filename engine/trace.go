@@ -11,7 +11,11 @@ import (
 // exactly when its caller is, by the caller's provider, with nothing to
 // configure here (no span in ctx: a no-op).
 func startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	return trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/imgctx/imgctx/engine").Start(ctx, name, opts...)
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() && !parent.SpanContext().IsValid() {
+		return ctx, parent // untraced: a no-op span, without a context built for it on every request
+	}
+	return parent.TracerProvider().Tracer("github.com/imgctx/imgctx/engine").Start(ctx, name, opts...)
 }
 
 // traceContext writes the upstream call's traceparent, so the provider's
