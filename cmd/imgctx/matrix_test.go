@@ -218,9 +218,10 @@ func refine(t *testing.T, rep *sim.Report, path string) {
 	}
 }
 
-// bracket finds two neighbouring positions of the dial run on the report,
-// the lower showing fewer images a request than the peer, the higher at
-// least as many but for more than the peer (1% counting as no more).
+// bracket finds the first two neighbouring positions of the dial run on
+// the report, in the dial's order, where the lower shows fewer images a
+// request than the peer and the higher at least as many (refine is only
+// asked about a peer no position matches, so the higher costs more).
 func bracket(rep *sim.Report, peer sim.PolicyReport) (lo, hi float64, ok bool) {
 	type position struct {
 		sight float64
@@ -300,9 +301,9 @@ func judge(t *testing.T, rep *sim.Report, seen map[string]bool) string {
 // none since a batch at the image limit keeps no image at the default.
 var writeShareOver = []string{}
 
-// bracket finds the two neighbouring positions between which the images a
-// request cross a peer's, in the dial's order whatever order the rows
-// come in, and none when every position shows fewer.
+// The dial's two neighbouring positions between which the images a
+// request cross a peer's, in the dial's order whatever order the rows come
+// in, and none when every position shows fewer.
 func TestBracketFindsWhereTheDialCrossesAPeer(t *testing.T) {
 	row := func(name string, images, dollars float64) sim.PolicyReport {
 		return sim.PolicyReport{Policy: name, ImagesMean: images, Dollars: dollars}
