@@ -363,8 +363,28 @@ func walk(parts []Part, depth int, fn func(Part, int) bool) bool {
 	return true
 }
 
+// HasImage reports whether parts, or a tool result among them, hold an
+// image. A tight loop with no callback: the engine's passes over a long
+// history ask it of every message to skip the many that hold none.
+func HasImage(parts []Part) bool {
+	for _, p := range parts {
+		switch p := p.(type) {
+		case Image:
+			return true
+		case ToolResult:
+			if HasImage(p.Parts) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Images returns every image of the message, nested ones included, in order.
 func (m Message) Images() []Image {
+	if !HasImage(m.Parts) {
+		return nil
+	}
 	var out []Image
 	Walk(m.Parts, func(p Part, _ int) bool {
 		if im, ok := p.(Image); ok {

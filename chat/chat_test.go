@@ -188,6 +188,25 @@ func TestRoundTripProperty(t *testing.T) {
 	})
 }
 
+// HasImage answers what Walk finds: an image at the top level or in a
+// tool result, and nothing else (a marker or a document is not an image).
+func TestHasImageIsWhatWalkFinds(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		for _, m := range genConversation(t) {
+			found := !Walk(m.Parts, func(p Part, _ int) bool {
+				_, ok := p.(Image)
+				return !ok
+			})
+			if HasImage(m.Parts) != found {
+				t.Fatalf("HasImage = %v, Walk found an image: %v, in %#v", !found, found, m.Parts)
+			}
+			if found != (len(m.Images()) > 0) {
+				t.Fatalf("Images() = %d images where Walk found an image: %v", len(m.Images()), found)
+			}
+		}
+	})
+}
+
 // Equal says what the JSON says: a message and its clone are equal, and a
 // change to any part — or none — is told apart exactly as the encoding
 // tells it.

@@ -167,61 +167,87 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 }
 
 // eachImage calls fn with every image of msgs and its place (the nested
-// index -1 when it is not in a tool result).
+// index -1 when it is not in a tool result). Messages that hold no image
+// are skipped without a call: most of a long agent history is text.
 func eachImage(msgs []chat.Message, fn func(wire.Pos, chat.Image)) {
-	eachPart(msgs, func(at wire.Pos, p chat.Part) {
-		if img, ok := p.(chat.Image); ok {
-			fn(at, img)
+	for i, m := range msgs {
+		if chat.HasImage(m.Parts) {
+			partsOf(i, m, func(at wire.Pos, p chat.Part) {
+				if img, ok := p.(chat.Image); ok {
+					fn(at, img)
+				}
+			})
 		}
-	})
+	}
 }
 
 // eachPart calls fn with every part of msgs but the tool results
 // themselves, whose parts it visits instead, and its place.
 func eachPart(msgs []chat.Message, fn func(wire.Pos, chat.Part)) {
 	for i, m := range msgs {
-		for j, p := range m.Parts {
-			if tr, ok := p.(chat.ToolResult); ok {
-				for k, q := range tr.Parts {
-					fn(wire.Pos{Msg: i, Part: j, Nested: k}, q)
-				}
-				continue
+		partsOf(i, m, fn)
+	}
+}
+
+// partsOf is eachPart for msgs[i], which is m.
+func partsOf(i int, m chat.Message, fn func(wire.Pos, chat.Part)) {
+	for j, p := range m.Parts {
+		if tr, ok := p.(chat.ToolResult); ok {
+			for k, q := range tr.Parts {
+				fn(wire.Pos{Msg: i, Part: j, Nested: k}, q)
 			}
-			fn(wire.Pos{Msg: i, Part: j, Nested: -1}, p)
+			continue
 		}
+		fn(wire.Pos{Msg: i, Part: j, Nested: -1}, p)
 	}
 }
 
 // editImages returns msgs with fn's replacement for each image it changes;
 // msgs is never modified (messages and part slices are copied on write).
 func editImages(msgs []chat.Message, fn func(wire.Pos, chat.Image) (chat.Part, bool)) []chat.Message {
-	return editParts(msgs, func(at wire.Pos, p chat.Part) (chat.Part, bool) {
-		if img, ok := p.(chat.Image); ok {
-			return fn(at, img)
+	ed := editor{in: msgs}
+	eachImage(msgs, func(at wire.Pos, img chat.Image) {
+		if q, ok := fn(at, img); ok {
+			ed.put(at, q)
 		}
-		return nil, false
 	})
+	return ed.result()
 }
 
 // editParts is editImages for any part eachPart visits.
 func editParts(msgs []chat.Message, fn func(wire.Pos, chat.Part) (chat.Part, bool)) []chat.Message {
-	out := msgs
-	copied := map[int]bool{}
+	ed := editor{in: msgs}
 	eachPart(msgs, func(at wire.Pos, p chat.Part) {
-		q, ok := fn(at, p)
-		if !ok {
-			return
+		if q, ok := fn(at, p); ok {
+			ed.put(at, q)
 		}
-		if !copied[at.Msg] {
-			if len(copied) == 0 {
-				out = append([]chat.Message(nil), msgs...)
-			}
-			copied[at.Msg] = true
-			out[at.Msg] = out[at.Msg].Clone()
-		}
-		wire.Put(out, at, q)
 	})
-	return out
+	return ed.result()
+}
+
+// editor puts parts into a copy of messages, copying the slice once and
+// each message it changes once.
+type editor struct {
+	in, out []chat.Message
+	copied  map[int]bool
+}
+
+func (ed *editor) put(at wire.Pos, q chat.Part) {
+	if !ed.copied[at.Msg] {
+		if ed.copied == nil {
+			ed.out, ed.copied = append([]chat.Message(nil), ed.in...), map[int]bool{}
+		}
+		ed.copied[at.Msg] = true
+		ed.out[at.Msg] = ed.out[at.Msg].Clone()
+	}
+	wire.Put(ed.out, at, q)
+}
+
+func (ed *editor) result() []chat.Message {
+	if ed.out == nil {
+		return ed.in
+	}
+	return ed.out
 }
 
 // humanTurn is the index of the last message carrying the human's input: a

@@ -34,8 +34,29 @@ type Removal struct {
 // something changed, so msgs is never modified and comes back as the very
 // same slice when nothing did.
 func edit(msgs []chat.Message, fn func(msg int, p chat.Part, depth int) ([]chat.Part, bool)) []chat.Message {
+	return editWhere(msgs, nil, fn)
+}
+
+// editImages is edit for the images of msgs alone: fn sees each image with
+// the index of its message, and a message that holds none is not walked
+// (most of a long agent history is text).
+func editImages(msgs []chat.Message, fn func(msg int, img chat.Image) ([]chat.Part, bool)) []chat.Message {
+	return editWhere(msgs, chat.HasImage, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
+		if img, ok := p.(chat.Image); ok {
+			return fn(i, img)
+		}
+		return nil, false
+	})
+}
+
+// editWhere is edit over the messages whose parts pass holds (all of them
+// when holds is nil).
+func editWhere(msgs []chat.Message, holds func([]chat.Part) bool, fn func(msg int, p chat.Part, depth int) ([]chat.Part, bool)) []chat.Message {
 	var out []chat.Message
 	for i, m := range msgs {
+		if holds != nil && !holds(m.Parts) {
+			continue
+		}
 		parts, changed := editParts(m.Parts, func(p chat.Part, depth int) ([]chat.Part, bool) { return fn(i, p, depth) }, 0)
 		if !changed {
 			continue

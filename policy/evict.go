@@ -39,9 +39,8 @@ func EvictImages(msgs []chat.Message, p Pressure, why reason.Code) ([]chat.Messa
 	}
 	target := p.lowWater()
 	var removed []Removal
-	out := edit(msgs, func(i int, part chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := part.(chat.Image)
-		if !ok || img.Keep != chat.Kept || estimate <= target {
+	out := editImages(msgs, func(i int, img chat.Image) ([]chat.Part, bool) {
+		if img.Keep != chat.Kept || estimate <= target {
 			return nil, false
 		}
 		marker := markerFor(img, why)
@@ -72,9 +71,8 @@ func EvictOldest(msgs []chat.Message, n int, why reason.Code) ([]chat.Message, [
 // evictOldest is EvictOldest over the messages before until.
 func evictOldest(msgs []chat.Message, until, n int, why reason.Code) ([]chat.Message, []Removal) {
 	var removed []Removal
-	out := edit(msgs, func(i int, part chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := part.(chat.Image)
-		if !ok || img.Keep != chat.Kept || i >= until || len(removed) >= n {
+	out := editImages(msgs, func(i int, img chat.Image) ([]chat.Part, bool) {
+		if img.Keep != chat.Kept || i >= until || len(removed) >= n {
 			return nil, false
 		}
 		removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: why, Message: i, Cost: img.Cost})
@@ -103,6 +101,9 @@ func ImageLimit(msgs []chat.Message, limit, keep int, why reason.Code) ([]chat.M
 func countImages(msgs []chat.Message) int {
 	n := 0
 	for _, m := range msgs {
+		if !chat.HasImage(m.Parts) {
+			continue
+		}
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			if _, ok := p.(chat.Image); ok {
 				n++

@@ -174,9 +174,8 @@ func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 	var removed []Removal
 	out := msgs
 	if k.off != "" { // keeping is off: the kept images leave (else nothing to walk for)
-		out = edit(msgs, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
-			img, ok := p.(chat.Image)
-			if !ok || img.Keep != chat.Kept {
+		out = editImages(msgs, func(i int, img chat.Image) ([]chat.Part, bool) {
+			if img.Keep != chat.Kept {
 				return nil, false
 			}
 			removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: k.off, Message: i, Cost: img.Cost})
@@ -199,6 +198,9 @@ func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 func KeptCost(msgs []chat.Message) int {
 	n := 0
 	for _, m := range msgs {
+		if !chat.HasImage(m.Parts) {
+			continue
+		}
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			if img, ok := p.(chat.Image); ok && img.Keep == chat.Kept {
 				n += img.Cost
@@ -286,6 +288,9 @@ func (k *KeepTurn) SendingText(msgs []chat.Message, text int) {
 	k.pending = k.pending[:0]
 	seen := map[int]bool{}
 	for _, m := range msgs {
+		if !chat.HasImage(m.Parts) {
+			continue
+		}
 		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
 			if img, ok := p.(chat.Image); ok {
 				if r := k.relay(img); r != nil && r.keep == chat.Trial && !r.observed && !seen[img.Occ] {
@@ -387,11 +392,7 @@ func (k *KeepTurn) Rewritten(msgs []chat.Message) []chat.Message {
 	if len(k.relays) == 0 {
 		return msgs // no image relayed this turn: a long history is not walked for none
 	}
-	return edit(msgs, func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := p.(chat.Image)
-		if !ok {
-			return nil, false
-		}
+	return editImages(msgs, func(_ int, img chat.Image) ([]chat.Part, bool) {
 		r := k.relay(img)
 		if r == nil || (img.Keep == r.keep && img.Cost == r.cost) {
 			return nil, false
@@ -407,9 +408,8 @@ func (k *KeepTurn) Rewritten(msgs []chat.Message) []chat.Message {
 // Publishable is the history to publish mid-turn (to the store, the API,
 // the UI): rewritten, without the relayed images that are not kept yet.
 func (k *KeepTurn) Publishable(msgs []chat.Message) []chat.Message {
-	return edit(k.Rewritten(msgs), func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := p.(chat.Image)
-		if r := k.relay(img); ok && r != nil && r.keep != chat.Kept {
+	return editImages(k.Rewritten(msgs), func(_ int, img chat.Image) ([]chat.Part, bool) {
+		if r := k.relay(img); r != nil && r.keep != chat.Kept {
 			return nil, true
 		}
 		return nil, false
@@ -440,11 +440,7 @@ func (k *KeepTurn) Finish(msgs []chat.Message) ([]chat.Message, []Removal, KeepS
 		return msgs, nil, KeepState{EngineBlind: k.blind, Base: k.base, Vouched: k.vouched}
 	}
 	var removed []Removal
-	out := edit(k.Rewritten(msgs), func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := p.(chat.Image)
-		if !ok {
-			return nil, false
-		}
+	out := editImages(k.Rewritten(msgs), func(i int, img chat.Image) ([]chat.Part, bool) {
 		r := k.relay(img)
 		if r == nil {
 			return nil, false

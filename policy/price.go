@@ -168,6 +168,9 @@ func keptBefore(msgs []chat.Message, until int) held {
 	h := held{first: -1}
 	n := 0
 	for i, m := range msgs {
+		if !chat.HasImage(m.Parts) {
+			continue
+		}
 		chat.Walk(m.Parts, func(part chat.Part, _ int) bool {
 			img, ok := part.(chat.Image)
 			if !ok {

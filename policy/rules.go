@@ -79,11 +79,7 @@ func CheckProviderRules(ctx context.Context, msgs []chat.Message, lim tokens.Lim
 	var removed []Removal
 	var shrunk []Shrunk
 	seen := 0
-	out := edit(msgs, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := p.(chat.Image)
-		if !ok {
-			return nil, false
-		}
+	out := editImages(msgs, func(i int, img chat.Image) ([]chat.Part, bool) {
 		seen++
 		if seen <= drop {
 			removed = append(removed, Removal{Ref: img.Ref, Of: "image", Reason: reason.ProviderLimit, Message: i, Cost: img.Cost})
@@ -140,10 +136,9 @@ func NoteResized(msgs []chat.Message, shrunk []Shrunk) []chat.Message {
 	for _, s := range shrunk {
 		from[s.To.Ref] = s.From
 	}
-	return edit(msgs, func(_ int, p chat.Part, _ int) ([]chat.Part, bool) {
-		img, ok := p.(chat.Image)
+	return editImages(msgs, func(_ int, img chat.Image) ([]chat.Part, bool) {
 		orig, was := from[img.Ref]
-		if !ok || !was {
+		if !was {
 			return nil, false
 		}
 		return []chat.Part{img, chat.Text{Text: ResizeNote(orig.Width, orig.Height, img.Width, img.Height)}}, true
