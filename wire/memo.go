@@ -34,15 +34,26 @@ func (m *Memo) Write(w JSONWriter, at int, msgs []chat.Message, key string, enco
 	}
 	if t, ok := m.prev[at]; ok && t.key == key && sameMessages(t.msgs, msgs) {
 		m.next[at] = t
-		_, err := w.Write(t.b)
-		return err
+		return writeKept(w, t.b)
 	}
 	var b bytes.Buffer
 	if err := encode(&b); err != nil {
 		return err
 	}
 	m.next[at] = memoTurn{msgs: chat.CloneMessages(msgs), key: key, b: b.Bytes()}
-	_, err := w.Write(b.Bytes())
+	return writeKept(w, b.Bytes())
+}
+
+// writeKept writes a turn's bytes, which the memo never changes: into a
+// BodyWriter as a piece of its own, not copied — a long session's body is
+// then its turns side by side, gathered once at the end, not a buffer
+// that doubles as they are appended.
+func writeKept(w JSONWriter, b []byte) error {
+	if bw, ok := w.(*BodyWriter); ok {
+		bw.Slice(b)
+		return nil
+	}
+	_, err := w.Write(b)
 	return err
 }
 
