@@ -195,8 +195,8 @@ func keptBefore(msgs []chat.Message, until int) held {
 
 // warmWorth is what showing the image ranked k is worth while the cache is
 // warm. On an automatic prefix cache a break rewrites only from the first
-// image removed, so the images older than those worth their read leave by
-// price — a few newest kept, the rest in batches; on explicit breakpoints a
+// image removed, so the images older than those worth their read pay
+// toward a batch (Decide); on explicit breakpoints a
 // break rewrites the whole conversation, and every kept image is worth the
 // same, Sight, until a cold start or a forced batch.
 func (p Priced) warmWorth(k int) float64 {
@@ -222,7 +222,9 @@ func (p Priced) warmWorth(k int) float64 {
 // batch runs there when the loss until the next turn's start would pay
 // for it. From a sight of 1 no break is paid to stop reading an image on
 // an explicit cache; on an automatic one the images older than those
-// worth their read (warmWorth) leave by the same rule.
+// worth their read (warmWorth) pay toward the batch by the same rule, and
+// it takes every kept image but the turn's newest: the higher the dial,
+// the fewer pay and the longer between batches.
 //
 // At a cold start the break is free and every kept image would be written
 // again: the newest stay as long as seeing them for the expected warm run
@@ -270,6 +272,14 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 		}
 		if due < p.breakCost(msgs, h.first, tokens) {
 			return msgs, nil, l
+		}
+		if !p.Costs.Whole {
+			// The break is paid: on an automatic cache it rewrites from
+			// the oldest image removed whatever else leaves, and each kept
+			// image of earlier turns would leave in a later batch, at a
+			// break of its own. The batch takes them all — the turn's
+			// newest stay — and the next one comes that much later.
+			leave = len(h.costs)
 		}
 	} else if leave = len(h.costs) - p.carried(msgs, h, l); leave == 0 {
 		return msgs, nil, l

@@ -375,32 +375,40 @@ func TestATurnStartIsWhereTheBatchRuns(t *testing.T) {
 	}
 }
 
-// On an automatic prefix cache a removal rewrites only from the first
-// image removed: above a sight of 1 the newest images worth their read
-// stay and the older ones leave together once holding them paid a break;
-// on an explicit cache, where a break rewrites everything, nothing leaves
-// while warm.
-func TestAutomaticCacheKeepsTheNewestWorthTheirRead(t *testing.T) {
+// On an automatic cache the images worth less than their read (worth
+// halves every 20 newer) pay toward one break, request after request; once
+// it is paid the batch takes every kept image but the turn's newest three,
+// oldest first, since each would otherwise leave at a later break of its
+// own. The higher the dial, the later the batch. An explicit cache removes
+// nothing while warm from a sight of 1.
+func TestAutomaticCacheBatchKeepsTheTurnsNewest(t *testing.T) {
 	msgs, until := history(6, 4, 765, 400) // 20 images of earlier turns, 4 in the current one
-	for _, c := range []struct {
-		costs Costs
-		stay  int // -1: never removed
-	}{{gpt, 8}, {claude, -1}} {
-		p := Priced{Sight: 1.5, Costs: c.costs, Warm: true, Until: until}
+	batch := func(sight float64, costs Costs) (after, stay int) {
+		p := Priced{Sight: sight, Costs: costs, Warm: true, Until: until}
 		l := Ledger{Run: 1}
-		stay := -1
-		for range 500 {
-			var removed []Removal
-			if _, removed, l = p.Decide(msgs, l); len(removed) > 0 {
-				stay = removedOldest(t, msgs, until, removed)
-				break
+		for n := 1; n <= 500; n++ {
+			out, removed, next := p.Decide(msgs, l)
+			if l = next; len(removed) > 0 {
+				for i := 1; i < len(removed); i++ {
+					if removed[i].Message < removed[i-1].Message {
+						t.Fatalf("sight %g: removal %d in message %d after one in %d: want the oldest first", sight, i, removed[i].Message, removed[i-1].Message)
+					}
+				}
+				return n, kept(out, 0, len(out))
 			}
 		}
-		// Worth halves every 20 newer images: at 1.5 the 12 newest (ranks
-		// up to 1 + 20·log2 1.5) are worth their read; 4 are the turn's.
-		if stay != c.stay {
-			t.Fatalf("%+v: %d of the earlier turns' images stayed; want %d", c.costs, stay, c.stay)
-		}
+		return -1, -1
+	}
+	soon, stay := batch(1.2, gpt)
+	if stay != turnKeep {
+		t.Fatalf("sight 1.2: %d images stayed after the batch; want the turn's newest %d", stay, turnKeep)
+	}
+	late, stay := batch(1.5, gpt)
+	if stay != turnKeep || late <= soon {
+		t.Fatalf("sight 1.5: a batch after %d requests leaving %d; want later than 1.2's %d, leaving %d", late, stay, soon, turnKeep)
+	}
+	if after, _ := batch(1.5, claude); after != -1 {
+		t.Fatalf("an explicit cache removed at request %d while warm at a sight of 1.5", after)
 	}
 }
 

@@ -52,22 +52,22 @@ var knownLosses = map[string]string{
 	// Each turn's images dropped at the next (7.0 for $0.306); sight 0
 	// shows 8.2 for $0.316, 3.2% more.
 	"mixed/gemini-2.5-flash/ephemeral": "3.1% cheaper with fewer images than the cheapest position",
-	// On gpt-4o every policy lies near one line of cost against images, and
-	// the dial moves along it in steps: the nearest positions show a few
-	// images fewer for the same, or the peer's images for 1.3–4% more, and
-	// halving the dial between them (refine) finds the step, not a match
-	// (computer-use: 1.10938 shows 7.0 for $9.42, 1.1125 7.88 for $9.79). Much
-	// of that is the markers, four tokens a removed image (a relay's framing
-	// is folded away), which these loops do not leave: on computer-use 1.12
-	// shows 7.9 for $0.37 more than chunked's 7.5, and $0.155 of it is the
-	// markers' text, read on every later request.
-	"computer-use/gpt-4o/chunked-3/10":         steps, // 1.10938: 7.0 for $9.42 (its $9.42, 7.5); 1.1125: 7.9 for 3.9% more
-	"computer-use/gpt-4o/osworld-10/20":        steps, // 1.5625: 18.7 for $13.95 (its $13.75, 18.8); 1.56875: 18.9 for 1.9% more
-	"computer-use-steady/gpt-4o/chunked-3/10":  steps,
-	"computer-use-steady/gpt-4o/osworld-10/20": steps,
-	"browser/gpt-4o/ref-loop":                  steps, // 0.5: 4.3 for 2.2% more than its $10.54 for 3.9
-	"browser/gpt-4o/chunked-3/10":              steps, // 0.935: 7.5 for 1.3% more than its $11.90 for 7.4; 0.933125: 6.8
-	"browser/gpt-4o/osworld-10/20":             steps, // 1.5125: 18.1 for its $17.09 (18.8); 1.51875: 19.0 for 2.6% more
+	// On gpt-4o these loops leave nothing where they drop a screenshot;
+	// imgctx leaves a marker, four tokens read on every later request
+	// (DESIGN.md principle 5). With markers priced at nothing (a debug
+	// build, not committed) the dial matches each: computer-use's chunked
+	// by 1.16562 (7.7 for $9.47, 0.5% over its $9.42 for 7.5),
+	// computer-use-steady's (7.5 for $9.38 against $9.35), browser's
+	// reference loop by 0.5 (4.3 for $10.59 against $10.54 for 3.9) and its
+	// chunked by 0.935 (7.5 for $11.88 against $11.90 for 7.4).
+	"computer-use/gpt-4o/chunked-3/10":        markers, // 1.16562: 7.7 for $9.59, 1.8% more
+	"computer-use-steady/gpt-4o/chunked-3/10": markers, // 1.16562: 7.5 for $9.49, 1.5% more
+	"browser/gpt-4o/ref-loop":                 markers, // 0.5: 4.3 for 2.2% more than its $10.54 for 3.9
+	"browser/gpt-4o/chunked-3/10":             markers, // 0.935: 7.5 for 1.3% more than its $11.90 for 7.4
+	// OSWorld's sawtooth falls between two steps of the dial, markers or
+	// not: halving the dial between them (refine) finds the step.
+	"computer-use/gpt-4o/osworld-10/20":        steps, // 2.125: 18.5 for $13.60 (its $13.75, 18.8); 2.1875: 19.9 for 3.0% more
+	"computer-use-steady/gpt-4o/osworld-10/20": steps, // 2.125: 18.5 for $13.52 (its $13.66, 18.8); 2.1875: 20.1 for 3.3% more
 }
 
 // defaultLosses are the peers that dominate imgctx's default — show as
@@ -99,6 +99,7 @@ const (
 	coldCoding   = "holds the screenshots for under 1% more (on Claude: the default's compaction lands at a cold start)"
 	noCompaction = "its agent never compacts"
 	steps        = "gpt-4o's line, between two steps of the dial"
+	markers      = "the markers it leaves, which the loop does not"
 )
 
 // Every built-in workload × model through `imgctx simulate`: imgctx's
