@@ -49,6 +49,23 @@ func editImages(msgs []chat.Message, fn func(msg int, img chat.Image) ([]chat.Pa
 	})
 }
 
+// eachImage calls fn with every image of msgs, nested ones included, in
+// order, and the index of its message; a message that holds none is not
+// walked.
+func eachImage(msgs []chat.Message, fn func(msg int, img chat.Image)) {
+	for i, m := range msgs {
+		if !chat.HasImage(m.Parts) {
+			continue
+		}
+		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+			if img, ok := p.(chat.Image); ok {
+				fn(i, img)
+			}
+			return true
+		})
+	}
+}
+
 // editWhere is edit over the messages whose parts pass holds (all of them
 // when holds is nil).
 func editWhere(msgs []chat.Message, holds func([]chat.Part) bool, fn func(msg int, p chat.Part, depth int) ([]chat.Part, bool)) []chat.Message {

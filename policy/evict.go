@@ -100,16 +100,6 @@ func ImageLimit(msgs []chat.Message, limit, keep int, why reason.Code) ([]chat.M
 // countImages counts the images msgs carries, in tool results too.
 func countImages(msgs []chat.Message) int {
 	n := 0
-	for _, m := range msgs {
-		if !chat.HasImage(m.Parts) {
-			continue
-		}
-		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
-			if _, ok := p.(chat.Image); ok {
-				n++
-			}
-			return true
-		})
-	}
+	eachImage(msgs, func(int, chat.Image) { n++ })
 	return n
 }

@@ -197,17 +197,11 @@ func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 // KeptCost is the measured cost of the images msgs keeps.
 func KeptCost(msgs []chat.Message) int {
 	n := 0
-	for _, m := range msgs {
-		if !chat.HasImage(m.Parts) {
-			continue
+	eachImage(msgs, func(_ int, img chat.Image) {
+		if img.Keep == chat.Kept {
+			n += img.Cost
 		}
-		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
-			if img, ok := p.(chat.Image); ok && img.Keep == chat.Kept {
-				n += img.Cost
-			}
-			return true
-		})
-	}
+	})
 	return n
 }
 
@@ -287,20 +281,12 @@ func (k *KeepTurn) Appended(n int) (int, bool) {
 func (k *KeepTurn) SendingText(msgs []chat.Message, text int) {
 	k.pending = k.pending[:0]
 	seen := map[int]bool{}
-	for _, m := range msgs {
-		if !chat.HasImage(m.Parts) {
-			continue
+	eachImage(msgs, func(_ int, img chat.Image) {
+		if r := k.relay(img); r != nil && r.keep == chat.Trial && !r.observed && !seen[img.Occ] {
+			seen[img.Occ] = true
+			k.pending = append(k.pending, img.Occ)
 		}
-		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
-			if img, ok := p.(chat.Image); ok {
-				if r := k.relay(img); r != nil && r.keep == chat.Trial && !r.observed && !seen[img.Occ] {
-					seen[img.Occ] = true
-					k.pending = append(k.pending, img.Occ)
-				}
-			}
-			return true
-		})
-	}
+	})
 	k.text = text
 	k.sent = len(msgs) // the base moves only when the request is observed
 }

@@ -167,26 +167,16 @@ func (p Priced) until(msgs []chat.Message) int {
 func keptBefore(msgs []chat.Message, until int) held {
 	h := held{first: -1}
 	n := 0
-	for i, m := range msgs {
-		if !chat.HasImage(m.Parts) {
-			continue
+	eachImage(msgs, func(i int, img chat.Image) {
+		n++
+		if i < until && img.Keep == chat.Kept {
+			h.costs = append(h.costs, img.Cost)
+			h.ranks = append(h.ranks, n)
+			if h.first < 0 {
+				h.first = i
+			}
 		}
-		chat.Walk(m.Parts, func(part chat.Part, _ int) bool {
-			img, ok := part.(chat.Image)
-			if !ok {
-				return true
-			}
-			n++
-			if i < until && img.Keep == chat.Kept {
-				h.costs = append(h.costs, img.Cost)
-				h.ranks = append(h.ranks, n)
-				if h.first < 0 {
-					h.first = i
-				}
-			}
-			return true
-		})
-	}
+	})
 	for j := range h.ranks {
 		h.ranks[j] = n + 1 - h.ranks[j]
 	}
