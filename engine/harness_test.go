@@ -263,6 +263,10 @@ type rig struct {
 	engine *Engine
 	dir    string
 	events []Event
+	// held is each session's live context as the engine held it after
+	// the turn before, and a deep copy of it: a turn shares those
+	// messages and must not change one in place (cloneState).
+	held map[session.ID][2][]chat.Message
 }
 
 func newRig(t *testing.T, format upstream.Format, window int, replies ...reply) *rig {
@@ -344,6 +348,17 @@ func (r *rig) heldIsStored(t *testing.T, id session.ID) {
 		t.Fatal("the engine holds no state for the session after a turn")
 	}
 	held := el.Value.(*cachedState).st
+	if was, ok := r.held[id]; ok {
+		for i := range was[0] {
+			if !chat.Equal(was[0][i], was[1][i]) {
+				t.Fatalf("live message %d, held from the turn before, was changed in place: now %+v, was %+v", i, was[0][i], was[1][i])
+			}
+		}
+	}
+	if r.held == nil {
+		r.held = map[session.ID][2][]chat.Message{}
+	}
+	r.held[id] = [2][]chat.Message{held.Live, chat.CloneMessages(held.Live)}
 	stored := r.live(t, id)
 	if len(held.Live) != len(stored.Live) {
 		t.Fatalf("held %d live messages, stored %d", len(held.Live), len(stored.Live))

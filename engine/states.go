@@ -140,10 +140,13 @@ func (c *stateCache) forget(tenant string, id session.ID) {
 }
 
 // cloneState is a copy of st that shares nothing a turn changes in place.
-// The JSON memo (Encoded) is shared: it is filled in before the state is
-// held and never written after.
+// The live messages are shared: a turn never changes a message in place
+// (the policies and the engine's editors copy the ones they change, the
+// invariant their tests hold), only the slice, which is clipped so that
+// an append copies it. The JSON memo (Encoded) is shared too: it is
+// filled in before the state is held and never written after.
 func cloneState(st session.State) session.State {
-	st.Live = chat.CloneMessages(st.Live)
+	st.Live = slices.Clip(st.Live)
 	if st.Turn != nil {
 		t := *st.Turn
 		t.Relays, t.Pending = slices.Clone(t.Relays), slices.Clone(t.Pending)

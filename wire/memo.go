@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/imgctx/imgctx/chat"
 )
@@ -13,11 +14,22 @@ import (
 // Turns with images or documents are always written anew (their data is
 // large, and the engine's encoding cache holds it already). A nil Memo
 // keeps nothing. Not safe for concurrent use: one session's turns hold it.
+// The messages written are held, their parts not copied: the caller never
+// changes a message in place (a session's live context copies one it
+// changes), and the next request's same messages, sharing their parts,
+// compare at the cost of their pointers.
 type Memo struct {
-	prev, next map[int]memoTurn // by the turn's first message
+	// prev and next are the turns of the last request and of this one,
+	// in the order they are written (by their first message, rising);
+	// seen is how far this request has looked in prev. Slices, not maps:
+	// a long session's request then allocates nothing to remember its
+	// turns.
+	prev, next []memoTurn
+	seen       int
 }
 
 type memoTurn struct {
+	at   int // the turn's first message
 	msgs []chat.Message
 	key  string
 	b    []byte
@@ -29,18 +41,25 @@ func (m *Memo) Write(w JSONWriter, at int, msgs []chat.Message, key string, enco
 	if m == nil || hasMedia(msgs) {
 		return encode(w)
 	}
-	if m.next == nil {
-		m.next = map[int]memoTurn{}
+	if n := len(m.next); n > 0 && m.next[n-1].at >= at {
+		// Turns are written in order: this one starts another request
+		// (the one before failed, its turns not Done).
+		m.next, m.seen = m.next[:0], 0
 	}
-	if t, ok := m.prev[at]; ok && t.key == key && sameMessages(t.msgs, msgs) {
-		m.next[at] = t
-		return writeKept(w, t.b)
+	for m.seen < len(m.prev) && m.prev[m.seen].at < at {
+		m.seen++
+	}
+	if m.seen < len(m.prev) {
+		if t := m.prev[m.seen]; t.at == at && t.key == key && sameMessages(t.msgs, msgs) {
+			m.next = append(m.next, t)
+			return writeKept(w, t.b)
+		}
 	}
 	var b bytes.Buffer
 	if err := encode(&b); err != nil {
 		return err
 	}
-	m.next[at] = memoTurn{msgs: chat.CloneMessages(msgs), key: key, b: b.Bytes()}
+	m.next = append(m.next, memoTurn{at: at, msgs: slices.Clone(msgs), key: key, b: b.Bytes()})
 	return writeKept(w, b.Bytes())
 }
 
@@ -60,7 +79,8 @@ func writeKept(w JSONWriter, b []byte) error {
 // Done ends a request: what it wrote is what the next one may copy.
 func (m *Memo) Done() {
 	if m != nil {
-		m.prev, m.next = m.next, nil
+		clear(m.prev) // what it held goes with the request before
+		m.prev, m.next, m.seen = m.next, m.prev[:0], 0
 	}
 }
 

@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -48,6 +49,13 @@ func TestMemoWritesWhatTheEncoderWrites(t *testing.T) {
 						t.Fatal(err)
 					}
 					r.Memo = memo
+					if rapid.IntRange(0, 3).Draw(t, "failed") == 0 {
+						// A request that fails where it reads an image: the
+						// turns before it written, the request not Done.
+						failing := r
+						failing.Source = func(chat.Image) (string, string, string, error) { return "", "", "", errors.New("gone") }
+						_, _ = d.EncodeSession(failing)
+					}
 					memoed, err := d.EncodeSession(r)
 					if err != nil {
 						t.Fatal(err)
