@@ -63,8 +63,8 @@ func (c *call) send(ctx context.Context) (*response, error) {
 	return r, err
 }
 
-func (c *call) roundTrip(ctx context.Context, body []byte) (*response, error) {
-	resp, err := c.e.Upstream.Do(ctx, body, c.files.header(nil))
+func (c *call) roundTrip(ctx context.Context, body wire.Body) (*response, error) {
+	resp, err := c.e.Upstream.DoBody(ctx, body, c.files.header(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func (e *Engine) sessionWire() *wire.Dialect {
 // images sit in the cached prefix. An image kept during the turn moves no
 // breakpoint until the next turn: within a turn the requests are the same
 // with the switch on or off.
-func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool) ([]byte, error) {
+func (c *call) encode(ctx context.Context, msgs []chat.Message, breakpoints bool) (wire.Body, error) {
 	maxTokens := c.e.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = 4096
@@ -235,7 +235,7 @@ func opening(m chat.Message) string {
 }
 
 // ask sends a summary request and returns its text.
-func (s summariser) ask(ctx context.Context, body []byte) (string, error) {
+func (s summariser) ask(ctx context.Context, body wire.Body) (string, error) {
 	r, err := s.c.roundTrip(ctx, body)
 	var we *wire.Error
 	if errors.As(err, &we) && we.Kind == wire.PromptTooLong {

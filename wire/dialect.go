@@ -87,9 +87,9 @@ type Dialect struct {
 	Flat *Flat
 
 	// A wire the sessions API speaks upstream encodes a session's live
-	// context as one whole request (EncodeSession) and decodes the whole
-	// answer (DecodeAnswer).
-	EncodeSession func(r SessionRequest) ([]byte, error)
+	// context as one whole request (EncodeSession: pieces, sent as they
+	// are) and decodes the whole answer (DecodeAnswer).
+	EncodeSession func(r SessionRequest) (Body, error)
 	DecodeAnswer  func(body []byte) (Answer, error)
 }
 

@@ -60,8 +60,8 @@ func TestMemoWritesWhatTheEncoderWrites(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if !bytes.Equal(plain, memoed) {
-						t.Fatalf("request %d with the memo:\n%s\nwithout:\n%s", req, memoed, plain)
+					if !bytes.Equal(plain.Bytes(), memoed.Bytes()) {
+						t.Fatalf("request %d with the memo:\n%s\nwithout:\n%s", req, memoed.Bytes(), plain.Bytes())
 					}
 					msgs = chat.CloneMessages(msgs) // the caller's next request is a copy
 				}

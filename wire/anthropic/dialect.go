@@ -18,7 +18,7 @@ var Dialect = &wire.Dialect{
 	Credentials: func(req *http.Request, key string) { req.Header.Set("x-api-key", key) }, DecodeError: DecodeError,
 }
 
-func encodeSession(r wire.SessionRequest) ([]byte, error) {
+func encodeSession(r wire.SessionRequest) (wire.Body, error) {
 	req := NewRequest(r.Model, r.MaxTokens)
 	if len(r.Tools) > 0 {
 		type tool struct {
@@ -33,7 +33,7 @@ func encodeSession(r wire.SessionRequest) ([]byte, error) {
 		req.top.Set("tools", mustJSON(tools))
 	}
 	req.memo = r.Memo
-	b, err := req.Encode(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages, Hour: r.CacheHour})
+	b, err := req.EncodeBody(r.Messages, r.Source, Cache{System: r.CacheSystem, Messages: r.CacheMessages, Hour: r.CacheHour})
 	if err == nil {
 		r.Memo.Done()
 	}

@@ -20,7 +20,7 @@ var Dialect = &wire.Dialect{
 	ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete, Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
 }
 
-func encodeSession(r wire.SessionRequest) ([]byte, error) {
+func encodeSession(r wire.SessionRequest) (wire.Body, error) {
 	req := NewRequest(r.Model)
 	if len(r.Tools) > 0 {
 		type function struct {
@@ -39,7 +39,7 @@ func encodeSession(r wire.SessionRequest) ([]byte, error) {
 		req.top.Set("tools", mustJSON(tools))
 	}
 	req.memo = r.Memo
-	b, err := req.Encode(r.Messages, r.Source)
+	b, err := req.EncodeBody(r.Messages, r.Source)
 	if err == nil {
 		r.Memo.Done()
 	}
