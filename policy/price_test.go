@@ -458,3 +458,34 @@ func TestABreakWithinReachRewritesFromThere(t *testing.T) {
 		t.Fatalf("an edit 26 blocks back rewrites %.4f$: want the whole %.4f$", got, whole)
 	}
 }
+
+// On an automatic cache the dial shows more images the higher it is on
+// each side of 1 (exactly 1 is the budget's: KeepConfig.Holds). Not across
+// it: below 1 every earlier image pays a small loss and batches are rare,
+// above it only the images older than those worth their read pay. Each
+// side is the cheaper at the images it shows (BENCHMARKS.md "The dial");
+// one rule for both, monotone through 1, cost up to 3.4% more on Gemini.
+func TestAutomaticCacheDialIsMonotoneOnEachSideOfOne(t *testing.T) {
+	full, _ := history(1, 120, 765, 400)
+	mean := func(sight float64) float64 {
+		p := Priced{Sight: sight, Costs: gpt, Warm: true}
+		var msgs []chat.Message
+		l, total := Ledger{}, 0
+		for r := 1; r <= 120; r++ {
+			msgs = append(msgs, full[len(msgs):1+2*r]...)
+			msgs, _, l = p.Decide(msgs, l)
+			total += kept(msgs, 0, len(msgs))
+		}
+		return float64(total) / 120
+	}
+	for _, side := range [][]float64{{0, 0.5, 0.9, 0.95, 0.98}, {1.02, 1.05, 1.1, 1.2, 1.5, 2}} {
+		last, lastSight := 0.0, 0.0
+		for _, sight := range side {
+			m := mean(sight)
+			if m < last {
+				t.Fatalf("sight %g shows %.2f images a request, fewer than sight %g's %.2f", sight, m, lastSight, last)
+			}
+			last, lastSight = m, sight
+		}
+	}
+}
