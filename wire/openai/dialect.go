@@ -123,13 +123,20 @@ func includeUsage(sp *wire.Spliced) (*wire.Edit, bool) {
 // answer reads only the usage and the choices' finish reasons, not the
 // whole answer.
 func answer(b []byte) (*chat.Usage, bool) {
-	var choices []struct {
-		FinishReason string `json:"finish_reason"`
-	}
-	wire.DecodeMember(b, "choices", &choices)
 	cut := false
-	for _, c := range choices {
-		cut = cut || c.FinishReason == "length"
+	if choices, ok := wire.Member(b, "choices"); ok && choices[0] == '[' {
+		// Each choice's finish_reason found by its span: the completion's
+		// text around it is not decoded.
+		jsonspan.Array(choices, 0, func(vs int) (int, error) {
+			ve, err := jsonspan.End(choices, vs)
+			if err == nil {
+				if r, ok := wire.Member(choices[vs:ve], "finish_reason"); ok {
+					reason, _ := jsonspan.String(r, 0, len(r))
+					cut = cut || reason == "length"
+				}
+			}
+			return ve, err
+		})
 	}
 	return ResponseUsage(b), cut
 }

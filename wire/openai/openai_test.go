@@ -328,3 +328,23 @@ func TestScanManagesTheImageFormsCompatibleServersRead(t *testing.T) {
 		}
 	}
 }
+
+// A proxied answer's usage and whether any choice was cut by max_tokens,
+// read from the spans of the response without decoding the completion,
+// whatever the JSON's escapes and spacing.
+func TestAnswerReadsUsageAndCut(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		cut  bool
+	}{
+		{`{"choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3}}`, false},
+		{`{"choices":[{"finish_reason":"stop"},{"finish_reason":"length"}],"usage":{"prompt_tokens":12,"completion_tokens":3}}`, true},
+		{`{ "usage" : {"prompt_tokens":12,"completion_tokens":3} , "choices" : [ { "finish_reason" : "\u006cength" } ] }`, true},
+		{`{"choices":[{"message":{"content":"finish_reason: length"},"finish_reason":null}],"usage":{"prompt_tokens":12,"completion_tokens":3}}`, false},
+	} {
+		u, cut := Dialect.Answer([]byte(c.body))
+		if u == nil || u.Prompt != 12 || u.Output != 3 || cut != c.cut {
+			t.Errorf("%s: usage %+v, cut %v; want 12 and 3 tokens, cut %v", c.body, u, cut, c.cut)
+		}
+	}
+}
