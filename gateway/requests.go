@@ -32,8 +32,20 @@ func requestID(client string) string {
 			return client
 		}
 	}
-	var b [12]byte
-	rand.Read(b[:])
+	return newRequestID(time.Now())
+}
+
+// newRequestID is a fresh id ordered by time: the milliseconds since the
+// epoch in its first 6 bytes, then 10 random ones (UUIDv7's layout). The
+// request log indexes ids, and random ones put every line of a batch in
+// a leaf of its own: 15 of the 21 µs a line cost on SQLite.
+func newRequestID(at time.Time) string {
+	var b [16]byte
+	ms := uint64(at.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	rand.Read(b[6:])
 	return "req_" + hex.EncodeToString(b[:])
 }
 

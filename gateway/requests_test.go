@@ -87,7 +87,7 @@ func TestRequestIDs(t *testing.T) {
 	g.up.header = nil
 	resp, _ = g.do(t, "POST", "/v1/chat/completions", "key-a", body, "X-Request-Id", "no spaces\tor tabs")
 	fresh := resp.Header.Get("X-Request-Id")
-	if !strings.HasPrefix(fresh, "req_") || len(fresh) != 28 || resp.Header.Get("X-Imgctx-Request-Id") != fresh {
+	if !strings.HasPrefix(fresh, "req_") || len(fresh) != 36 || resp.Header.Get("X-Imgctx-Request-Id") != fresh {
 		t.Fatalf("an unusable client id should get a fresh one: %q / %q", fresh, resp.Header.Get("X-Imgctx-Request-Id"))
 	}
 	// Refused before any upstream: still an id, and a line saying why.
@@ -263,4 +263,27 @@ func FuzzRequestID(f *testing.F) {
 			t.Fatalf("%q → %q: neither kept nor fresh", client, id)
 		}
 	})
+}
+
+// Fresh ids sort as their times do (the request log's id index then
+// grows at its end), and ids made in the same millisecond differ.
+func TestFreshRequestIDsSortByTime(t *testing.T) {
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	var prev string
+	for i := range 2000 {
+		id := newRequestID(at.Add(time.Duration(i/4) * time.Millisecond))
+		if len(id) != len("req_")+32 {
+			t.Fatalf("%q: want req_ and 32 hex digits", id)
+		}
+		if i%4 == 0 && id <= prev {
+			t.Fatalf("%q made a millisecond after %q sorts before it", id, prev)
+		}
+		if id == prev {
+			t.Fatalf("%q made twice", id)
+		}
+		prev = id
+	}
+	if got, want := newRequestID(at)[4:16], fmt.Sprintf("%012x", at.UnixMilli()); got != want {
+		t.Fatalf("time prefix %s, want %s", got, want)
+	}
 }
