@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -73,31 +74,42 @@ func TestDatabaseIsOwnerOnly(t *testing.T) {
 
 // BenchmarkAppendRequests writes the request log as the gateway does: a
 // batch of 256 lines of a text request (no images) in one transaction,
-// each batch a millisecond or more after the one before.
+// each batch a millisecond or more after the one before, into a log that
+// grows as the benchmark runs. The ids are random (ids=random, as the
+// gateway made them before) or ordered by time (ids=by-time, as it makes
+// them now): the id index takes random ones into a leaf each.
 func BenchmarkAppendRequests(b *testing.B) {
-	s, err := Open(filepath.Join(b.TempDir(), "imgctx.db"))
-	if err != nil {
-		b.Fatal(err)
+	for _, ordered := range []bool{false, true} {
+		b.Run(map[bool]string{false: "ids=random", true: "ids=by-time"}[ordered], func(b *testing.B) {
+			s, err := Open(filepath.Join(b.TempDir(), "imgctx.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			batch := make([]session.Request, 256)
+			for i := range batch {
+				batch[i] = session.Request{Tenant: "default", Conversation: "e208cda9febccd82f9652565e3cf43f229c65c4682cbabc91cd6c20763800e71",
+					Route: "chat_completions", Wire: "openai", Model: "gpt-4o", Profile: "gpt-4o", Upstream: "default", Status: 200, DurationMS: 0.5,
+					Input: 120, Output: 5, Dollars: 0.0003, Priced: true, BytesIn: 1010, BytesOut: 300}
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			b.ReportAllocs()
+			for b.Loop() {
+				now := time.Now()
+				for i := range batch {
+					batch[i].Time = now
+					batch[i].ID = fmt.Sprintf("req_%016x%016x", rng.Uint64(), rng.Uint64())
+					if ordered {
+						batch[i].ID = fmt.Sprintf("req_%012x%020d", now.UnixMilli(), i)
+					}
+				}
+				if err := s.AppendRequests(context.Background(), batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(batch)), "µs/line")
+		})
 	}
-	defer s.Close()
-	batch := make([]session.Request, 256)
-	for i := range batch {
-		batch[i] = session.Request{ID: fmt.Sprintf("req_%024d", i), Time: time.Now(), Tenant: "default", Conversation: "e208cda9febccd82f9652565e3cf43f229c65c4682cbabc91cd6c20763800e71",
-			Route: "chat_completions", Wire: "openai", Model: "gpt-4o", Profile: "gpt-4o", Upstream: "default", Status: 200, DurationMS: 0.5,
-			Input: 120, Output: 5, Dollars: 0.0003, Priced: true, BytesIn: 1010, BytesOut: 300}
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		now := time.Now()
-		for i := range batch { // ids ordered by time, as the gateway makes them
-			batch[i].Time = now
-			batch[i].ID = fmt.Sprintf("req_%012x%020d", now.UnixMilli(), i)
-		}
-		if err := s.AppendRequests(context.Background(), batch); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(batch)), "µs/line")
 }
 
 // A state written before migration 005 holds its live context inline: it
