@@ -210,7 +210,8 @@ func (p Priced) warmWorth(k int) float64 {
 // order quantity does). A turn's start, before its first image, is the
 // cheapest place to break — the turn's images are not rewritten — so the
 // batch runs there when the loss until the next turn's start would pay
-// for it. From a sight of 1 no break is paid to stop reading an image on
+// for it; on an automatic cache, where the break grows with what each turn
+// adds after the oldest image, that growth counts too. From a sight of 1 no break is paid to stop reading an image on
 // an explicit cache; on an automatic one the images older than those
 // worth their read (warmWorth) pay toward the batch by the same rule, and
 // it takes every kept image but the turn's newest: the higher the dial,
@@ -229,7 +230,9 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 		l.Run = 0
 	}
 	l.Run++
+	last := -1 // where the turn before started, when this request starts a turn
 	if p.Until != l.TurnAt || l.Turns == 0 {
+		last = l.TurnAt
 		l.Turns++
 		l.TurnAt = p.Until
 	}
@@ -259,6 +262,12 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 			// until the next one, so the batch runs now when the holding
 			// would have paid for it by then.
 			due += net * l.turnLength()
+			if !p.Costs.Whole && last >= 0 {
+				// On an automatic cache the break rewrites from the oldest
+				// image removed, so each turn it waits makes it dearer by
+				// what the turn adds: a cost of holding too.
+				due += float64(p.growth(msgs, last)) * (p.Costs.Rewrite - p.Costs.Read)
+			}
 		}
 		if due < p.breakCost(msgs, h.first, tokens) {
 			return msgs, nil, l
@@ -277,6 +286,22 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 	out, removed := evictOldest(msgs, until, leave, reason.Priced)
 	l.Owed = 0
 	return out, removed, l
+}
+
+// growth is what the turn that started at message from added to the
+// prompt, but its kept images (a batch takes them, they are not
+// rewritten): what a break rewrites more for waiting a turn like it.
+func (p Priced) growth(msgs []chat.Message, from int) int {
+	if from >= min(p.Until, len(msgs)) {
+		return 0
+	}
+	n := p.suffix(msgs, from) - p.suffix(msgs, p.Until)
+	eachImage(msgs[from:p.Until], func(_ int, img chat.Image) {
+		if img.Keep == chat.Kept {
+			n -= img.Cost
+		}
+	})
+	return max(n, 0)
 }
 
 // carried is how many of the newest held images stay over a cold start:
@@ -390,21 +415,26 @@ func (p Priced) breakCost(msgs []chat.Message, first, held int) float64 {
 	if p.Costs.Whole {
 		first = reachable(msgs, first)
 	}
-	suffix := 0
+	return float64(max(p.suffix(msgs, first)-held, 0)) * (p.Costs.Rewrite - p.Costs.Read)
+}
+
+// suffix is the prompt's tokens from message first on, kept images at
+// their cost (Priced.Suffix, else the text at four characters a token).
+func (p Priced) suffix(msgs []chat.Message, first int) int {
 	if p.Suffix != nil {
-		suffix = p.Suffix(first)
-	} else {
-		for _, m := range msgs[first:] {
-			suffix += TextTokens(m.Parts, tokens.Chars4{}) + tokens.MessageFraming
-			chat.Walk(m.Parts, func(part chat.Part, _ int) bool {
-				if img, ok := part.(chat.Image); ok && img.Keep == chat.Kept {
-					suffix += img.Cost
-				}
-				return true
-			})
-		}
+		return p.Suffix(first)
 	}
-	return float64(max(suffix-held, 0)) * (p.Costs.Rewrite - p.Costs.Read)
+	n := 0
+	for _, m := range msgs[first:] {
+		n += TextTokens(m.Parts, tokens.Chars4{}) + tokens.MessageFraming
+		chat.Walk(m.Parts, func(part chat.Part, _ int) bool {
+			if img, ok := part.(chat.Image); ok && img.Keep == chat.Kept {
+				n += img.Cost
+			}
+			return true
+		})
+	}
+	return n
 }
 
 // reachable is where an explicit-breakpoint cache reads up to once the

@@ -375,6 +375,38 @@ func TestATurnStartIsWhereTheBatchRuns(t *testing.T) {
 	}
 }
 
+// On an automatic cache a break rewrites from the oldest image removed, so
+// waiting a turn makes it dearer by what the turn adds: at a turn's start
+// that growth counts with the holding. Here the last turn added three
+// times the text a break now rewrites, and the holding alone would not
+// pay for the break until later: the batch runs now. An explicit cache's
+// break is priced as before, and holds.
+func TestAWaitedBreakGrowsOnAnAutomaticCache(t *testing.T) {
+	msgs, until := history(2, 2, 765, 4000)
+	start := append(slices.Clone(msgs[:until]), chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "next"}}})
+	l := Ledger{Run: 5, Turns: 1}
+	explicit := Costs{Read: gpt.Read, Rewrite: gpt.Rewrite, Whole: true}
+	for _, c := range []struct {
+		costs Costs
+		now   bool
+	}{{gpt, true}, {explicit, false}} {
+		p := Priced{Sight: 0.95, Costs: c.costs, Warm: true, Until: until}
+		if g := p.growth(start, 0); g < 2*(p.suffix(start, 2)-2*765) {
+			t.Fatalf("growth %d tokens: want the last turn's text, about three times what a break rewrites", g)
+		}
+		_, removed, _ := p.Decide(start, l)
+		if now := len(removed) > 0; now != c.now {
+			t.Fatalf("whole %v: removed %d; want a batch now %v", c.costs.Whole, len(removed), c.now)
+		}
+	}
+	// The turn's second request, still before its first image: the growth
+	// was counted at its first.
+	p := Priced{Sight: 0.95, Costs: gpt, Warm: true, Until: until}
+	if _, removed, _ := p.Decide(start, Ledger{Run: 5, Turns: 2, TurnAt: until}); len(removed) > 0 {
+		t.Fatalf("removed %d at a turn's second request with no holding paid", len(removed))
+	}
+}
+
 // On an automatic cache the images worth less than their read (worth
 // halves every 20 newer) pay toward one break, request after request; once
 // it is paid the batch takes every kept image but the turn's newest three,

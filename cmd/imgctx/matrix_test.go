@@ -49,9 +49,6 @@ var knownLosses = map[string]string{
 	// removes the human's own images by price (only under window
 	// pressure), so its cheapest position still shows all six.
 	"doc-review/gemini-2.5-flash/newest-3/1": "removes the user's own images",
-	// Each turn's images dropped at the next (7.0 for $0.306); sight 0
-	// shows 8.2 for $0.316, 3.2% more.
-	"mixed/gemini-2.5-flash/ephemeral": "3.1% cheaper with fewer images than the cheapest position",
 	// On gpt-4o these loops leave nothing where they drop a screenshot;
 	// imgctx leaves a marker, four tokens read on every later request
 	// (DESIGN.md principle 5). With markers priced at nothing (a debug
@@ -68,6 +65,12 @@ var knownLosses = map[string]string{
 	// not: halving the dial between them (refine) finds the step.
 	"computer-use/gpt-4o/osworld-10/20":        steps, // 2.125: 18.5 for $13.60 (its $13.75, 18.8); 2.1875: 19.9 for 3.0% more
 	"computer-use-steady/gpt-4o/osworld-10/20": steps, // 2.125: 18.5 for $13.52 (its $13.66, 18.8); 2.1875: 20.1 for 3.3% more
+	// Below 1 the dial tops out at 11.1 for $8.43 (0.9725 to 0.999), above
+	// it steps from 10.95 for $8.45 (1.14062) to 12.75 for $8.86 (1.14375,
+	// 1.8% over its $8.70 for 11.9); the line between them passes $8.60 at
+	// 11.9. Matched by 0.963125 before a turn's growth counted at its start
+	// (policy.Priced.growth), which matched mixed's ephemeral on Gemini.
+	"mixed/gpt-4o/chunked-3/10": steps,
 }
 
 // defaultLosses are the peers that dominate imgctx's default — show as
