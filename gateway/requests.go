@@ -38,7 +38,7 @@ func requestID(client string) string {
 // newRequestID is a fresh id ordered by time: the milliseconds since the
 // epoch in its first 6 bytes, then 10 random ones (UUIDv7's layout). The
 // request log indexes ids, and random ones put every line of a batch in
-// a leaf of its own: 15 of the 21 µs a line cost on SQLite.
+// a leaf of its own: 21 µs a line on SQLite against 12 (AppendRequests).
 func newRequestID(at time.Time) string {
 	var b [16]byte
 	ms := uint64(at.UnixMilli())

@@ -211,8 +211,8 @@ func (p Priced) warmWorth(k int) float64 {
 // cheapest place to break — the turn's images are not rewritten — so the
 // batch runs there when the loss until the next turn's start would pay
 // for it; on an automatic cache, where the break grows with what each turn
-// adds after the oldest image, that growth counts too. From a sight of 1 no break is paid to stop reading an image on
-// an explicit cache; on an automatic one the images older than those
+// adds after the oldest image, that growth counts too. From a sight of 1
+// no break is paid to stop reading an image on an explicit cache; on an automatic one the images older than those
 // worth their read (warmWorth) pay toward the batch by the same rule, and
 // it takes every kept image but the turn's newest: the higher the dial,
 // the fewer pay and the longer between batches.
