@@ -202,6 +202,18 @@ func BenchmarkGatewayAgent(b *testing.B) {
 	b.Run("gateway-resent", func(b *testing.B) { p50(b, gw.URL+chatPath, body) })
 	b.Run("gateway-by-ref", func(b *testing.B) { p50(b, gw.URL+chatPath, byRef) })
 	b.Run("gateway-pretty", func(b *testing.B) { p50(b, gw.URL+chatPath, pretty.Bytes()) })
+	// As scripts/abmeter sends it: the history at 41 to 50 rounds, growing
+	// by one a request, then again from 41.
+	var growing [][]byte
+	for r := 41; r <= 50; r++ {
+		growing = append(growing, bodies.AgentRounds(inline, r))
+	}
+	b.Run("baseline=reverseproxy-growing", func(b *testing.B) {
+		p50Of(b, reverseProxy(b, up.URL).URL+chatPath, func(i int) []byte { return growing[i%len(growing)] })
+	})
+	b.Run("gateway-growing", func(b *testing.B) {
+		p50Of(b, gw.URL+chatPath, func(i int) []byte { return growing[i%len(growing)] })
+	})
 }
 
 // BenchmarkGatewayAnthropic5MB6Screenshots: the same six screenshots as

@@ -105,8 +105,12 @@ func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
 		return c.HTTP
 	}
-	return &http.Client{Timeout: 10 * time.Minute}
+	return defaultHTTP
 }
+
+// defaultHTTP is the client of a Client with none: 10 minutes for long
+// streamed completions.
+var defaultHTTP = &http.Client{Timeout: 10 * time.Minute, Transport: NewTransport()}
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -1,9 +1,9 @@
 package wire
 
 import (
-	"bytes"
 	"io"
 	"sync"
+	"unsafe"
 )
 
 // Body is a request body held as pieces, so that large strings (an image's
@@ -39,14 +39,14 @@ type trackedReader struct {
 	done func()
 }
 
-// WriteTo hands the pieces to w whole when the reader can (piecesReader,
-// bytes.Reader): the transport then writes megabytes in a few large
-// writes rather than through a 32 KB copy buffer.
+// WriteTo hands the pieces to w whole.
 func (r *trackedReader) WriteTo(w io.Writer) (int64, error) {
-	if wt, ok := r.Reader.(io.WriterTo); ok {
-		return wt.WriteTo(w)
-	}
-	return io.Copy(w, struct{ io.Reader }{r.Reader})
+	return r.Reader.(*piecesReader).WriteTo(w)
+}
+
+// Rest is the reader's: see piecesReader.Rest.
+func (r *trackedReader) Rest(max int64) ([][]byte, bool) {
+	return r.Reader.(*piecesReader).Rest(max)
 }
 
 func (r *trackedReader) Close() error {
@@ -67,12 +67,7 @@ func BodyOf(b []byte) Body { return Body{pieces: []piece{{b: b}}, n: len(b)} }
 func (b Body) Len() int { return b.n }
 
 // Reader returns a new reader over the body; call it again to resend.
-func (b Body) Reader() io.Reader {
-	if len(b.pieces) == 1 && b.pieces[0].b != nil {
-		return bytes.NewReader(b.pieces[0].b) // the common small body: what the transport handles best
-	}
-	return &piecesReader{pieces: b.pieces}
-}
+func (b Body) Reader() io.Reader { return &piecesReader{pieces: b.pieces} }
 
 // piecesReader reads the pieces in turn. Unlike io.MultiReader it needs
 // no copy buffer of its own: its WriteTo writes each piece as it is, and
@@ -102,6 +97,37 @@ func (r *piecesReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// Rest hands over what is left to read, as buffers for one vectored
+// write (net.Buffers), when it comes to at most max bytes; the reader is
+// then at its end. The transport's connections take it
+// (upstream.NewTransport), so a body of megabytes leaves in a few writev
+// calls, not copied through a 32 KB buffer. The buffers alias the pieces,
+// strings included: they are only read.
+func (r *piecesReader) Rest(max int64) ([][]byte, bool) {
+	var n int64
+	for _, c := range r.pieces {
+		n += int64(len(c.b) + len(c.s))
+	}
+	if n -= int64(r.off); n > max {
+		return nil, false
+	}
+	bufs := make([][]byte, 0, len(r.pieces))
+	for i, c := range r.pieces {
+		b := c.b
+		if b == nil {
+			b = unsafe.Slice(unsafe.StringData(c.s), len(c.s))
+		}
+		if i == 0 {
+			b = b[r.off:]
+		}
+		if len(b) > 0 {
+			bufs = append(bufs, b)
+		}
+	}
+	r.pieces, r.off = nil, 0
+	return bufs, true
 }
 
 func (r *piecesReader) WriteTo(w io.Writer) (int64, error) {

@@ -9,7 +9,8 @@ import (
 )
 
 // However a body's pieces are read — reads of any size, then the rest
-// written out — what comes out is the body, once, and the reader ends.
+// handed over (Rest) or written out — what comes out is the body, once,
+// and the reader ends.
 func TestBodyReadsAsItsBytes(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var w BodyWriter
@@ -40,6 +41,19 @@ func TestBodyReadsAsItsBytes(t *testing.T) {
 			if err == io.EOF && got.Len() != len(want) {
 				t.Fatalf("EOF after %d of %d bytes", got.Len(), len(want))
 			}
+		}
+		rest := len(want) - got.Len()
+		if max := rapid.IntRange(0, rest+2).Draw(t, "max"); max < rest {
+			// Over the limit: Rest takes nothing, the reader reads on.
+			if _, ok := r.(*piecesReader).Rest(int64(max)); ok {
+				t.Fatalf("Rest(%d) took %d bytes", max, rest)
+			}
+		} else {
+			bufs, ok := r.(*piecesReader).Rest(int64(max))
+			if !ok {
+				t.Fatalf("Rest(%d) refused %d bytes", max, rest)
+			}
+			got.Write(bytes.Join(bufs, nil))
 		}
 		if _, err := io.Copy(&got, r); err != nil { // WriteTo where the reader has it
 			t.Fatal(err)

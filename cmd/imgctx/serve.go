@@ -198,7 +198,7 @@ func every(period time.Duration, fn func()) (stop func()) {
 // so concurrent clients would open and close connections all the time),
 // and writes request bodies in large pieces.
 func upstreamTransport(cfg config.Config) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	t := upstream.NewTransport()
 	t.MaxIdleConns = 4 * cfg.Server.MaxConcurrent
 	t.MaxIdleConnsPerHost = cfg.Server.MaxConcurrent
 	t.WriteBufferSize, t.ReadBufferSize = 64<<10, 64<<10

@@ -1,0 +1,55 @@
+package upstream
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+)
+
+// NewTransport is http.DefaultTransport's clone whose plain TCP
+// connections take a request body that can hand over its bytes (wire.Body's
+// readers) in vectored writes. net/http copies a body of known length
+// through a 32 KB buffer, a write call for each: a 4 MB history re-sent to a
+// local model server is then 120 copies and writes; handed over whole it is
+// a few writev calls and no copy. TLS connections are unchanged.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	dial := t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			return &vectorConn{tc}, nil
+		}
+		return c, err
+	}
+	return t
+}
+
+// vectorConn is a TCP connection whose ReadFrom writes a body's rest as
+// it is. The transport reaches it through io.Copy with the body under an
+// io.LimitedReader of the declared length.
+type vectorConn struct{ *net.TCPConn }
+
+// rester is a body that can hand over what is left of it (wire.Body's
+// readers).
+type rester interface {
+	Rest(max int64) ([][]byte, bool)
+}
+
+func (c *vectorConn) ReadFrom(r io.Reader) (int64, error) {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		if b, ok := lr.R.(rester); ok {
+			if bufs, ok := b.Rest(lr.N); ok {
+				v := net.Buffers(bufs)
+				n, err := v.WriteTo(c.TCPConn)
+				lr.N -= n
+				return n, err
+			}
+		}
+	}
+	return c.TCPConn.ReadFrom(r)
+}
