@@ -52,6 +52,9 @@ type ProxyCall struct {
 	// Readers, when set, counts the upstream's readers of Body, so that its
 	// memory is reused only once they are done.
 	Readers *sync.WaitGroup
+	// Arriving, when set, compared Body with the conversation's previous
+	// request as it was read (Engine.Arriving); Proxy releases it.
+	Arriving *Arriving
 	// Recall gives each image marker a handle the model can pass to the
 	// recall tool (docs/api.md "Recall").
 	Recall bool
@@ -120,6 +123,7 @@ type ProxyCounts struct {
 // roles, fields, the query, the client's headers — goes upstream as it
 // came; a prompt-too-long is replayed once without the images that can go.
 func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
+	defer c.Arriving.Release() // the scan's, unless it never ran
 	e.once.Do(e.init)
 	if e.invalid != nil {
 		return nil, e.invalid
@@ -285,9 +289,9 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 // kept of its previous request.
 func (e *Engine) scan(c ProxyCall) (*wire.Spliced, []*spanKey, resumeKey, resumed, error) {
 	rk := e.spans.resumeKeyOf(c.Tenant, c.Wire.Name, c.Header, c.Body)
-	prev, done := e.spans.resumeFor(rk)
+	prev, known, done := e.resumeFrom(rk, c.Arriving)
 	found, hashed := e.spans.hashAhead(c.Tenant, c.Body)
-	sp, err := c.Wire.Scan(c.Body, wire.ScanOptions{Prev: prev.res, Found: found, MaxMessages: c.MaxMessages, MaxParts: c.MaxParts})
+	sp, err := c.Wire.Scan(c.Body, wire.ScanOptions{Prev: prev.res, Known: known, Found: found, MaxMessages: c.MaxMessages, MaxParts: c.MaxParts})
 	done() // the previous request's bytes are compared
 	if err != nil {
 		hashed(nil)

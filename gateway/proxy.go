@@ -24,7 +24,9 @@ import (
 // and body or stream as they came, or the answer imgctx made itself.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d *wire.Dialect, side bool) {
 	rec := record(r.Context(), session.Request{Wire: d.Name})
-	body, err := s.readBodyInto(r, s.bodies.get)
+	body, arriving, err := s.readBodyInto(r, s.bodies.get, func(head []byte) *engine.Arriving {
+		return s.engine.Arriving(tenant, d, r.Header, head)
+	})
 	if err != nil {
 		rec.Error = clip(err.Error())
 		s.fail(w, d, err)
@@ -45,7 +47,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	ctx := r.Context()
 	p, err := s.engine.Proxy(ctx, engine.ProxyCall{Tenant: tenant, Wire: d, Body: body, Header: r.Header,
 		Upstream: upstream.Request{Path: r.URL.Path, Query: s.forwardQuery(r), Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)},
-		Routes:   s.upstreams(), Keep: s.keepFor(r), Recall: s.recallFor(r), Side: side, Readers: &readers,
+		Routes:   s.upstreams(), Keep: s.keepFor(r), Recall: s.recallFor(r), Side: side, Readers: &readers, Arriving: arriving,
 		MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts, MaxResponseBytes: s.cfg.MaxResponseBytes})
 	if err != nil {
 		rec.Error = clip(err.Error())

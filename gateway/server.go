@@ -559,38 +559,77 @@ func clip(s string) string {
 
 // readBody reads a request body within the limit, after decompression.
 func (s *Server) readBody(r *http.Request) ([]byte, error) {
-	return s.readBodyInto(r, func(n int) []byte { return make([]byte, n) })
+	b, _, err := s.readBodyInto(r, func(n int) []byte { return make([]byte, n) }, nil)
+	return b, err
 }
 
-// readBodyInto is readBody with the buffer of a known-size body from alloc.
-func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte) ([]byte, error) {
+// arrivingFrom is the body size from which a drop-in request is compared
+// with its conversation's previous one as it arrives: below it the
+// compare is too short to matter.
+const arrivingFrom = 64 << 10
+
+// readBodyInto is readBody with the buffer of a known-size body from
+// alloc. With arriving, a large body of known size is compared, as it
+// comes, with what arriving returns for its first bytes
+// (engine.Arriving), which is returned with it; on an error it is
+// released.
+func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arriving func(head []byte) *engine.Arriving) ([]byte, *engine.Arriving, error) {
 	var rd io.Reader = r.Body
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
 		d, err := decompress(enc, r.Body)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rd = d
 	}
 	var b []byte
+	var a *engine.Arriving
 	var err error
-	if n := r.ContentLength; rd == r.Body && n > 0 && n <= s.cfg.MaxBodyBytes {
+	switch n := r.ContentLength; {
+	case rd == r.Body && n >= arrivingFrom && n <= s.cfg.MaxBodyBytes && arriving != nil:
+		b = alloc(int(n))
+		head := min(len(b), engine.ArrivingHead)
+		if _, err = io.ReadFull(rd, b[:head]); err == nil {
+			a = arriving(b[:head])
+			err = readComparing(rd, b, head, a)
+		}
+	case rd == r.Body && n > 0 && n <= s.cfg.MaxBodyBytes:
 		// Known size: one exact allocation instead of a doubling buffer.
 		b = alloc(int(n))
 		_, err = io.ReadFull(rd, b)
-	} else {
+	default:
 		b, err = io.ReadAll(io.LimitReader(rd, s.cfg.MaxBodyBytes+1))
 	}
+	if err != nil {
+		a.Release()
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil, errBodyTimeout
+		return nil, nil, errBodyTimeout
 	}
 	if err != nil {
-		return nil, reason.Wrap(reason.Invalid, "reading the body", err)
+		return nil, nil, reason.Wrap(reason.Invalid, "reading the body", err)
 	}
 	if int64(len(b)) > s.cfg.MaxBodyBytes {
-		return nil, reason.New(reason.TooLarge, fmt.Sprintf("request body is over the limit of %d bytes", s.cfg.MaxBodyBytes))
+		return nil, nil, reason.New(reason.TooLarge, fmt.Sprintf("request body is over the limit of %d bytes", s.cfg.MaxBodyBytes))
 	}
-	return b, nil
+	return b, a, nil
+}
+
+// readComparing fills b from rd past its first off bytes, as io.ReadFull
+// does, handing each read to a to compare while the rest is on the way.
+func readComparing(rd io.Reader, b []byte, off int, a *engine.Arriving) error {
+	for off < len(b) {
+		n, err := rd.Read(b[off:])
+		a.Compare(off, b[off:off+n])
+		off += n
+		if err != nil && off < len(b) {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // errBodyTimeout: the body did not arrive within its deadline.

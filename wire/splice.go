@@ -156,14 +156,15 @@ func (r *Resume) Bytes() int { return len(r.Body) }
 // shared counts r's leading messages that stand in body at the same
 // offsets with the same bytes, and everything before them the same: the
 // messages that end within the bytes body and the previous request share.
-func (r *Resume) shared(body []byte) int {
-	n := commonPrefix(r.Body, body)
+// The first known bytes were found equal already, as the body arrived.
+func (r *Resume) shared(body []byte, known int) int {
+	n := known + CommonPrefix(r.Body[min(known, len(r.Body)):], body[min(known, len(body)):])
 	return sort.Search(len(r.Marks), func(j int) bool { return r.Marks[j].End > n })
 }
 
-// commonPrefix is how many leading bytes a and b share: a memory compare,
+// CommonPrefix is how many leading bytes a and b share: a memory compare,
 // a page at a time.
-func commonPrefix(a, b []byte) int {
+func CommonPrefix(a, b []byte) int {
 	n := min(len(a), len(b))
 	const page = 4096
 	i := 0
@@ -187,7 +188,7 @@ func WalkMessages(s *Spliced, at int, element func(vs int) (int, error)) (int, e
 	}
 	from := 0
 	if p := s.prev; p != nil {
-		if n := p.shared(b); n > 0 {
+		if n := p.shared(b, s.limits.Known); n > 0 {
 			if n == len(p.Marks) && p.extended.CompareAndSwap(false, true) {
 				// The whole previous request, extended: the first scan to
 				// do so appends in place, past what p's readers read; the
@@ -227,7 +228,11 @@ func slotsUpTo(r *Resume, n int) int {
 // ScanOptions tune a scan. The zero value scans with no previous scan,
 // no hook and the default limits.
 type ScanOptions struct {
-	Prev  *Resume    // the conversation's previous scan, to resume from
+	Prev *Resume // the conversation's previous scan, to resume from
+	// Known is how many leading bytes of the body were found equal to
+	// Prev's already (compared as they arrived): the scan compares from
+	// there. It must not count a byte that differs.
+	Known int
 	Found func(Slot) // called with each slot as it is read
 	// MaxMessages and MaxParts bound what one request may hold (a body of a
 	// million one-letter messages costs far more to hold than to send);

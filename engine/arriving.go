@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/imgctx/imgctx/wire"
+)
+
+// ArrivingHead is how much of a body names its conversation (with the
+// tenant, the wire and the agent's conversation headers): Arriving needs
+// it first.
+const ArrivingHead = 4096
+
+// Arriving is a body still being read, compared as it comes with its
+// conversation's previous request. An agent re-sends the whole history
+// every time; the resumed scan must check that the bytes it takes over are
+// the previous request's, a memory compare of the whole history. Done
+// while the rest of the body is on the way, it costs no time after the
+// last byte (ProxyCall.Arriving).
+type Arriving struct {
+	key      resumeKey
+	prev     resumed
+	known    int // leading bytes equal to the previous request's
+	diverged bool
+	once     sync.Once
+	done     func()
+}
+
+// Arriving starts comparing a body with its conversation's previous
+// request; head is its first ArrivingHead bytes (all of it when shorter).
+// It is nil when the conversation has none. Hand it to Proxy with the
+// body, or Release it.
+func (e *Engine) Arriving(tenant string, d *wire.Dialect, h http.Header, head []byte) *Arriving {
+	e.once.Do(e.init)
+	k := e.spans.resumeKeyOf(tenant, d.Name, h, head)
+	prev, done := e.spans.resumeFor(k)
+	if prev.res == nil {
+		done()
+		return nil
+	}
+	a := &Arriving{key: k, prev: prev, done: done}
+	a.Compare(0, head)
+	return a
+}
+
+// Compare takes the bytes b read at offset off, in order.
+func (a *Arriving) Compare(off int, b []byte) {
+	if a == nil || a.diverged {
+		return
+	}
+	p := a.prev.res.Body
+	if off != a.known || off >= len(p) {
+		a.diverged = true
+		return
+	}
+	m := min(len(b), len(p)-off)
+	n := wire.CommonPrefix(p[off:off+m], b[:m])
+	a.known += n
+	a.diverged = n < len(b)
+}
+
+// Release lets the previous request's memory go. Proxy does it for the
+// body it is handed; a second call does nothing.
+func (a *Arriving) Release() {
+	if a != nil {
+		a.once.Do(a.done)
+	}
+}
+
+// resumeFrom returns the previous request of the conversation k names,
+// held until done is called, and how many of its leading bytes the body
+// was found to share as it arrived: arriving's, when it was compared with
+// that conversation's.
+func (e *Engine) resumeFrom(k resumeKey, arriving *Arriving) (r resumed, known int, done func()) {
+	if arriving != nil && arriving.key == k {
+		return arriving.prev, arriving.known, arriving.Release
+	}
+	arriving.Release()
+	r, done = e.spans.resumeFor(k)
+	return r, 0, done
+}
