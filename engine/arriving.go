@@ -60,6 +60,24 @@ func (a *Arriving) Compare(off int, b []byte) {
 	a.diverged = n < len(b)
 }
 
+// Known is how many leading bytes of the body are the previous request's,
+// up to the end of its last message: a JSON object left open, which may go
+// upstream before the body is decided (upstream.Early) — no upstream can
+// read a whole request in it.
+func (a *Arriving) Known() int {
+	if a == nil {
+		return 0
+	}
+	return a.known
+}
+
+// AsIs reports whether the conversation's previous request went upstream
+// as its client sent it: the next may start on its way while it arrives
+// (upstream.Client.Start).
+func (a *Arriving) AsIs() bool {
+	return a != nil && a.prev.asIs != nil && a.prev.asIs.Load()
+}
+
 // Release lets the previous request's memory go. Proxy does it for the
 // body it is handed; a second call does nothing.
 func (a *Arriving) Release() {

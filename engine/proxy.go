@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
@@ -55,6 +56,11 @@ type ProxyCall struct {
 	// Arriving, when set, compared Body with the conversation's previous
 	// request as it was read (Engine.Arriving); Proxy releases it.
 	Arriving *Arriving
+	// Early, when set, is the request already on its way with Body's bytes
+	// as they arrived: the first attempt finishes it if the decided body
+	// is Body as it is, else abandons it. The caller abandons it in any
+	// case once Proxy returns.
+	Early *upstream.Early
 	// Recall gives each image marker a handle the model can pass to the
 	// recall tool (docs/api.md "Recall").
 	Recall bool
@@ -167,7 +173,8 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		key, opening = conversationKey(c.Tenant, d, id, sp)
 	}
 	res, held := holdResume(&c, sp)
-	e.spans.keepResume(rk, resumed{res: res, held: held, keys: keys, convKey: key, convID: id, opening: opening})
+	asIs := new(atomic.Bool)
+	e.spans.keepResume(rk, resumed{res: res, held: held, keys: keys, convKey: key, convID: id, opening: opening, asIs: asIs})
 	profile := e.ProfileWith(sp.Model, route.Hints)
 	files := e.fileSenderFor(c, route, &counts)
 	dctx, decided := startSpan(ctx, "imgctx.decide")
@@ -215,7 +222,9 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		if err != nil {
 			return nil, err
 		}
+		asIs.Store(body.Is(c.Body))
 		req.Body = body
+		req.Early, c.Early = c.Early, nil // the first attempt's, if any
 		req.Header = files.header(c.Upstream.Header)
 		if c.Readers != nil {
 			req.Body = body.Tracked(c.Readers)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/imgctx/imgctx/blob"
@@ -202,6 +203,9 @@ type resumed struct {
 	// for byte has the same key, without decoding them again.
 	convKey, convID string
 	opening         int
+	// asIs: the request went upstream as the client sent it (set once it
+	// is spliced), so the next may be sent as it arrives (upstream.Early).
+	asIs *atomic.Bool
 }
 
 // resumeKey names a conversation cheaply: the tenant, the wire, the

@@ -172,7 +172,10 @@ func (u *pricedUpstream) price(body []byte) (blocks []block, images int, err err
 }
 
 func (u *pricedUpstream) handle(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // not a request: its body never came whole (an abandoned upstream.Early)
+	}
 	blocks, images, err := u.price(body)
 	if err != nil {
 		u.t.Errorf("upstream: a request off the documented shape: %v", err)

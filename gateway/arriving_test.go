@@ -9,7 +9,6 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/upstream"
 )
 
@@ -60,12 +59,12 @@ func TestReadComparingFillsTheBody(t *testing.T) {
 		if _, err := io.CopyN(io.Discard, r, 100); err != nil {
 			t.Fatal(err)
 		}
-		if err := readComparing(r, b, 100, (*engine.Arriving)(nil)); err != nil || !bytes.Equal(b, want) {
+		if err := readComparing(r, b, 100, nil, nil); err != nil || !bytes.Equal(b, want) {
 			t.Fatalf("%s: err %v, equal %v", name, err, bytes.Equal(b, want))
 		}
 	}
 	b := make([]byte, len(want)+1)
-	if err := readComparing(bytes.NewReader(want), b, 0, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if err := readComparing(bytes.NewReader(want), b, 0, nil, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("a short body: %v", err)
 	}
 }

@@ -24,18 +24,25 @@ import (
 // and body or stream as they came, or the answer imgctx made itself.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d *wire.Dialect, side bool) {
 	rec := record(r.Context(), session.Request{Wire: d.Name})
-	body, arriving, err := s.readBodyInto(r, s.bodies.get, func(head []byte) *engine.Arriving {
-		return s.engine.Arriving(tenant, d, r.Header, head)
+	up := upstream.Request{Path: r.URL.Path, Query: s.forwardQuery(r), Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
+	// The body goes back to the pool once this handler and every upstream
+	// reader of it are done: the engine's view and the request share its
+	// memory.
+	var readers sync.WaitGroup
+	var early *upstream.Early
+	defer func() { early.Abandon() }() // unless the engine took it
+	body, arriving, err := s.readBodyInto(r, s.bodies.get, func(buf []byte, head int) (*engine.Arriving, *upstream.Early) {
+		a := s.engine.Arriving(tenant, d, r.Header, buf[:head])
+		if a.AsIs() && !side {
+			early = s.startEarly(r, d, up, buf, &readers)
+		}
+		return a, early
 	})
 	if err != nil {
 		rec.Error = clip(err.Error())
 		s.fail(w, d, err)
 		return
 	}
-	// The body goes back to the pool once this handler and every upstream
-	// reader of it are done: the engine's view and the request share its
-	// memory.
-	var readers sync.WaitGroup
 	if s.bodies.pooled(body) {
 		defer func() {
 			go func() {
@@ -45,9 +52,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		}()
 	}
 	ctx := r.Context()
-	p, err := s.engine.Proxy(ctx, engine.ProxyCall{Tenant: tenant, Wire: d, Body: body, Header: r.Header,
-		Upstream: upstream.Request{Path: r.URL.Path, Query: s.forwardQuery(r), Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)},
-		Routes:   s.upstreams(), Keep: s.keepFor(r), Recall: s.recallFor(r), Side: side, Readers: &readers, Arriving: arriving,
+	p, err := s.engine.Proxy(ctx, engine.ProxyCall{Tenant: tenant, Wire: d, Body: body, Header: r.Header, Upstream: up,
+		Routes: s.upstreams(), Keep: s.keepFor(r), Recall: s.recallFor(r), Side: side, Readers: &readers, Arriving: arriving, Early: early,
 		MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts, MaxResponseBytes: s.cfg.MaxResponseBytes})
 	if err != nil {
 		rec.Error = clip(err.Error())
@@ -118,6 +124,21 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	s.metrics.latency.Observe((p.Counts.Before + time.Since(post)).Seconds())
 	usage = p.Read(b)
+}
+
+// startEarly sends the request up while its body arrives, on the guess
+// that it goes as the client sends it (upstream.Early): when its
+// conversation's previous request did, the gateway has one upstream for
+// the client's own wire (a translation or a flat backend rewrites every
+// body), and neither a Files API nor a trace of imgctx's own adds to the
+// headers. nil otherwise.
+func (s *Server) startEarly(r *http.Request, d *wire.Dialect, up upstream.Request, buf []byte, readers *sync.WaitGroup) *upstream.Early {
+	routes := s.upstreams()
+	if len(routes) != 1 || routes[0].Client.Wire() != d || routes[0].Client.Format.Flat() || routes[0].Files || s.cfg.Tracer != nil {
+		return nil
+	}
+	readers.Add(1)
+	return routes[0].Client.Start(r.Context(), up, buf, readers.Done)
 }
 
 // upstreamID is the provider's id of a request, from its answer's headers

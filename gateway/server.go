@@ -33,6 +33,7 @@ import (
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/recall"
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/anthropic"
 	"github.com/imgctx/imgctx/wire/gemini"
@@ -573,7 +574,7 @@ const arrivingFrom = 64 << 10
 // comes, with what arriving returns for its first bytes
 // (engine.Arriving), which is returned with it; on an error it is
 // released.
-func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arriving func(head []byte) *engine.Arriving) ([]byte, *engine.Arriving, error) {
+func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arriving func(buf []byte, head int) (*engine.Arriving, *upstream.Early)) ([]byte, *engine.Arriving, error) {
 	var rd io.Reader = r.Body
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
 		d, err := decompress(enc, r.Body)
@@ -590,8 +591,9 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 		b = alloc(int(n))
 		head := min(len(b), engine.ArrivingHead)
 		if _, err = io.ReadFull(rd, b[:head]); err == nil {
-			a = arriving(b[:head])
-			err = readComparing(rd, b, head, a)
+			var early *upstream.Early
+			a, early = arriving(b, head)
+			err = readComparing(rd, b, head, a, early)
 		}
 	case rd == r.Body && n > 0 && n <= s.cfg.MaxBodyBytes:
 		// Known size: one exact allocation instead of a doubling buffer.
@@ -616,12 +618,16 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 }
 
 // readComparing fills b from rd past its first off bytes, as io.ReadFull
-// does, handing each read to a to compare while the rest is on the way.
-func readComparing(rd io.Reader, b []byte, off int, a *engine.Arriving) error {
+// does, handing each read to a to compare while the rest is on the way,
+// and what matched the previous request to early to send (both may be
+// nil).
+func readComparing(rd io.Reader, b []byte, off int, a *engine.Arriving, early *upstream.Early) error {
+	early.Advance(a.Known())
 	for off < len(b) {
 		n, err := rd.Read(b[off:])
 		a.Compare(off, b[off:off+n])
 		off += n
+		early.Advance(a.Known())
 		if err != nil && off < len(b) {
 			if err == io.EOF {
 				return io.ErrUnexpectedEOF

@@ -138,6 +138,10 @@ type Request struct {
 	Header http.Header
 	APIKey string // "" : the client's own credentials as forwarded in Header, unless the Client has a key
 	Body   wire.Body
+	// Early, when set, is this request already on its way with the
+	// client's bytes (Client.Start): the first attempt finishes it when
+	// Body is those bytes as they are, and abandons it otherwise.
+	Early *Early
 }
 
 // Do sends body and returns the successful response, its body open for the
@@ -172,7 +176,13 @@ func (c *Client) Send(ctx context.Context, r Request) (*http.Response, error) {
 		wait = sleep
 	}
 	for attempt := 0; ; attempt++ {
-		resp, err := c.once(ctx, r)
+		var resp *http.Response
+		var err error
+		if attempt == 0 && r.Early.take(r) {
+			resp, err = c.result(r.Early.wait())
+		} else {
+			resp, err = c.once(ctx, r)
+		}
 		if c.Attempted != nil {
 			c.Attempted(resp, err)
 		}
@@ -196,20 +206,27 @@ func (c *Client) Send(ctx context.Context, r Request) (*http.Response, error) {
 }
 
 func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
-	method, path := r.Method, r.Path
-	if method == "" {
-		method = http.MethodPost
+	var rd io.ReadCloser
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		rd = r.Body.ReadCloser() // the transport closes it, even on errors
 	}
-	if path == "" {
-		path = c.path()
+	req, err := c.request(ctx, r, rd, int64(r.Body.Len()))
+	if err != nil {
+		return nil, err
 	}
+	if rd != nil {
+		req.GetBody = func() (io.ReadCloser, error) { return r.Body.ReadCloser(), nil }
+	}
+	return c.result(c.httpClient().Do(req))
+}
+
+// request is the HTTP request r makes with the body rd of n bytes (nil:
+// none); it closes rd when it cannot make one.
+func (c *Client) request(ctx context.Context, r Request, rd io.ReadCloser, n int64) (*http.Request, error) {
+	method, path := cmp.Or(r.Method, http.MethodPost), cmp.Or(r.Path, c.path())
 	u := strings.TrimRight(c.BaseURL, "/") + path
 	if r.Query != "" {
 		u += "?" + r.Query
-	}
-	var rd io.ReadCloser
-	if method != http.MethodGet && method != http.MethodHead {
-		rd = r.Body.ReadCloser() // the transport closes it, even on errors
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
@@ -222,12 +239,16 @@ func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 		req.Header[k] = vs
 	}
 	if rd != nil {
-		req.ContentLength = int64(r.Body.Len())
-		req.GetBody = func() (io.ReadCloser, error) { return r.Body.ReadCloser(), nil }
+		req.ContentLength = n
 		req.Header.Set("Content-Type", "application/json")
 	}
 	c.authorize(req, r)
-	resp, err := c.httpClient().Do(req)
+	return req, nil
+}
+
+// result is an attempt's outcome: a 2xx response, its body open, or the
+// upstream's error read and classified.
+func (c *Client) result(resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}

@@ -63,6 +63,12 @@ type piece struct {
 // BodyOf wraps bytes already assembled, without copying them.
 func BodyOf(b []byte) Body { return Body{pieces: []piece{{b: b}}, n: len(b)} }
 
+// Is reports whether the body is buf as it is: buf's own memory, whole,
+// in one piece (a request forwarded unchanged).
+func (b Body) Is(buf []byte) bool {
+	return len(b.pieces) == 1 && len(buf) > 0 && len(b.pieces[0].b) == len(buf) && &b.pieces[0].b[0] == &buf[0]
+}
+
 // Len is the body's size in bytes.
 func (b Body) Len() int { return b.n }
 
