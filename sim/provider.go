@@ -204,7 +204,13 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > 0 {
 		buf.Grow(int(r.ContentLength))
 	}
-	buf.ReadFrom(r.Body)
+	if _, err := buf.ReadFrom(r.Body); err != nil {
+		// Not a request: its client went away before the body's end (a
+		// gateway's request abandoned for another, upstream.Early). Nothing
+		// answered, nothing billed, the previous body kept.
+		p.reads--
+		return
+	}
 	body := buf.Bytes()
 	if p.Received != nil {
 		p.Received(body)
