@@ -11,6 +11,7 @@
 //	go run ./scripts/abmeter -n 100 -load 3s
 //	go run ./scripts/abmeter -scaleout       # SQLite + directory vs PostgreSQL + S3, one and two replicas
 //	go run ./scripts/abmeter -growth -n 100  # the growth table: 50 to 3,200 messages, 0 to 100 screenshots
+//	go run ./scripts/abmeter -growth -n 50 -client-rate 100  # the same from a client sending 100 MB/s
 //	go run ./scripts/abmeter -rss 16 -load 20s  # peak RSS under 16 clients sending the agent body
 //	go run ./scripts/abmeter -soak 10m -rss 16  # RSS over ten minutes of growing conversations; exit 1 if imgctx's grows
 //
@@ -65,7 +66,9 @@ func main() {
 	rss := flag.Int("rss", 0, "measure each proxy's peak RSS instead, under this many clients sending the agent body (for -load)")
 	soakFor := flag.Duration("soak", 0, "soak instead: -rss clients (16 if unset) a proxy in growing conversations for this long, RSS sampled; exit 1 if imgctx's grows")
 	idle := flag.Int("rp-idle", 64, "internal: the ReverseProxy's idle connections to the upstream")
+	rate := flag.Float64("client-rate", 0, "pace every request body the meter sends to this many MB/s (0: as fast as loopback takes it): a client on a slower link")
 	flag.Parse()
+	clientRate = *rate * 1e6
 	switch *role {
 	case "upstream":
 		serve(http.HandlerFunc(upstream))
@@ -169,9 +172,24 @@ func (p *proc) cpu() time.Duration {
 
 var client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
 
+// clientRate, when above zero, paces every request body the meter sends
+// to that many bytes a second (-client-rate): a client on a slower link
+// than loopback.
+var clientRate float64
+
 func post(base, path string, body []byte) (time.Duration, error) {
 	start := time.Now()
-	resp, err := client.Post(base+path, "application/json", bytes.NewReader(body))
+	var rd io.Reader = bytes.NewReader(body)
+	if clientRate > 0 {
+		rd = &paced{rest: body, start: start}
+	}
+	req, err := http.NewRequest(http.MethodPost, base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -181,6 +199,23 @@ func post(base, path string, body []byte) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: status %d", base, resp.StatusCode)
 	}
 	return time.Since(start), nil
+}
+
+// paced gives out a body no faster than clientRate, 64 KB at a time.
+type paced struct {
+	rest  []byte
+	sent  int
+	start time.Time
+}
+
+func (p *paced) Read(b []byte) (int, error) {
+	if len(p.rest) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(time.Until(p.start.Add(time.Duration(float64(p.sent) / clientRate * float64(time.Second)))))
+	n := copy(b[:min(len(b), 64<<10)], p.rest)
+	p.rest, p.sent = p.rest[n:], p.sent+n
+	return n, nil
 }
 
 func run(n int, load time.Duration) {
