@@ -571,9 +571,10 @@ const arrivingFrom = 64 << 10
 
 // readBodyInto is readBody with the buffer of a known-size body from
 // alloc. With arriving, a large body of known size is compared, as it
-// comes, with what arriving returns for its first bytes
-// (engine.Arriving), which is returned with it; on an error it is
-// released.
+// comes, with what arriving returns for its first bytes (engine.Arriving,
+// returned with the body; released on an error), and what matched is
+// handed to the request arriving may have started upstream
+// (upstream.Early).
 func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arriving func(buf []byte, head int) (*engine.Arriving, *upstream.Early)) ([]byte, *engine.Arriving, error) {
 	var rd io.Reader = r.Body
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
