@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -193,5 +194,54 @@ func TestEarlyRequestsDecidedOtherwiseNeverReachTheUpstreamWhole(t *testing.T) {
 	}
 	if got := u.received(); len(got) != 3 {
 		t.Fatalf("the upstream read %d whole requests, want 3: a refused one reached it", len(got))
+	}
+}
+
+// A client that goes away mid-body, its request already started upstream,
+// leaves the upstream nothing whole, and the gateway serves the next one.
+func TestEarlyClientGoneMidBody(t *testing.T) {
+	u, url := earlyGateway(t)
+	first := codingHistory(60, "")
+	if st := post(t, url, first, 0, nil); st != 200 {
+		t.Fatalf("first request: %d", st)
+	}
+	for len(u.progress) > 0 {
+		<-u.progress
+	}
+	second := codingHistory(61, "")
+	gone := make(chan struct{})
+	req, _ := http.NewRequest("POST", url, io.MultiReader(bytes.NewReader(second[:len(second)/2]), readerFunc(func([]byte) (int, error) {
+		<-gone
+		return 0, errors.New("client gone")
+	})))
+	req.ContentLength = int64(len(second))
+	done := make(chan error)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	deadline := time.After(10 * time.Second)
+	for n := 0; n < len(first)/4; {
+		select {
+		case n = <-u.progress:
+		case <-deadline:
+			close(gone)
+			t.Fatal("nothing of the second request reached the upstream")
+		}
+	}
+	close(gone)
+	if err := <-done; err == nil {
+		t.Fatal("a body cut short was answered")
+	}
+	third := codingHistory(62, "")
+	if st := post(t, url, third, 0, nil); st != 200 {
+		t.Fatalf("the request after: %d", st)
+	}
+	got := u.received()
+	if len(got) != 2 || !bytes.Equal(got[1], third) {
+		t.Fatalf("the upstream read %d whole requests, want the first and the third", len(got))
 	}
 }
