@@ -12,8 +12,9 @@ import (
 
 // Early is a request sent while its body is still being read from the
 // client, on the guess that it will go upstream as the client sent it (the
-// conversation's requests so far all did): the client's bytes leave as they
-// arrive, all but the last, which waits for the decision. When the decided
+// conversation's requests so far all did): the bytes the caller lets go
+// (Advance) leave as they arrive, never the last, which waits for the
+// decision. When the decided
 // body is the client's bytes as they are, the request finishes
 // (Request.Early); otherwise it is abandoned before its last byte — the
 // connection closed under it, so the upstream never reads a whole request
@@ -30,7 +31,7 @@ type Early struct {
 
 	mu      sync.Mutex
 	more    *sync.Cond
-	avail   int   // bytes of buf read from the client, so far
+	avail   int   // bytes of buf that may go before the decision (Advance)
 	decided bool  // the decided body is buf: all of it may go
 	dropped error // abandoned
 	taken   bool
@@ -43,7 +44,7 @@ type Early struct {
 var errAbandoned = errors.New("upstream: request abandoned for the body the gateway decided")
 
 // Start sends the request r will be, its body the len(buf) bytes buf will
-// hold as the client's body arrives (Advance); onClose runs once the
+// hold as the client's body arrives; onClose runs once the
 // transport is done reading buf. Finish it by sending r with Early set, or
 // Abandon it.
 func (c *Client) Start(ctx context.Context, r Request, buf []byte, onClose func()) *Early {
@@ -63,8 +64,9 @@ func (c *Client) Start(ctx context.Context, r Request, buf []byte, onClose func(
 	return e
 }
 
-// Advance says the first n bytes of the body have arrived. All but the
-// last may go: the upstream reads no whole request before the decision.
+// Advance lets the first n bytes of buf go upstream (the gateway: those
+// that repeat the previous request, arrived). Never the body's last byte
+// before the decision: the upstream reads no whole request until then.
 func (e *Early) Advance(n int) {
 	if e == nil {
 		return

@@ -15,10 +15,7 @@ import (
 // a few writev calls and no copy. TLS connections are unchanged.
 func NewTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	dial := t.DialContext
-	if dial == nil {
-		dial = (&net.Dialer{}).DialContext
-	}
+	dial := t.DialContext // the default's dialer, with its timeouts
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if tc, ok := c.(*net.TCPConn); ok {

@@ -30,23 +30,13 @@ func (b Body) ReadCloser() io.ReadCloser {
 		return io.NopCloser(b.Reader()) // NopCloser keeps the reader's WriteTo
 	}
 	b.open.Add(1)
-	return &trackedReader{Reader: b.Reader(), done: b.open.Done}
+	return &trackedReader{piecesReader: &piecesReader{pieces: b.pieces}, done: b.open.Done}
 }
 
 type trackedReader struct {
-	io.Reader
-	once sync.Once
-	done func()
-}
-
-// WriteTo hands the pieces to w whole.
-func (r *trackedReader) WriteTo(w io.Writer) (int64, error) {
-	return r.Reader.(*piecesReader).WriteTo(w)
-}
-
-// Rest is the reader's: see piecesReader.Rest.
-func (r *trackedReader) Rest(max int64) ([][]byte, bool) {
-	return r.Reader.(*piecesReader).Rest(max)
+	*piecesReader // its Read, WriteTo and Rest
+	once          sync.Once
+	done          func()
 }
 
 func (r *trackedReader) Close() error {
