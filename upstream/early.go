@@ -134,23 +134,31 @@ func (e *Early) wait() (*http.Response, error) {
 // Read gives the transport the body's bytes as they arrive: all but the
 // last until the request is taken.
 func (e *Early) Read(p []byte) (int, error) {
+	b, err := e.next(len(p))
+	return copy(p, b), err
+}
+
+// next is the run of the body that may go now, at most max bytes, waiting
+// for one: a piece of buf itself, which holds no byte before its release
+// that changes once it arrived, so a connection writes it without a copy.
+func (e *Early) next(max int) ([]byte, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {
 		if e.dropped != nil {
-			return 0, e.dropped
+			return nil, e.dropped
 		}
 		limit := min(e.avail, len(e.buf)-1)
 		if e.decided {
 			limit = len(e.buf)
 		}
 		if e.pos < limit {
-			n := copy(p, e.buf[e.pos:limit])
-			e.pos += n
-			return n, nil
+			b := e.buf[e.pos:min(limit, e.pos+max)]
+			e.pos += len(b)
+			return b, nil
 		}
 		if e.decided {
-			return 0, io.EOF
+			return nil, io.EOF
 		}
 		e.more.Wait()
 	}

@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"io"
+	"math"
 	"net"
 	"net/http"
 )
@@ -39,6 +40,9 @@ type rester interface {
 
 func (c *vectorConn) ReadFrom(r io.Reader) (int64, error) {
 	if lr, ok := r.(*io.LimitedReader); ok {
+		if e, ok := lr.R.(*Early); ok {
+			return c.writeEarly(e, lr)
+		}
 		if b, ok := lr.R.(rester); ok {
 			if bufs, ok := b.Rest(lr.N); ok {
 				v := net.Buffers(bufs)
@@ -49,4 +53,28 @@ func (c *vectorConn) ReadFrom(r io.Reader) (int64, error) {
 		}
 	}
 	return c.TCPConn.ReadFrom(r)
+}
+
+// writeEarly writes an early request's body from the client's buffer as
+// its runs are let go, with no copy through the transport's buffer.
+func (c *vectorConn) writeEarly(e *Early, lr *io.LimitedReader) (int64, error) {
+	var n int64
+	for lr.N > 0 {
+		b, err := e.next(int(min(lr.N, int64(math.MaxInt))))
+		if len(b) > 0 {
+			w, werr := c.TCPConn.Write(b)
+			n += int64(w)
+			lr.N -= int64(w)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
