@@ -2,6 +2,7 @@ package wire
 
 import (
 	"io"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -57,6 +58,79 @@ func BodyOf(b []byte) Body { return Body{pieces: []piece{{b: b}}, n: len(b)} }
 // in one piece (a request forwarded unchanged).
 func (b Body) Is(buf []byte) bool {
 	return len(b.pieces) == 1 && len(buf) > 0 && len(b.pieces[0].b) == len(buf) && &b.pieces[0].b[0] == &buf[0]
+}
+
+// A Change replaces buf[From:To] with the strings of With, in turn.
+type Change struct {
+	From, To int
+	With     []string
+}
+
+// Equal reports whether c and d make the same change, piece for piece.
+func (c Change) Equal(d Change) bool {
+	return c.From == d.From && c.To == d.To && slices.Equal(c.With, d.With)
+}
+
+// Changes tells the body as the changes that make it from buf, the
+// client's body it was spliced from (Splice): its runs of buf's own
+// memory, in order, are kept bytes, and the pieces between them replace
+// what they skip. Pieces of other memory are copied into With, at most
+// maxCopied bytes of them in all; strings are taken as they are. ok is
+// false when a run goes back in buf or the copies would pass maxCopied.
+func (b Body) Changes(buf []byte, maxCopied int) (changes []Change, ok bool) {
+	at, copied := 0, 0
+	var with []string
+	for _, p := range b.pieces {
+		if len(p.b)+len(p.s) == 0 {
+			continue
+		}
+		if off, in := offsetIn(p.b, buf); in {
+			if off < at {
+				return nil, false
+			}
+			if off > at || with != nil {
+				changes = append(changes, Change{From: at, To: off, With: with})
+				with = nil
+			}
+			at = off + len(p.b)
+			continue
+		}
+		s := p.s
+		if p.b != nil {
+			if copied += len(p.b); copied > maxCopied {
+				return nil, false
+			}
+			s = string(p.b)
+		}
+		with = append(with, s)
+	}
+	if at < len(buf) || with != nil {
+		changes = append(changes, Change{From: at, To: len(buf), With: with})
+	}
+	return changes, true
+}
+
+// ChangedLen is the length of n bytes once changes are made to them.
+func ChangedLen(n int, changes []Change) int {
+	for _, c := range changes {
+		n -= c.To - c.From
+		for _, s := range c.With {
+			n += len(s)
+		}
+	}
+	return n
+}
+
+// offsetIn is where b starts in buf, when b is a run of buf's memory.
+func offsetIn(b, buf []byte) (int, bool) {
+	if len(b) == 0 || len(buf) == 0 {
+		return 0, false
+	}
+	start, base := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&buf[0]))
+	if start < base || start-base+uintptr(len(b)) > uintptr(len(buf)) {
+		return 0, false
+	}
+	return int(start - base), true
 }
 
 // Len is the body's size in bytes.

@@ -3,6 +3,8 @@ package wire
 import (
 	"bytes"
 	"io"
+	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -88,5 +90,80 @@ func TestSpliceKeepsTheClientsRunsInPlace(t *testing.T) {
 	}
 	if &b.pieces[0].b[0] != &body[0] {
 		t.Fatal("the client's first run was copied")
+	}
+}
+
+// applied is buf with changes made, for the tests.
+func applied(buf []byte, changes []Change) []byte {
+	var out []byte
+	at := 0
+	for _, c := range changes {
+		out = append(out, buf[at:c.From]...)
+		for _, s := range c.With {
+			out = append(out, s...)
+		}
+		at = c.To
+	}
+	return append(out, buf[at:]...)
+}
+
+// A body spliced from a buffer is told by its changes to that buffer:
+// made to the buffer they give the body, twice the same splice gives the
+// same changes, and a body that is the buffer as it is has none.
+func TestBodyChangesRemakeTheBody(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		buf := []byte(rapid.StringN(1, 300, -1).Draw(t, "buf"))
+		var edits []Edit
+		for at := 0; at <= len(buf); {
+			from := rapid.IntRange(at, len(buf)).Draw(t, "from")
+			to := rapid.IntRange(from, min(len(buf), from+20)).Draw(t, "to")
+			text := rapid.StringN(0, 10, -1).Draw(t, "with")
+			big := rapid.Bool().Draw(t, "big")
+			edits = append(edits, Edit{Start: from, End: to, Write: func(w *BodyWriter) {
+				if big {
+					w.Big(strings.Repeat(text+"x", bigPiece))
+				} else {
+					w.WriteString(text)
+				}
+			}})
+			if at = to + rapid.IntRange(0, 40).Draw(t, "gap"); rapid.Bool().Draw(t, "last") {
+				break
+			}
+		}
+		body, err := Splice(buf, slices.Clone(edits))
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes, ok := body.Changes(buf, 1<<20)
+		if !ok {
+			t.Fatal("a spliced body has no changes")
+		}
+		if got := applied(buf, changes); !bytes.Equal(got, body.Bytes()) {
+			t.Fatalf("the changes make %q, the body is %q", got, body.Bytes())
+		}
+		if n := ChangedLen(len(buf), changes); n != body.Len() {
+			t.Fatalf("ChangedLen %d, the body has %d bytes", n, body.Len())
+		}
+		again, _ := Splice(buf, slices.Clone(edits))
+		twice, _ := again.Changes(buf, 1<<20)
+		if !slices.EqualFunc(changes, twice, Change.Equal) {
+			t.Fatalf("the same splice gives other changes: %v, then %v", changes, twice)
+		}
+	})
+	buf := []byte(`{"messages":[1,2,3]}`)
+	if ch, ok := BodyOf(buf).Changes(buf, 0); !ok || len(ch) != 0 {
+		t.Fatalf("the buffer as it is: %v, %v", ch, ok)
+	}
+	if _, ok := BodyOf(bytes.Clone(buf)).Changes(buf, 4); ok {
+		t.Fatal("a copy of the buffer was taken for changes past the copy bound")
+	}
+	if ch, ok := BodyOf(bytes.Clone(buf)).Changes(buf, 1<<10); !ok || len(ch) != 1 || ch[0].From != 0 || ch[0].To != len(buf) {
+		t.Fatalf("a copy of the buffer: %v, %v, want one change of the whole", ch, ok)
+	}
+	var w BodyWriter
+	w.Slice(buf[10:])
+	w.Slice(buf[:10])
+	if _, ok := w.Body().Changes(buf, 1<<10); ok {
+		t.Fatal("runs out of order were told as changes")
 	}
 }
