@@ -71,11 +71,36 @@ func (a *Arriving) Known() int {
 	return a.known
 }
 
-// AsIs reports whether the conversation's previous request went upstream
-// as its client sent it: the next may start on its way while it arrives
-// (upstream.Client.Start).
-func (a *Arriving) AsIs() bool {
-	return a != nil && a.prev.asIs != nil && a.prev.asIs.Load()
+// Sent is how the conversation's previous request went upstream, told as
+// the changes that would make this body, n bytes long, go the same way
+// (none when it went as its client sent it): those in the part the two
+// may share, as they were, and those after it at the same distance from
+// the end (a field added at the body's end). ok is false when that is not
+// known or a change straddles the shared part's end. The guess is checked
+// against the decided body (upstream.Early).
+func (a *Arriving) Sent(n int) (changes []wire.Change, ok bool) {
+	if a == nil || a.prev.sent == nil {
+		return nil, false
+	}
+	s := a.prev.sent.Load()
+	if s == nil {
+		return nil, false
+	}
+	shared := len(a.prev.res.Body)
+	changes = make([]wire.Change, 0, len(s.changes))
+	for _, c := range s.changes {
+		if c.From < shared && c.To > shared {
+			return nil, false
+		}
+		if c.From >= shared {
+			c.From, c.To = c.From+n-s.n, c.To+n-s.n
+			if c.From < shared {
+				return nil, false
+			}
+		}
+		changes = append(changes, c)
+	}
+	return changes, true
 }
 
 // Release lets the previous request's memory go. Proxy does it for the

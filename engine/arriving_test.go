@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/imgctx/imgctx/imagestore"
@@ -142,5 +144,40 @@ func TestProxyResumesFromWhatArrived(t *testing.T) {
 	}
 	if released != 4 {
 		t.Fatalf("released %d times, want 4", released)
+	}
+}
+
+// Sent tells the next body how the previous request went: its changes in
+// the part the two may share as they were, those after it at the same
+// distance from the end, and nothing when a change straddles the shared
+// part's end or the previous request is not told by changes.
+func TestArrivingSentMapsThePreviousChanges(t *testing.T) {
+	arriving := func(shared int, s *sentAs) *Arriving {
+		sent := new(atomic.Pointer[sentAs])
+		sent.Store(s)
+		return &Arriving{prev: resumed{res: &wire.Resume{Body: make([]byte, shared)}, sent: sent}}
+	}
+	marker := wire.Change{From: 10, To: 50, With: []string{`"[image removed]"`}}
+	asked := wire.Change{From: 99, To: 99, With: []string{`,"stream_options":{"include_usage":true}`}}
+	got, ok := arriving(80, &sentAs{changes: []wire.Change{marker, asked}, n: 100}).Sent(130)
+	want := []wire.Change{marker, {From: 129, To: 129, With: asked.With}}
+	if !ok || !slices.EqualFunc(got, want, wire.Change.Equal) {
+		t.Fatalf("Sent = %v, %v; want %v", got, ok, want)
+	}
+	if got, ok := arriving(80, &sentAs{n: 100}).Sent(130); !ok || len(got) != 0 {
+		t.Fatalf("a request sent as it came: %v, %v", got, ok)
+	}
+	straddles := wire.Change{From: 70, To: 90}
+	if _, ok := arriving(80, &sentAs{changes: []wire.Change{straddles}, n: 100}).Sent(130); ok {
+		t.Fatal("a change across the shared part's end was made again")
+	}
+	if _, ok := arriving(80, &sentAs{changes: []wire.Change{{From: 85, To: 90}}, n: 100}).Sent(90); ok {
+		t.Fatal("a change after the shared part, moved into it by a shorter body, was made again")
+	}
+	if _, ok := arriving(80, nil).Sent(130); ok {
+		t.Fatal("a request not told by changes gave some")
+	}
+	if _, ok := (*Arriving)(nil).Sent(130); ok {
+		t.Fatal("no previous request gave changes")
 	}
 }

@@ -173,8 +173,8 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		key, opening = conversationKey(c.Tenant, d, id, sp)
 	}
 	res, held := holdResume(&c, sp)
-	asIs := new(atomic.Bool)
-	e.spans.keepResume(rk, resumed{res: res, held: held, keys: keys, convKey: key, convID: id, opening: opening, asIs: asIs})
+	sent := new(atomic.Pointer[sentAs])
+	e.spans.keepResume(rk, resumed{res: res, held: held, keys: keys, convKey: key, convID: id, opening: opening, sent: sent})
 	profile := e.ProfileWith(sp.Model, route.Hints)
 	files := e.fileSenderFor(c, route, &counts)
 	dctx, decided := startSpan(ctx, "imgctx.decide")
@@ -222,7 +222,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		if err != nil {
 			return nil, err
 		}
-		asIs.Store(body.Is(c.Body))
+		sent.Store(sentAsOf(body, c.Body))
 		req.Body = body
 		req.Early, c.Early = c.Early, nil // the first attempt's, if any
 		req.Header = files.header(c.Upstream.Header)

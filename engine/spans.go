@@ -203,9 +203,9 @@ type resumed struct {
 	// for byte has the same key, without decoding them again.
 	convKey, convID string
 	opening         int
-	// asIs: the request went upstream as the client sent it (set once it
-	// is spliced), so the next may be sent as it arrives (upstream.Early).
-	asIs *atomic.Bool
+	// sent: how the request went upstream (set once it is spliced), so
+	// the next may be sent the same way as it arrives (upstream.Early).
+	sent *atomic.Pointer[sentAs]
 }
 
 // resumeKey names a conversation cheaply: the tenant, the wire, the
@@ -333,4 +333,35 @@ func (c *spanCache) keepResume(k resumeKey, r resumed) {
 	r.kept = c.kept
 	c.resumes[k] = r
 	c.held += r.res.Bytes()
+}
+
+// sentAs is how a request went upstream: the changes made to its client's
+// body (none: as it came), and that body's length.
+type sentAs struct {
+	changes []wire.Change
+	n       int
+}
+
+// maxChanged bounds the bytes a request's changes write (markers, notes,
+// a field asked for) that are kept to make them again: images sent from
+// the store (by ref, shrunk) are not kept for it.
+const maxChanged = 64 << 10
+
+// sentAsOf is how body went upstream from the client's buf; nil when it
+// is not the client's bytes with small changes (a translation, an image
+// from the store).
+func sentAsOf(body wire.Body, buf []byte) *sentAs {
+	changes, ok := body.Changes(buf, maxChanged)
+	if !ok {
+		return nil
+	}
+	written := 0
+	for _, c := range changes {
+		for _, s := range c.With {
+			if written += len(s); written > maxChanged {
+				return nil
+			}
+		}
+	}
+	return &sentAs{changes: changes, n: len(buf)}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/internal/bodies"
+	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
@@ -69,10 +72,14 @@ func (u *progressUpstream) received() [][]byte {
 }
 
 func earlyGateway(t *testing.T) (*progressUpstream, string) {
+	return earlyGatewayWith(t, engine.Config{})
+}
+
+func earlyGatewayWith(t *testing.T, cfg engine.Config) (*progressUpstream, string) {
 	u := &progressUpstream{progress: make(chan int, 4096)}
 	up := httptest.NewServer(http.HandlerFunc(u.handle))
 	t.Cleanup(up.Close)
-	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(),
+	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Config: cfg,
 		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1, HTTP: &http.Client{Transport: upstream.NewTransport()}}}
 	s := New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 64}, e, prometheus.NewRegistry(), discardLogger())
 	gw := httptest.NewServer(s.Handler())
@@ -129,38 +136,97 @@ func TestEarlySendsTheHistoryWhileItArrives(t *testing.T) {
 	if st := post(t, url, first, 0, nil); st != 200 {
 		t.Fatalf("first request: %d", st)
 	}
+	u.sentEarly(t, url, second, len(first)/2)
+	got := u.received()
+	if len(got) != 2 || !bytes.Equal(got[0], first) || !bytes.Equal(got[1], second) {
+		t.Fatalf("the upstream read %d whole requests, want the two as sent", len(got))
+	}
+}
+
+// sentEarly posts body, all but its last tenth held back until n bytes of
+// it reached the upstream — so it went up while it arrived — and checks
+// it was answered, none abandoned: the one sent early was the one decided.
+func (u *progressUpstream) sentEarly(t *testing.T, url string, body []byte, n int) {
+	t.Helper()
 	for len(u.progress) > 0 {
 		<-u.progress
 	}
 	release := make(chan struct{})
 	done := make(chan int)
-	go func() { done <- post(t, url, second, len(second)*9/10, release) }()
+	go func() { done <- post(t, url, body, len(body)*9/10, release) }()
 	deadline := time.After(10 * time.Second)
 wait:
 	for {
 		select {
-		case n := <-u.progress:
-			if n >= len(first)/2 {
+		case got := <-u.progress:
+			if got >= n {
 				break wait
 			}
 		case <-deadline:
 			close(release)
-			t.Fatal("nothing of the second request reached the upstream before its client sent the rest")
+			t.Fatal("nothing of the request reached the upstream before its client sent the rest")
 		}
 	}
 	close(release)
 	if st := <-done; st != 200 {
-		t.Fatalf("second request: %d", st)
-	}
-	got := u.received()
-	if len(got) != 2 || !bytes.Equal(got[0], first) || !bytes.Equal(got[1], second) {
-		t.Fatalf("the upstream read %d whole requests, want the two as sent", len(got))
+		t.Fatalf("request sent early: %d", st)
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.partial != 0 {
 		t.Fatalf("%d requests abandoned: the one sent early was not the one decided", u.partial)
 	}
+}
+
+// When imgctx changed a conversation's request — markers where it removed
+// images, usage asked of a stream — the next one goes up while it arrives
+// with the same changes made again, and the upstream reads it once, whole,
+// as decided.
+func TestEarlySendsTheChangesOfTheRequestBefore(t *testing.T) {
+	t.Run("markers", func(t *testing.T) {
+		// A budget that holds no screenshot: each is a marker in every request.
+		u, url := earlyGatewayWith(t, engine.Config{Keep: policy.KeepConfig{BudgetFraction: 0.002}})
+		var urls []string
+		for i := range 3 {
+			urls = append(urls, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(bodies.Screenshot(uint64(i))))
+		}
+		first, second := bodies.AgentRounds(urls, 30), bodies.AgentRounds(urls, 31)
+		if st := post(t, url, first, 0, nil); st != 200 {
+			t.Fatalf("first request: %d", st)
+		}
+		sent := u.received()[0]
+		// The third screenshot is in the last tenth the client holds back:
+		// the first two markers go up before it.
+		mark := []byte("[image removed")
+		twoMarkers := bytes.Index(sent, mark) + len(mark)
+		twoMarkers += bytes.Index(sent[twoMarkers:], mark) + len(mark)
+		u.sentEarly(t, url, second, twoMarkers)
+		got := u.received()
+		if len(got) != 2 {
+			t.Fatalf("the upstream read %d whole requests, want 2", len(got))
+		}
+		for i, b := range got {
+			if n := bytes.Count(b, []byte("[image removed")); n != 3 || bytes.Contains(b, []byte("base64,")) {
+				t.Fatalf("request %d went up with %d markers, want its 3 screenshots removed", i+1, n)
+			}
+		}
+		if !bytes.HasPrefix(got[1], sent[:twoMarkers]) {
+			t.Fatal("the second request does not repeat the first as it went up")
+		}
+	})
+	t.Run("usage asked of a stream", func(t *testing.T) {
+		u, url := earlyGateway(t)
+		first, second := codingHistory(60, `,"stream":true`), codingHistory(61, `,"stream":true`)
+		if st := post(t, url, first, 0, nil); st != 200 {
+			t.Fatalf("first request: %d", st)
+		}
+		u.sentEarly(t, url, second, len(first)/2)
+		got := u.received()
+		ask := `,"stream_options":{"include_usage":true}}`
+		if len(got) != 2 || !bytes.Equal(got[1], append(second[:len(second)-1:len(second)-1], ask...)) {
+			t.Fatalf("the upstream read %d whole requests, want the second as sent with usage asked", len(got))
+		}
+	})
 }
 
 // A request started early and then decided otherwise — an edit (usage

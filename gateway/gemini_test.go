@@ -117,7 +117,10 @@ func (u *geminiUpstream) price(body []byte) (prompt, images int, err error) {
 }
 
 func (u *geminiUpstream) handle(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // a request started early and cut off: never a request
+	}
 	prompt, images, err := u.price(body)
 	if err != nil {
 		u.t.Errorf("gemini upstream: a request off the documented shape: %v", err)

@@ -33,8 +33,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	defer func() { early.Abandon() }() // unless the engine took it
 	body, arriving, err := s.readBodyInto(r, s.bodies.get, func(buf []byte, head int) (*engine.Arriving, *upstream.Early) {
 		a := s.engine.Arriving(tenant, d, r.Header, buf[:head])
-		if a.AsIs() && !side {
-			early = s.startEarly(r, d, up, buf, &readers)
+		if changes, ok := a.Sent(len(buf)); ok && !side {
+			early = s.startEarly(r, d, up, buf, changes, &readers)
 		}
 		return a, early
 	})
@@ -127,18 +127,18 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 }
 
 // startEarly sends the request up while its body arrives, on the guess
-// that it goes as the client sends it (upstream.Early): when its
-// conversation's previous request did, the gateway has one upstream for
-// the client's own wire (a translation or a flat backend rewrites every
-// body), and neither a Files API nor a trace of imgctx's own adds to the
-// headers. nil otherwise.
-func (s *Server) startEarly(r *http.Request, d *wire.Dialect, up upstream.Request, buf []byte, readers *sync.WaitGroup) *upstream.Early {
+// that it goes as its conversation's previous request went: the client's
+// bytes with the same changes (upstream.Early). Only when the gateway has
+// one upstream for the client's own wire (a translation or a flat backend
+// rewrites every body), and neither a Files API nor a trace of imgctx's
+// own adds to the headers; nil otherwise.
+func (s *Server) startEarly(r *http.Request, d *wire.Dialect, up upstream.Request, buf []byte, changes []wire.Change, readers *sync.WaitGroup) *upstream.Early {
 	routes := s.upstreams()
 	if len(routes) != 1 || routes[0].Client.Wire() != d || routes[0].Client.Format.Flat() || routes[0].Files || s.cfg.Tracer != nil {
 		return nil
 	}
 	readers.Add(1)
-	return routes[0].Client.Start(r.Context(), up, buf, readers.Done)
+	return routes[0].Client.Start(r.Context(), up, buf, changes, readers.Done)
 }
 
 // upstreamID is the provider's id of a request, from its answer's headers

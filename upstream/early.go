@@ -8,26 +8,31 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"unsafe"
+
+	"github.com/imgctx/imgctx/wire"
 )
 
 // Early is a request sent while its body is still being read from the
-// client, on the guess that it will go upstream as the client sent it (the
-// conversation's requests so far all did): the bytes the caller lets go
-// (Advance) leave as they arrive, never the last, which waits for the
-// decision. When the decided
-// body is the client's bytes as they are, the request finishes
+// client, on the guess that it will go upstream as the client sent it, or
+// with the changes the gateway made to the conversation's previous
+// request made again (markers where it removed images): the bytes the
+// caller lets go (Advance), changed so, leave as they arrive, never the
+// last, which waits for the decision. When the decided body is the
+// client's bytes with exactly those changes, the request finishes
 // (Request.Early); otherwise it is abandoned before its last byte — the
 // connection closed under it, so the upstream never reads a whole request
 // — and the decided body is sent as any other. A body written through a
 // gateway then costs its read and its write at once, as a plain proxy's
 // does, instead of one after the other.
 type Early struct {
-	r      Request // what it was started as: Path, Query, Header, APIKey
-	buf    []byte  // the client's body, filled as it is read
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the upstream answered or failed
-	resp   *http.Response
-	err    error
+	r       Request       // what it was started as: Path, Query, Header, APIKey
+	buf     []byte        // the client's body, filled as it is read
+	changes []wire.Change // what the guess changes in buf, in order
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the upstream answered or failed
+	resp    *http.Response
+	err     error
 
 	mu      sync.Mutex
 	more    *sync.Cond
@@ -35,23 +40,27 @@ type Early struct {
 	decided bool  // the decided body is buf: all of it may go
 	dropped error // abandoned
 	taken   bool
-	pos     int // bytes given to the transport
-	closed  sync.Once
-	onClose func()
+	// What was given to the transport: buf up to pos, the changes before
+	// changes[ch], and of changes[ch] the strings before with, and off
+	// bytes of that one.
+	pos, ch, with, off int
+	closed             sync.Once
+	onClose            func()
 }
 
 // errAbandoned is what the transport reads from an abandoned request.
 var errAbandoned = errors.New("upstream: request abandoned for the body the gateway decided")
 
 // Start sends the request r will be, its body the len(buf) bytes buf will
-// hold as the client's body arrives; onClose runs once the
-// transport is done reading buf. Finish it by sending r with Early set, or
-// Abandon it.
-func (c *Client) Start(ctx context.Context, r Request, buf []byte, onClose func()) *Early {
-	e := &Early{r: r, buf: buf, done: make(chan struct{}), onClose: onClose}
+// hold as the client's body arrives with changes made to them (in order,
+// not overlapping; none for the client's bytes as they are); onClose runs
+// once the transport is done reading buf. Finish it by sending r with
+// Early set, or Abandon it.
+func (c *Client) Start(ctx context.Context, r Request, buf []byte, changes []wire.Change, onClose func()) *Early {
+	e := &Early{r: r, buf: buf, changes: changes, done: make(chan struct{}), onClose: onClose}
 	e.more = sync.NewCond(&e.mu)
 	ctx, e.cancel = context.WithCancel(ctx)
-	req, err := c.request(ctx, r, e, int64(len(buf)))
+	req, err := c.request(ctx, r, e, int64(wire.ChangedLen(len(buf), changes)))
 	if err != nil {
 		e.err = err
 		close(e.done)
@@ -103,14 +112,14 @@ func (e *Early) Abandon() {
 }
 
 // take finishes the request when r is what it was started as and its body
-// the client's bytes as they are; otherwise it abandons it. False when
-// there is none.
+// the client's bytes with the changes it was started with; otherwise it
+// abandons it. False when there is none.
 func (e *Early) take(r Request) bool {
 	if e == nil {
 		return false
 	}
 	same := r.Path == e.r.Path && r.Query == e.r.Query && r.APIKey == e.r.APIKey && r.Method == e.r.Method &&
-		r.Body.Is(e.buf) && maps.EqualFunc(r.Header, e.r.Header, slices.Equal)
+		maps.EqualFunc(r.Header, e.r.Header, slices.Equal) && e.madeOf(r.Body)
 	e.mu.Lock()
 	ok := same && e.dropped == nil && !e.taken
 	if ok {
@@ -140,7 +149,8 @@ func (e *Early) Read(p []byte) (int, error) {
 
 // next is the run of the body that may go now, at most max bytes, waiting
 // for one: a piece of buf itself, which holds no byte before its release
-// that changes once it arrived, so a connection writes it without a copy.
+// that changes once it arrived, or of a change's strings, so a connection
+// writes it without a copy.
 func (e *Early) next(max int) ([]byte, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -152,16 +162,59 @@ func (e *Early) next(max int) ([]byte, error) {
 		if e.decided {
 			limit = len(e.buf)
 		}
-		if e.pos < limit {
-			b := e.buf[e.pos:min(limit, e.pos+max)]
-			e.pos += len(b)
+		if b := e.run(limit, max); len(b) > 0 {
 			return b, nil
 		}
-		if e.decided {
+		if e.decided && e.pos == len(e.buf) && e.ch == len(e.changes) {
 			return nil, io.EOF
 		}
 		e.more.Wait()
 	}
+}
+
+// run is next's bytes when the client's bytes up to limit may go: a
+// change goes once all it replaces may. The caller holds mu.
+func (e *Early) run(limit, max int) []byte {
+	for e.ch < len(e.changes) && e.changes[e.ch].From == e.pos {
+		c := e.changes[e.ch]
+		if c.To > limit {
+			return nil
+		}
+		for ; e.with < len(c.With); e.with, e.off = e.with+1, 0 {
+			if s := c.With[e.with][e.off:]; s != "" {
+				n := min(len(s), max)
+				e.off += n
+				return unsafe.Slice(unsafe.StringData(s), n)
+			}
+		}
+		e.pos, e.ch, e.with = c.To, e.ch+1, 0
+	}
+	end := limit
+	if e.ch < len(e.changes) {
+		end = min(end, e.changes[e.ch].From)
+	}
+	if e.pos >= end {
+		return nil
+	}
+	b := e.buf[e.pos:min(end, e.pos+max)]
+	e.pos += len(b)
+	return b
+}
+
+// madeOf reports whether body is the client's buffer with the request's
+// changes made, piece for piece.
+func (e *Early) madeOf(body wire.Body) bool {
+	if len(e.changes) == 0 {
+		return body.Is(e.buf)
+	}
+	written := 0 // copies past the changes' own bytes could not match them
+	for _, c := range e.changes {
+		for _, s := range c.With {
+			written += len(s)
+		}
+	}
+	changes, ok := body.Changes(e.buf, written)
+	return ok && slices.EqualFunc(changes, e.changes, wire.Change.Equal)
 }
 
 // Close is the transport's: it is done with the body.

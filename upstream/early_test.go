@@ -91,7 +91,7 @@ func TestEarlyFinishesWhenTheBodyGoesAsItCame(t *testing.T) {
 	var closed atomic.Int32
 	closedOnce := make(chan struct{})
 	r := Request{Path: "/v1/chat/completions", Header: http.Header{"X-Agent": {"a"}}}
-	e := c.Start(t.Context(), r, buf, func() {
+	e := c.Start(t.Context(), r, buf, nil, func() {
 		if closed.Add(1) == 1 {
 			close(closedOnce)
 		}
@@ -156,7 +156,7 @@ func TestEarlyIsAbandonedForAnotherBody(t *testing.T) {
 			c := &Client{Format: OpenAI, BaseURL: u.srv.URL, HTTP: &http.Client{Transport: NewTransport()}, MaxRetries: -1}
 			buf := bytes.Clone(body)
 			r := Request{Path: "/v1/chat/completions", Header: http.Header{"X-Agent": {"a"}}}
-			e := c.Start(t.Context(), r, buf, nil)
+			e := c.Start(t.Context(), r, buf, nil, nil)
 			e.Advance(len(buf))
 			u.waitFor(t, len(buf)-1)
 			resp, err := decide(c, r, e)
@@ -183,5 +183,83 @@ func TestEarlyIsAbandonedForAnotherBody(t *testing.T) {
 				t.Fatal("the upstream got another body than the decided one")
 			}
 		})
+	}
+}
+
+// markerEdits replace the first two "hello"s with markers, one near the
+// start and one past the middle, and add a field at the end.
+func markerEdits(body []byte) []wire.Edit {
+	at := func(from int) int { return from + bytes.Index(body[from:], []byte(`"hello"`)) }
+	marker := func(w *wire.BodyWriter) { w.WriteString(`"[image removed]"`) }
+	first, second := at(0), at(len(body)*3/5)
+	return []wire.Edit{
+		{Start: first, End: first + len(`"hello"`), Write: marker},
+		{Start: second, End: second + len(`"hello"`), Write: marker},
+		{Start: len(body) - 1, End: len(body) - 1, Write: func(w *wire.BodyWriter) { w.WriteString(`,"n":1`) }},
+	}
+}
+
+// A request started with changes — the ones made to the conversation's
+// previous request, made again — sends the client's bytes with them as
+// they arrive, what a change replaces once all of it has arrived; decided
+// with exactly those changes it finishes, and the upstream reads that
+// body once, whole. Decided with others it is abandoned.
+func TestEarlyGoesWithTheChangesMadeAgain(t *testing.T) {
+	body := earlyBody()
+	for _, same := range []bool{true, false} {
+		u := newEarlyUpstream(t)
+		c := &Client{Format: OpenAI, BaseURL: u.srv.URL, HTTP: &http.Client{Transport: NewTransport()}, MaxRetries: -1}
+		buf := make([]byte, len(body))
+		before, err := wire.Splice(body, markerEdits(body)) // the previous request's, on its own buffer
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes, ok := before.Changes(body, 1<<10)
+		if !ok || len(changes) != 3 {
+			t.Fatalf("changes %v, %v", changes, ok)
+		}
+		r := Request{Path: "/v1/chat/completions"}
+		e := c.Start(t.Context(), r, buf, changes, nil)
+		half := len(buf) / 2
+		copy(buf, body[:half])
+		e.Advance(half)
+		u.waitFor(t, half) // the first half, a marker in it, is upstream before the rest is read
+		copy(buf[half:], body[half:])
+		e.Advance(len(buf))
+		want := before.Bytes()
+		u.waitFor(t, len(want)-1)
+		if whole, _ := u.counts(); len(whole) != 0 {
+			t.Fatal("the upstream read a whole request before it was decided")
+		}
+		edits := markerEdits(buf)
+		if !same {
+			edits = edits[:2] // no field added at the end
+		}
+		decided, err := wire.Splice(buf, edits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body, r.Early = decided, e
+		resp, err := c.Send(t.Context(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if same {
+			whole, partial := u.counts()
+			if len(whole) != 1 || partial != 0 || !bytes.Equal(whole[0], want) {
+				t.Fatalf("%d whole (%d partial), want the changed body once", len(whole), partial)
+			}
+			continue
+		}
+		for {
+			if _, partial := u.counts(); partial == 1 {
+				break
+			}
+			<-u.progress // the abandoned request's handler is still reading
+		}
+		if whole, _ := u.counts(); len(whole) != 1 || !bytes.Equal(whole[0], decided.Bytes()) {
+			t.Fatalf("%d whole requests, want the decided one alone", len(whole))
+		}
 	}
 }
