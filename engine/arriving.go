@@ -76,7 +76,11 @@ func (a *Arriving) Known() int {
 // (none when it went as its client sent it): those in the part the two
 // may share, as they were, and those after it at the same distance from
 // the end (a field added at the body's end). ok is false when that is not
-// known or a change straddles the shared part's end. The guess is checked
+// known, a change straddles the shared part's end, or the changes leave
+// less than a quarter of the body: with most of it removed (a history of
+// screenshots, all but a few replaced by markers) little would go early,
+// and on a busy machine the early request cost more than it saved
+// (BENCHMARKS.md, "Early requests with changes"). The guess is checked
 // against the decided body (upstream.Early).
 func (a *Arriving) Sent(n int) (changes []wire.Change, ok bool) {
 	if a == nil || a.prev.sent == nil {
@@ -100,7 +104,7 @@ func (a *Arriving) Sent(n int) (changes []wire.Change, ok bool) {
 		}
 		changes = append(changes, c)
 	}
-	return changes, true
+	return changes, wire.ChangedLen(n, changes) >= n/4
 }
 
 // Release lets the previous request's memory go. Proxy does it for the

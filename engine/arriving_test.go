@@ -150,7 +150,8 @@ func TestProxyResumesFromWhatArrived(t *testing.T) {
 // Sent tells the next body how the previous request went: its changes in
 // the part the two may share as they were, those after it at the same
 // distance from the end, and nothing when a change straddles the shared
-// part's end or the previous request is not told by changes.
+// part's end, the changes remove most of the body, or the previous request
+// is not told by changes.
 func TestArrivingSentMapsThePreviousChanges(t *testing.T) {
 	arriving := func(shared int, s *sentAs) *Arriving {
 		sent := new(atomic.Pointer[sentAs])
@@ -173,6 +174,9 @@ func TestArrivingSentMapsThePreviousChanges(t *testing.T) {
 	}
 	if _, ok := arriving(80, &sentAs{changes: []wire.Change{{From: 85, To: 90}}, n: 100}).Sent(90); ok {
 		t.Fatal("a change after the shared part, moved into it by a shorter body, was made again")
+	}
+	if _, ok := arriving(80, &sentAs{changes: []wire.Change{{From: 0, To: 80}}, n: 100}).Sent(100); ok {
+		t.Fatal("changes that leave a fifth of the body were made again")
 	}
 	if _, ok := arriving(80, nil).Sent(130); ok {
 		t.Fatal("a request not told by changes gave some")

@@ -190,13 +190,14 @@ func TestEarlySendsTheChangesOfTheRequestBefore(t *testing.T) {
 		for i := range 3 {
 			urls = append(urls, "data:image/png;base64,"+base64.StdEncoding.EncodeToString(bodies.Screenshot(uint64(i))))
 		}
-		first, second := bodies.AgentRounds(urls, 30), bodies.AgentRounds(urls, 31)
+		// Text enough that the markers leave more than a quarter of the body
+		// (engine.Arriving.Sent).
+		first, second := bodies.AgentRounds(urls, 100), bodies.AgentRounds(urls, 101)
 		if st := post(t, url, first, 0, nil); st != 200 {
 			t.Fatalf("first request: %d", st)
 		}
 		sent := u.received()[0]
-		// The third screenshot is in the last tenth the client holds back:
-		// the first two markers go up before it.
+		// The first two markers go up before the client sends its last tenth.
 		mark := []byte("[image removed")
 		twoMarkers := bytes.Index(sent, mark) + len(mark)
 		twoMarkers += bytes.Index(sent[twoMarkers:], mark) + len(mark)

@@ -82,8 +82,22 @@ func (e *Early) Advance(n int) {
 	}
 	e.mu.Lock()
 	e.avail = n
+	// Not woken for a read that only went further into what a change
+	// replaces (an image's base64): nothing more may go.
+	ready := e.ready(min(n, len(e.buf)-1))
 	e.mu.Unlock()
-	e.more.Broadcast()
+	if ready {
+		e.more.Broadcast()
+	}
+}
+
+// ready reports whether some bytes may go once the client's bytes up to
+// limit may. The caller holds mu.
+func (e *Early) ready(limit int) bool {
+	if e.ch < len(e.changes) && e.changes[e.ch].From == e.pos {
+		return e.changes[e.ch].To <= limit
+	}
+	return e.pos < limit
 }
 
 // Abandon stops the request short of its last byte, if the decision did
@@ -143,15 +157,19 @@ func (e *Early) wait() (*http.Response, error) {
 // Read gives the transport the body's bytes as they arrive: all but the
 // last until the request is taken.
 func (e *Early) Read(p []byte) (int, error) {
-	b, err := e.next(len(p))
-	return copy(p, b), err
+	bufs, err := e.next(len(p))
+	n := 0
+	for _, b := range bufs {
+		n += copy(p[n:], b)
+	}
+	return n, err
 }
 
-// next is the run of the body that may go now, at most max bytes, waiting
-// for one: a piece of buf itself, which holds no byte before its release
-// that changes once it arrived, or of a change's strings, so a connection
-// writes it without a copy.
-func (e *Early) next(max int) ([]byte, error) {
+// next is what may go now, at most max bytes, waiting for some: pieces of
+// buf itself, which holds no byte before its release that changes once it
+// arrived, and of the changes' strings, so a connection writes them
+// without a copy, in one call.
+func (e *Early) next(max int) ([][]byte, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {
@@ -162,8 +180,13 @@ func (e *Early) next(max int) ([]byte, error) {
 		if e.decided {
 			limit = len(e.buf)
 		}
-		if b := e.run(limit, max); len(b) > 0 {
-			return b, nil
+		var bufs [][]byte
+		for b := e.run(limit, max); len(b) > 0; b = e.run(limit, max) {
+			bufs = append(bufs, b)
+			max -= len(b)
+		}
+		if len(bufs) > 0 {
+			return bufs, nil
 		}
 		if e.decided && e.pos == len(e.buf) && e.ch == len(e.changes) {
 			return nil, io.EOF
@@ -172,9 +195,12 @@ func (e *Early) next(max int) ([]byte, error) {
 	}
 }
 
-// run is next's bytes when the client's bytes up to limit may go: a
+// run is next's next piece when the client's bytes up to limit may go: a
 // change goes once all it replaces may. The caller holds mu.
 func (e *Early) run(limit, max int) []byte {
+	if max <= 0 {
+		return nil
+	}
 	for e.ch < len(e.changes) && e.changes[e.ch].From == e.pos {
 		c := e.changes[e.ch]
 		if c.To > limit {

@@ -56,15 +56,17 @@ func (c *vectorConn) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // writeEarly writes an early request's body from the client's buffer as
-// its runs are let go, with no copy through the transport's buffer.
+// its runs are let go, with no copy through the transport's buffer: what
+// is ready at once in one vectored write.
 func (c *vectorConn) writeEarly(e *Early, lr *io.LimitedReader) (int64, error) {
 	var n int64
 	for lr.N > 0 {
-		b, err := e.next(int(min(lr.N, int64(math.MaxInt))))
-		if len(b) > 0 {
-			w, werr := c.TCPConn.Write(b)
-			n += int64(w)
-			lr.N -= int64(w)
+		bufs, err := e.next(int(min(lr.N, int64(math.MaxInt))))
+		if len(bufs) > 0 {
+			v := net.Buffers(bufs)
+			w, werr := v.WriteTo(c.TCPConn)
+			n += w
+			lr.N -= w
 			if werr != nil {
 				return n, werr
 			}
