@@ -352,16 +352,8 @@ const maxChanged = 64 << 10
 // from the store).
 func sentAsOf(body wire.Body, buf []byte) *sentAs {
 	changes, ok := body.Changes(buf, maxChanged)
-	if !ok {
+	if !ok || wire.Written(changes) > maxChanged {
 		return nil
-	}
-	written := 0
-	for _, c := range changes {
-		for _, s := range c.With {
-			if written += len(s); written > maxChanged {
-				return nil
-			}
-		}
 	}
 	return &sentAs{changes: changes, n: len(buf)}
 }

@@ -233,13 +233,8 @@ func (e *Early) madeOf(body wire.Body) bool {
 	if len(e.changes) == 0 {
 		return body.Is(e.buf)
 	}
-	written := 0 // copies past the changes' own bytes could not match them
-	for _, c := range e.changes {
-		for _, s := range c.With {
-			written += len(s)
-		}
-	}
-	changes, ok := body.Changes(e.buf, written)
+	// Copies past the changes' own bytes could not match them.
+	changes, ok := body.Changes(e.buf, wire.Written(e.changes))
 	return ok && slices.EqualFunc(changes, e.changes, wire.Change.Equal)
 }
 

@@ -114,6 +114,14 @@ func (b Body) Changes(buf []byte, maxCopied int) (changes []Change, ok bool) {
 func ChangedLen(n int, changes []Change) int {
 	for _, c := range changes {
 		n -= c.To - c.From
+	}
+	return n + Written(changes)
+}
+
+// Written is how many bytes the changes write.
+func Written(changes []Change) int {
+	n := 0
+	for _, c := range changes {
 		for _, s := range c.With {
 			n += len(s)
 		}
