@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -117,6 +118,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		return
 	}
 	post := time.Now()
+	// Its length known, the answer goes out in one write: a flush
+	// without it would send a chunk, and the end of chunks in another.
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
 	if f, ok := w.(http.Flusher); ok {
