@@ -621,6 +621,29 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("a large batch of the request log keeps every line, in order", func(t *testing.T) {
+		s := h.New(t)
+		at := time.Unix(0, time.Now().Add(-time.Hour).UnixNano()).UTC()
+		// Over two of any store's statements' worth of lines, and a rest.
+		var all []session.Request
+		for i := range 37 {
+			all = append(all, session.Request{ID: fmt.Sprintf("r%02d", i), Time: at.Add(time.Duration(i) * time.Second), Tenant: "alpha",
+				Conversation: fmt.Sprintf("k%d", i%3), Route: "chat_completions", Wire: "openai", Model: "gpt-4o", Status: 200, Input: 100 + i, Output: i})
+		}
+		if err := s.AppendRequests(ctx, all); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ListRequests(ctx, session.RequestFilter{Tenant: "alpha", Limit: 100})
+		if err != nil || len(got) != len(all) {
+			t.Fatalf("%v: %d lines, want %d", err, len(got), len(all))
+		}
+		for i, r := range got {
+			if want := all[len(all)-1-i]; !reflect.DeepEqual(r, want) {
+				t.Fatalf("line %d, newest first:\n got %+v\nwant %+v", i, r, want)
+			}
+		}
+	})
+
 	if h.Reopen != nil {
 		t.Run("a restarted process resumes exactly", func(t *testing.T) {
 			s := h.New(t)
