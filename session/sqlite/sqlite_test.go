@@ -77,7 +77,8 @@ func TestDatabaseIsOwnerOnly(t *testing.T) {
 // each batch a millisecond or more after the one before, into a log that
 // grows as the benchmark runs. The ids are random (ids=random, as the
 // gateway made them before) or ordered by time (ids=by-time, as it makes
-// them now): the id index takes random ones into a leaf each.
+// them now): the id index, until schema version 7 dropped it, took random
+// ones into a leaf each (17 µs a line against 11).
 func BenchmarkAppendRequests(b *testing.B) {
 	for _, ordered := range []bool{false, true} {
 		b.Run(map[bool]string{false: "ids=random", true: "ids=by-time"}[ordered], func(b *testing.B) {
