@@ -1,13 +1,18 @@
 package gateway
 
 import (
+	"bytes"
+	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/upstream"
 )
 
@@ -191,4 +196,56 @@ func TestCredentialModes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// slowSaves is a session store whose writes of a proxied conversation's
+// decisions wait until the test lets them go.
+type slowSaves struct {
+	session.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowSaves) SaveProxied(ctx context.Context, tenant, key string, p session.Proxied) error {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Store.SaveProxied(ctx, tenant, key, p)
+}
+
+// A whole answer is the client's before the conversation's decisions are
+// persisted: the client reads it to its end while the write still waits.
+func TestTheAnswerIsTheClientsBeforeTheDecisionsArePersisted(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	slow := &slowSaves{Store: g.engine.Sessions, entered: make(chan struct{}, 8), release: make(chan struct{})}
+	g.engine.Sessions = slow
+	released := false
+	let := func() {
+		if !released {
+			close(slow.release)
+			released = true
+		}
+	}
+	t.Cleanup(let)
+	shot := screenshots(1, 64)[0]
+	body := imageRequest([]string{"data:image/png;base64," + base64.StdEncoding.EncodeToString(shot)})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", g.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || !bytes.Contains(got, []byte(`"choices"`)) {
+		t.Fatalf("the answer did not come whole while its decisions waited: %d %v %s", resp.StatusCode, err, got)
+	}
+	select {
+	case <-slow.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request's decisions were never persisted: nothing was waiting")
+	}
+	let()
 }

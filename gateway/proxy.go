@@ -118,9 +118,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		return
 	}
 	post := time.Now()
-	// Its length known, the answer goes out in one write: a flush
-	// without it would send a chunk, and the end of chunks in another.
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	// Its length known, the answer goes out whole in one write, before
+	// the decisions are persisted: flushed without it, it would go
+	// chunked, its end only once the handler returns.
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	}
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
 	if f, ok := w.(http.Flusher); ok {
