@@ -356,7 +356,7 @@ func TestMistypedDataDirIsNotCreated(t *testing.T) {
 // next run; a missing data directory is named as such.
 func TestMigrateSaysWhatItApplied(t *testing.T) {
 	dir := t.TempDir()
-	if r := imgctx(t, "migrate", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, "applied migrations 1, 2, 3, 4, 5, 6 to the sqlite session store") {
+	if r := imgctx(t, "migrate", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, "applied migrations 1, 2, 3, 4, 5, 6, 7 to the sqlite session store") {
 		t.Fatalf("first run: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
 	if r := imgctx(t, "migrate", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, "up to date (nothing to apply)") {
