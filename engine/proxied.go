@@ -86,18 +86,21 @@ func (en *proxiedEntry) load(ctx context.Context, s session.Store) error {
 	return nil
 }
 
-// save records a new state: written now when its decisions changed or its
-// activity time is a minute old in the store, else marked for the next
-// flush. The caller holds mu.
-func (en *proxiedEntry) save(ctx context.Context, s session.Store, st session.Proxied) error {
+// save records a new state: a shared store's is written now, every time
+// (the next request may reach another replica, which must measure from
+// this one's base); otherwise unwritten says it must be written, because
+// its decisions changed or its activity time is a minute old in the
+// store, and it is else marked for the next flush. The caller holds mu.
+func (en *proxiedEntry) save(ctx context.Context, s session.Store, st session.Proxied) (unwritten bool, err error) {
 	en.st = st
-	// A shared store is written every time: the next request may reach
-	// another replica, which must measure from this one's base.
-	if _, shared := s.(session.Shared); !shared && sameDecisions(st, en.stored) && st.LastActivity.Sub(en.storedAt) < time.Minute {
-		en.dirty = true
-		return nil
+	if _, shared := s.(session.Shared); shared {
+		return false, en.write(ctx, s)
 	}
-	return en.write(ctx, s)
+	if sameDecisions(st, en.stored) && st.LastActivity.Sub(en.storedAt) < time.Minute {
+		en.dirty = true
+		return false, nil
+	}
+	return true, nil
 }
 
 func (en *proxiedEntry) write(ctx context.Context, s session.Store) error {

@@ -382,6 +382,20 @@ func (p *Proxied) Read(body []byte) *chat.Usage {
 	return u
 }
 
+// Settle makes the request's decisions its conversation's before its
+// answer is handed over, so that the next request starts from them
+// however soon it comes; Close then only writes them to the store (on a
+// shared store Settle writes them). For an answer read whole (Read).
+func (p *Proxied) Settle(ctx context.Context) error {
+	if p.fw == nil {
+		return nil
+	}
+	if err := p.fw.Settle(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("proxy: persisting the conversation's decisions: %w", err)
+	}
+	return nil
+}
+
 // Close records the conversation's decisions and closes the upstream's
 // answer.
 func (p *Proxied) Close(ctx context.Context) error {

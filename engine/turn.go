@@ -76,6 +76,8 @@ type proxyTurn struct {
 	Break     string
 	filesFrom int // FilesFrom before this request's removals
 	closed    bool
+	settled   bool // the decisions are the conversation's (Settle)
+	unwritten bool // and still to be written to the store (Close)
 }
 
 func (e *Engine) proxyMaxImages() int {
@@ -693,13 +695,42 @@ func (f *proxyTurn) FilesFrom() int {
 // real request would get, and changes nothing.
 func (f *proxyTurn) Discard() { f.closed = true }
 
-// Close records the decisions (whether or not the upstream answered: a
-// retry must see the same body), in the session store when they changed.
+// Settle makes the decisions the conversation's, for its next request to
+// start from: in this process at once, and in the session store now when
+// it is shared (the next request may reach another replica), else at
+// Close. Close settles them when nothing did (whether or not the upstream
+// answered: a retry must see the same body).
+func (f *proxyTurn) Settle(ctx context.Context) error {
+	if f.closed || f.settled {
+		return nil
+	}
+	f.settled = true
+	st := f.decided(ctx)
+	f.en.mu.Lock()
+	defer f.en.mu.Unlock()
+	var err error
+	f.unwritten, err = f.en.save(ctx, f.e.Sessions, st)
+	return err
+}
+
+// Close settles the decisions if nothing did, and writes them to the
+// session store when they changed.
 func (f *proxyTurn) Close(ctx context.Context) error {
 	if f.closed {
 		return nil
 	}
+	if err := f.Settle(ctx); err != nil || !f.unwritten {
+		f.closed = true
+		return err
+	}
 	f.closed = true
+	f.en.mu.Lock()
+	defer f.en.mu.Unlock()
+	return f.en.write(ctx, f.e.Sessions)
+}
+
+// decided is the conversation's state after this request.
+func (f *proxyTurn) decided(ctx context.Context) session.Proxied {
 	snap := f.kt.Snapshot()
 	if snap.Vouched {
 		f.e.seeing.Store(f.r.Tenant+"\x00"+f.r.Profile.Name, true)
@@ -731,7 +762,5 @@ func (f *proxyTurn) Close(ctx context.Context) error {
 		f.e.log().WarnContext(ctx, "proxied conversation over its decision cap: its decisions start over", "images", len(st.Images), "cap", f.e.proxyMaxImages())
 		st = session.Proxied{TurnAt: -1, LastActivity: st.LastActivity}
 	}
-	f.en.mu.Lock()
-	defer f.en.mu.Unlock()
-	return f.en.save(ctx, f.e.Sessions, st)
+	return st
 }

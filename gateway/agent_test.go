@@ -266,6 +266,7 @@ type agentRig struct {
 	log      *slog.Logger // nil: discarded
 	clock    func() time.Time
 	server   *Server
+	done     *finished
 	srv      *httptest.Server
 	reg      *prometheus.Registry
 }
@@ -295,9 +296,14 @@ func (a *agentRig) restart(t testing.TB) {
 	cfg.MaxBodyBytes, cfg.Recall, cfg.Keys = 64<<20, a.recall, a.keys
 	a.server = New(cfg, e, a.reg, log)
 	t.Cleanup(a.server.Close)
-	a.srv = httptest.NewServer(a.server.Handler())
+	a.done = &finished{Handler: a.server.Handler()}
+	a.srv = httptest.NewServer(a.done)
 	t.Cleanup(a.srv.Close)
 }
+
+// stored is the session store as the test reads it, once the gateway's
+// requests have ended.
+func (a *agentRig) stored() session.Store { return settledStore{a.sessions, a.done} }
 
 // counter reads one sample of imgctx_images_total.
 func (a *agentRig) counter(event, code string) int {

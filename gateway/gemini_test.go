@@ -243,15 +243,17 @@ func (g *geminiCLI) screenshot() {
 	g.contents = append(g.contents, `{"role":"user","parts":[{"functionResponse":{"name":"read_file","response":{"output":"Read image file screen.png"},"parts":[{"inlineData":{"mimeType":"image/png","data":"`+data+`"}}]}}]}`)
 }
 
-func newGeminiRig(t *testing.T, window int, keys map[string]string) (*geminiUpstream, *session.Mem, *imagestore.Mem, string) {
+// newGeminiRig returns the session store as the test reads it (settledStore).
+func newGeminiRig(t *testing.T, window int, keys map[string]string) (*geminiUpstream, session.Store, *imagestore.Mem, string) {
 	p := agentProfile(window)
 	up, sessions, images := newGeminiUpstream(t, p), &session.Mem{}, &imagestore.Mem{}
 	tbl, _ := tokens.Default().With(p)
 	e := &engine.Engine{Images: imagestore.Verified{Store: images}, Sessions: sessions, Profiles: tbl}
 	ups := []*Upstream{{Name: "gemini", Client: &upstream.Client{Format: upstream.Gemini, BaseURL: up.srv.URL, APIKey: "upstream-gemini-key", MaxRetries: -1}}}
-	srv := httptest.NewServer(New(Config{Keys: keys, MaxBodyBytes: 64 << 20, Upstreams: ups}, e, prometheus.NewRegistry(), discardLogger()).Handler())
+	done := &finished{Handler: New(Config{Keys: keys, MaxBodyBytes: 64 << 20, Upstreams: ups}, e, prometheus.NewRegistry(), discardLogger()).Handler()}
+	srv := httptest.NewServer(done)
 	t.Cleanup(srv.Close)
-	return up, sessions, images, srv.URL
+	return up, settledStore{sessions, done}, images, srv.URL
 }
 
 // A gemini-cli-shaped session through the Gemini route, streamed and not:

@@ -118,19 +118,25 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		return
 	}
 	post := time.Now()
-	// Its length known, the answer goes out whole in one write, before
-	// the decisions are persisted: flushed without it, it would go
-	// chunked, its end only once the handler returns.
+	// The answer measured and the decisions settled, the next request of
+	// the conversation starts from them however soon it comes; only their
+	// write to the store waits until the answer is the client's.
+	usage = p.Read(b)
+	if err := p.Settle(ctx); err != nil {
+		s.log.ErrorContext(ctx, "proxy", "err", err)
+	}
+	// Its length known, the answer goes out whole in one write: flushed
+	// without it, it would go chunked, its end only once the handler
+	// returns.
 	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	}
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
 	if f, ok := w.(http.Flusher); ok {
-		f.Flush() // the answer is the client's before the decisions are persisted
+		f.Flush()
 	}
 	s.metrics.latency.Observe((p.Counts.Before + time.Since(post)).Seconds())
-	usage = p.Read(b)
 }
 
 // startEarly sends the request up while its body arrives, on the guess

@@ -51,7 +51,7 @@ func (g *agent) decisionsOf(tenant string) session.Proxied {
 	for k, v := range g.header {
 		h.Set(k, v)
 	}
-	p, err := g.rig.sessions.LoadProxied(context.Background(), tenant, engine.ConversationKey(tenant, anthropic.Dialect, h, sp))
+	p, err := g.rig.stored().LoadProxied(context.Background(), tenant, engine.ConversationKey(tenant, anthropic.Dialect, h, sp))
 	if err != nil {
 		g.t.Fatal(err)
 	}

@@ -270,6 +270,7 @@ type responsesRig struct {
 	up       *responsesUpstream
 	sessions session.Store
 	images   *imagestore.Mem
+	done     *finished
 	srv      *httptest.Server
 	reg      *prometheus.Registry
 }
@@ -280,7 +281,8 @@ func newResponsesRig(t *testing.T, window int) *responsesRig {
 	tbl, _ := tokens.Default().With(p)
 	e := &engine.Engine{Images: imagestore.Verified{Store: r.images}, Sessions: r.sessions, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: r.up.srv.URL, APIKey: "k", MaxRetries: -1}}
-	r.srv = httptest.NewServer(New(Config{MaxBodyBytes: 64 << 20}, e, r.reg, discardLogger()).Handler())
+	r.done = &finished{Handler: New(Config{MaxBodyBytes: 64 << 20}, e, r.reg, discardLogger()).Handler()}
+	r.srv = httptest.NewServer(r.done)
 	t.Cleanup(r.srv.Close)
 	return r
 }
@@ -295,7 +297,7 @@ func (r *responsesRig) decisions(t *testing.T, c *codex) session.Proxied {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.sessions.LoadProxied(context.Background(), "default", engine.ConversationKey("default", responses.Dialect, http.Header{}, sp))
+	p, err := settledStore{r.sessions, r.done}.LoadProxied(context.Background(), "default", engine.ConversationKey("default", responses.Dialect, http.Header{}, sp))
 	if err != nil {
 		t.Fatal(err)
 	}

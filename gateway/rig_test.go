@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -263,4 +264,35 @@ func distinctPNG(png []byte, n int) []byte {
 	chunk = append(chunk, body...)
 	chunk = binary.BigEndian.AppendUint32(chunk, crc32.ChecksumIEEE(body))
 	return append(append(append([]byte(nil), png[:iend]...), chunk...), png[iend:]...)
+}
+
+// finished wraps a gateway's handler so that a test can wait until every
+// request it began has ended, the work after its answer included: the
+// client has the answer before the conversation's decisions are written
+// to the store, so a test that reads the store waits first.
+type finished struct {
+	http.Handler
+	wg sync.WaitGroup
+}
+
+func (f *finished) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.wg.Add(1)
+	defer f.wg.Done()
+	f.Handler.ServeHTTP(w, r)
+}
+
+// wait returns once every request begun so far has ended.
+func (f *finished) wait() { f.wg.Wait() }
+
+// settledStore is a session store as a test reads it: each read first
+// waits for the gateway's requests to end. Never the engine's own store
+// (a request would wait for itself).
+type settledStore struct {
+	session.Store
+	gw *finished
+}
+
+func (s settledStore) LoadProxied(ctx context.Context, tenant, key string) (session.Proxied, error) {
+	s.gw.wait()
+	return s.Store.LoadProxied(ctx, tenant, key)
 }

@@ -76,7 +76,7 @@ func TestProxySeedWithTheAnthropicSDK(t *testing.T) {
 	}
 	// The opening message went as the SDK sent it: the key is found from it.
 	sp, _ := anthropic.Scan(onSent[0], wire.ScanOptions{})
-	if p, err := on.sessions.LoadProxied(t.Context(), "default", engine.ConversationKey("default", anthropic.Dialect, http.Header{}, sp)); err != nil {
+	if p, err := on.stored().LoadProxied(t.Context(), "default", engine.ConversationKey("default", anthropic.Dialect, http.Header{}, sp)); err != nil {
 		t.Fatal(err)
 	} else if n, cost := kept(p); n != 2 || cost != 2*1334 {
 		t.Fatalf("%d kept at %d tokens; want 2 at the billed 1334 each", n, cost)
