@@ -386,15 +386,7 @@ func (p *Proxied) Read(body []byte) *chat.Usage {
 // answer is handed over, so that the next request starts from them
 // however soon it comes; Close then only writes them to the store (on a
 // shared store Settle writes them). For an answer read whole (Read).
-func (p *Proxied) Settle(ctx context.Context) error {
-	if p.fw == nil {
-		return nil
-	}
-	if err := p.fw.Settle(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("proxy: persisting the conversation's decisions: %w", err)
-	}
-	return nil
-}
+func (p *Proxied) Settle(ctx context.Context) error { return p.persist(ctx, (*proxyTurn).Settle) }
 
 // Close records the conversation's decisions and closes the upstream's
 // answer.
@@ -405,11 +397,15 @@ func (p *Proxied) Close(ctx context.Context) error {
 	return p.close(ctx)
 }
 
-func (p *Proxied) close(ctx context.Context) error {
+func (p *Proxied) close(ctx context.Context) error { return p.persist(ctx, (*proxyTurn).Close) }
+
+// persist runs one step of recording the decisions, whatever became of
+// the client's request.
+func (p *Proxied) persist(ctx context.Context, step func(*proxyTurn, context.Context) error) error {
 	if p.fw == nil {
 		return nil
 	}
-	if err := p.fw.Close(context.WithoutCancel(ctx)); err != nil {
+	if err := step(p.fw, context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("proxy: persisting the conversation's decisions: %w", err)
 	}
 	return nil

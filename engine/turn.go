@@ -719,11 +719,11 @@ func (f *proxyTurn) Close(ctx context.Context) error {
 	if f.closed {
 		return nil
 	}
-	if err := f.Settle(ctx); err != nil || !f.unwritten {
-		f.closed = true
+	err := f.Settle(ctx)
+	f.closed = true
+	if err != nil || !f.unwritten {
 		return err
 	}
-	f.closed = true
 	f.en.mu.Lock()
 	defer f.en.mu.Unlock()
 	return f.en.write(ctx, f.e.Sessions)
