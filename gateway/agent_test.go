@@ -279,10 +279,12 @@ func newAgentRig(t testing.TB, window int, sessions session.Store) *agentRig {
 }
 
 // restart builds a new gateway and engine over the same stores, as a
-// restarted process would.
+// restarted process would: the old one stopped once its requests had
+// ended, the decisions written behind their answers included.
 func (a *agentRig) restart(t testing.TB) {
 	if a.srv != nil {
 		a.srv.Close()
+		a.done.wait()
 	}
 	tbl, _ := tokens.Default().With(a.profile)
 	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater, Keep: policy.KeepConfig{Hold: a.hold, Sight: a.sight}}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
@@ -296,7 +298,7 @@ func (a *agentRig) restart(t testing.TB) {
 	cfg.MaxBodyBytes, cfg.Recall, cfg.Keys = 64<<20, a.recall, a.keys
 	a.server = New(cfg, e, a.reg, log)
 	t.Cleanup(a.server.Close)
-	a.done = &finished{Handler: a.server.Handler()}
+	a.done = finish(a.server)
 	a.srv = httptest.NewServer(a.done)
 	t.Cleanup(a.srv.Close)
 }

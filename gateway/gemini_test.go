@@ -250,7 +250,7 @@ func newGeminiRig(t *testing.T, window int, keys map[string]string) (*geminiUpst
 	tbl, _ := tokens.Default().With(p)
 	e := &engine.Engine{Images: imagestore.Verified{Store: images}, Sessions: sessions, Profiles: tbl}
 	ups := []*Upstream{{Name: "gemini", Client: &upstream.Client{Format: upstream.Gemini, BaseURL: up.srv.URL, APIKey: "upstream-gemini-key", MaxRetries: -1}}}
-	done := &finished{Handler: New(Config{Keys: keys, MaxBodyBytes: 64 << 20, Upstreams: ups}, e, prometheus.NewRegistry(), discardLogger()).Handler()}
+	done := finish(New(Config{Keys: keys, MaxBodyBytes: 64 << 20, Upstreams: ups}, e, prometheus.NewRegistry(), discardLogger()))
 	srv := httptest.NewServer(done)
 	t.Cleanup(srv.Close)
 	return up, settledStore{sessions, done}, images, srv.URL

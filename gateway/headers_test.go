@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -212,40 +213,50 @@ func (s *slowSaves) SaveProxied(ctx context.Context, tenant, key string, p sessi
 	return s.Store.SaveProxied(ctx, tenant, key, p)
 }
 
-// A whole answer is the client's before the conversation's decisions are
-// persisted: the client reads it to its end while the write still waits.
+// An answer is the client's before the conversation's decisions are
+// persisted: the client reads it to its end — a whole answer to its
+// length, a stream to the end of its chunks — while the write still waits.
 func TestTheAnswerIsTheClientsBeforeTheDecisionsArePersisted(t *testing.T) {
-	g := newGW(t, upstream.OpenAI, nil)
-	slow := &slowSaves{Store: g.engine.Sessions, entered: make(chan struct{}, 8), release: make(chan struct{})}
-	g.engine.Sessions = slow
-	released := false
-	let := func() {
-		if !released {
-			close(slow.release)
-			released = true
-		}
-	}
-	t.Cleanup(let)
-	shot := screenshots(1, 64)[0]
-	body := imageRequest([]string{"data:image/png;base64," + base64.StdEncoding.EncodeToString(shot)})
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			g := newGW(t, upstream.OpenAI, nil)
+			slow := &slowSaves{Store: g.engine.Sessions, entered: make(chan struct{}, 8), release: make(chan struct{})}
+			g.engine.Sessions = slow
+			released := false
+			let := func() {
+				if !released {
+					close(slow.release)
+					released = true
+				}
+			}
+			t.Cleanup(let)
+			shot := screenshots(1, 64)[0]
+			body := imageRequest([]string{"data:image/png;base64," + base64.StdEncoding.EncodeToString(shot)})
+			want := `"choices"`
+			if stream {
+				body = bytes.Replace(body, []byte(`{"messages"`), []byte(`{"stream":true,"messages"`), 1)
+				want = `"finish_reason":"stop"`
+			}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", g.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", g.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || !bytes.Contains(got, []byte(want)) {
+				t.Fatalf("the answer did not come whole while its decisions waited: %d %v %s", resp.StatusCode, err, got)
+			}
+			select {
+			case <-slow.entered:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the request's decisions were never persisted: nothing was waiting")
+			}
+			let()
+		})
 	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 || !bytes.Contains(got, []byte(`"choices"`)) {
-		t.Fatalf("the answer did not come whole while its decisions waited: %d %v %s", resp.StatusCode, err, got)
-	}
-	select {
-	case <-slow.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the request's decisions were never persisted: nothing was waiting")
-	}
-	let()
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -66,7 +67,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	var usage *chat.Usage
 	defer func() {
-		if err := p.Close(ctx); err != nil {
+		// A stream's decisions are settled here, once it has ended (a
+		// whole answer's were before it went out).
+		if err := p.Settle(ctx); err != nil {
 			s.log.ErrorContext(ctx, "proxy", "err", err)
 		}
 		// The line is the engine's account of the request, the answer's
@@ -76,6 +79,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		if p.Response != nil {
 			rec.UpstreamID = upstreamID(p.Response.Header)
 		}
+		s.closeBehind(ctx, p)
 	}()
 	s.metrics.proxied(p.Counts)
 	if p.Reply != nil {
@@ -137,6 +141,42 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		f.Flush()
 	}
 	s.metrics.latency.Observe((p.Counts.Before + time.Since(post)).Seconds())
+}
+
+// closeBehind closes a request once its answer is the client's, writing
+// its decisions to the session store behind it: a stream ends, and a
+// kept-alive connection reads its next request, only when the handler
+// returns, so neither waits for the store. At most MaxConcurrent writes run
+// behind answers; past that a request writes before it returns, so a
+// stalled store slows requests down rather than piling up goroutines.
+// waitBehind waits for them.
+func (s *Server) closeBehind(ctx context.Context, p *engine.Proxied) {
+	ctx = context.WithoutCancel(ctx)
+	closeIt := func() {
+		if err := p.Close(ctx); err != nil {
+			s.log.ErrorContext(ctx, "proxy", "err", err)
+		}
+	}
+	select {
+	case s.behind <- struct{}{}:
+		go func() {
+			defer func() { <-s.behind }()
+			closeIt()
+		}()
+	default:
+		closeIt()
+	}
+}
+
+// waitBehind returns once every write begun behind an answer is done: it
+// holds every slot at once. Requests meanwhile write before returning.
+func (s *Server) waitBehind() {
+	for range cap(s.behind) {
+		s.behind <- struct{}{}
+	}
+	for range cap(s.behind) {
+		<-s.behind
+	}
 }
 
 // startEarly sends the request up while its body arrives, on the guess

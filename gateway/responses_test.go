@@ -281,7 +281,7 @@ func newResponsesRig(t *testing.T, window int) *responsesRig {
 	tbl, _ := tokens.Default().With(p)
 	e := &engine.Engine{Images: imagestore.Verified{Store: r.images}, Sessions: r.sessions, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: r.up.srv.URL, APIKey: "k", MaxRetries: -1}}
-	r.done = &finished{Handler: New(Config{MaxBodyBytes: 64 << 20}, e, r.reg, discardLogger()).Handler()}
+	r.done = finish(New(Config{MaxBodyBytes: 64 << 20}, e, r.reg, discardLogger()))
 	r.srv = httptest.NewServer(r.done)
 	t.Cleanup(r.srv.Close)
 	return r

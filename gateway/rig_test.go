@@ -267,13 +267,16 @@ func distinctPNG(png []byte, n int) []byte {
 }
 
 // finished wraps a gateway's handler so that a test can wait until every
-// request it began has ended, the work after its answer included: the
-// client has the answer before the conversation's decisions are written
-// to the store, so a test that reads the store waits first.
+// request it began has ended, the decisions written behind its answer
+// included: the client has the answer before they are written to the
+// store, so a test that reads the store waits first.
 type finished struct {
 	http.Handler
-	wg sync.WaitGroup
+	srv *Server
+	wg  sync.WaitGroup
 }
+
+func finish(s *Server) *finished { return &finished{Handler: s.Handler(), srv: s} }
 
 func (f *finished) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.wg.Add(1)
@@ -282,7 +285,10 @@ func (f *finished) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // wait returns once every request begun so far has ended.
-func (f *finished) wait() { f.wg.Wait() }
+func (f *finished) wait() {
+	f.wg.Wait()
+	f.srv.waitBehind()
+}
 
 // settledStore is a session store as a test reads it: each read first
 // waits for the gateway's requests to end. Never the engine's own store

@@ -130,13 +130,16 @@ type Server struct {
 	draining atomic.Bool
 	reqlog   *requestLog // nil when off
 	tracer   trace.Tracer
+
+	behind chan struct{} // a slot for each write behind an answer (closeBehind)
 }
 
-// Close writes the request log's last lines and stops its writer, and
-// lets go of the request bodies the engine held to resume conversations
-// (nothing then waits to put them back in the pool); the routes still
-// serve.
+// Close waits for the decisions still being written behind answers,
+// writes the request log's last lines and stops its writer, and lets go
+// of the request bodies the engine held to resume conversations (nothing
+// then waits to put them back in the pool); the routes still serve.
 func (s *Server) Close() {
+	s.waitBehind()
 	if s.reqlog != nil {
 		s.reqlog.Close()
 	}
@@ -185,7 +188,7 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 		log = slog.New(idHandler{log.Handler()})
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
-		perTenant: map[string]tenantLoad{}, tracer: tracerOf(cfg.Tracer)}
+		perTenant: map[string]tenantLoad{}, tracer: tracerOf(cfg.Tracer), behind: make(chan struct{}, cfg.MaxConcurrent)}
 	if cfg.RequestLog {
 		s.reqlog = newRequestLog(e.Sessions, cfg.RequestRetention, cfg.RequestMaxRows, log, s.metrics)
 	}
