@@ -383,10 +383,15 @@ func (p *Proxied) Read(body []byte) *chat.Usage {
 }
 
 // Settle makes the request's decisions its conversation's before its
-// answer is handed over, so that the next request starts from them
-// however soon it comes; Close then only writes them to the store (on a
-// shared store Settle writes them). For an answer read whole (Read).
+// answer is handed over (a whole answer once Read, a stream once
+// relayed), so that the next request starts from them however soon it
+// comes; Close then only writes them to the store (on a shared store
+// Settle writes them).
 func (p *Proxied) Settle(ctx context.Context) error { return p.persist(ctx, (*proxyTurn).Settle) }
+
+// Unwritten reports whether Close has settled decisions to write to the
+// session store: the only part of Close worth running behind the answer.
+func (p *Proxied) Unwritten() bool { return p.fw != nil && !p.fw.closed && p.fw.unwritten }
 
 // Close records the conversation's decisions and closes the upstream's
 // answer.

@@ -157,6 +157,10 @@ func (s *Server) closeBehind(ctx context.Context, p *engine.Proxied) {
 			s.log.ErrorContext(ctx, "proxy", "err", err)
 		}
 	}
+	if !p.Unwritten() {
+		closeIt() // nothing to wait for
+		return
+	}
 	select {
 	case s.behind <- struct{}{}:
 		go func() {
