@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
+	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sessiontest"
 )
@@ -152,5 +154,35 @@ func TestAnInlineStateIsReadAndItsRowsWrittenWhole(t *testing.T) {
 	}
 	if cur, err := s.LoadState(ctx, "alpha", m.ID, 0); err != nil || !reflect.DeepEqual(cur.State.Live, next.Live) {
 		t.Fatalf("after the first append: %+v, %v", cur.State, err)
+	}
+}
+
+// BenchmarkSaveProxied writes a proxied conversation's decisions as a
+// request of a screenshot agent does when they change: 100 images decided
+// (most removed, the newest kept), the oldest gone and a new one each write. It is the wait a
+// streamed answer's end had for the store before the write went behind
+// the answer (gateway.closeBehind).
+func BenchmarkSaveProxied(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "imgctx.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	st := session.Proxied{Model: "claude-sonnet-4-6", TurnAt: 3}
+	for i := range 100 {
+		d := session.Decided{Msg: 4 + 2*i, Part: 1, Ref: blob.Of([]byte{byte(i)}), Keep: chat.Removed, Reason: reason.Priced}
+		if i >= 90 {
+			d.Keep, d.Reason, d.Cost = chat.Kept, "", 1334
+		}
+		st.Images = append(st.Images, d)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		st.Messages += 2
+		st.LastActivity = time.Now()
+		st.Images = append(slices.Clone(st.Images[1:]), session.Decided{Msg: st.Messages - 1, Part: 1, Ref: blob.Of([]byte{byte(st.Messages)}), Keep: chat.Kept, Cost: 1334})
+		if err := s.SaveProxied(context.Background(), "default", "e208cda9febccd82f9652565e3cf43f229c65c4682cbabc91cd6c20763800e71", st); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
