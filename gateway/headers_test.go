@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,12 +206,15 @@ type slowSaves struct {
 	session.Store
 	entered chan struct{}
 	release chan struct{}
+	saved   atomic.Int32
 }
 
 func (s *slowSaves) SaveProxied(ctx context.Context, tenant, key string, p session.Proxied) error {
 	s.entered <- struct{}{}
 	<-s.release
-	return s.Store.SaveProxied(ctx, tenant, key, p)
+	err := s.Store.SaveProxied(ctx, tenant, key, p)
+	s.saved.Add(1)
+	return err
 }
 
 // An answer is the client's before the conversation's decisions are
@@ -256,7 +260,23 @@ func TestTheAnswerIsTheClientsBeforeTheDecisionsArePersisted(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the request's decisions were never persisted: nothing was waiting")
 			}
+			// Shutting down waits for the write behind the answer.
+			closed := make(chan struct{})
+			go func() { g.server.Close(); close(closed) }()
+			select {
+			case <-closed:
+				t.Fatal("Close returned while the decisions were still being written")
+			case <-time.After(50 * time.Millisecond):
+			}
 			let()
+			select {
+			case <-closed:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close did not return once the write was let go")
+			}
+			if slow.saved.Load() != 1 {
+				t.Fatalf("%d writes done when Close returned, want 1", slow.saved.Load())
+			}
 		})
 	}
 }
