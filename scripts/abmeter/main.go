@@ -24,7 +24,9 @@
 // 50 rounds, then again); "agent-ref" is the same history naming the screenshots by imgctx: ref
 // (direct and ReverseProxy get the inline body, which is what the upstream
 // receives either way); "agent-pretty" is the agent body pretty-printed;
-// "small" is a 1 KB text request. Every request and run is bounded.
+// "small" is a 1 KB text request; the growing history is sent once more
+// asking for a stream, which the scripted upstream answers in five events,
+// the time taken to the last. Every request and run is bounded.
 package main
 
 import (
@@ -117,10 +119,38 @@ func serve(h http.Handler) {
 
 const completion = `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9000,"completion_tokens":2,"total_tokens":9002}}`
 
+// streamed is the same answer as server-sent events, in pieces flushed
+// one by one, the usage last (stream_options.include_usage).
+var streamed = []string{
+	`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"Do"},"finish_reason":null}]}`,
+	`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"ne."},"finish_reason":null}]}`,
+	`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":9000,"completion_tokens":2,"total_tokens":9002}}`,
+	`[DONE]`,
+}
+
+// streamFlag begins a body that asks for a stream (streamedBody).
+const streamFlag = `{"stream":true,`
+
 func upstream(w http.ResponseWriter, r *http.Request) {
+	head := make([]byte, len(streamFlag))
+	n, _ := io.ReadFull(r.Body, head)
 	io.Copy(io.Discard, r.Body)
-	w.Header().Set("Content-Type", "application/json")
-	io.WriteString(w, completion)
+	if string(head[:n]) != streamFlag {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, completion)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, ev := range streamed {
+		io.WriteString(w, "data: "+ev+"\n\n")
+		w.(http.Flusher).Flush()
+	}
+}
+
+// streamedBody is body (a JSON object) asking for a streamed answer.
+func streamedBody(body []byte) []byte {
+	return append([]byte(streamFlag), body[1:]...)
 }
 
 // proc is a child process and its address.
@@ -232,6 +262,10 @@ func run(n int, load time.Duration) {
 	}()
 
 	agent, refs, growing := agentBody(ic.url)
+	var streamedGrowing [][]byte
+	for _, b := range growing {
+		streamedGrowing = append(streamedGrowing, streamedBody(b))
+	}
 	var pretty bytes.Buffer
 	json.Indent(&pretty, agent, "", "  ")
 	same := func(direct, gw []byte) func(int) ([]byte, []byte) {
@@ -243,6 +277,7 @@ func run(n int, load time.Duration) {
 	}{
 		{"agent (200 messages + 6 screenshots), re-sent unchanged", same(agent, agent)},
 		{"agent, history growing by one round (4 messages) a request", func(i int) ([]byte, []byte) { b := growing[i%len(growing)]; return b, b }},
+		{"the same, the answer streamed (to its last event)", func(i int) ([]byte, []byte) { b := streamedGrowing[i%len(streamedGrowing)]; return b, b }},
 		{"agent, screenshots by imgctx: ref", same(agent, refs)},
 		{"agent, pretty-printed", same(pretty.Bytes(), pretty.Bytes())},
 		{"small (1 KB text)", same(bodies.Small(), bodies.Small())},
