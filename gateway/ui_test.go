@@ -36,6 +36,7 @@ func uiRig(t *testing.T) (*agentRig, *agent) {
 	g.send(reply{})
 	g.human("And now?")
 	g.send(reply{})
+	rig.done.wait() // the last line is recorded after its answer is the client's
 	rig.server.reqlog.Flush()
 	return rig, g
 }
