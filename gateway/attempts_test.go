@@ -46,7 +46,8 @@ func TestEveryUpstreamAttemptIsCountedAndAFailureLogged(t *testing.T) {
 	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tbl, Upstream: client}
 	var logs bytes.Buffer
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(New(Config{}, e, reg, slog.New(slog.NewJSONHandler(&logs, nil))).Handler())
+	done := finish(New(Config{}, e, reg, slog.New(slog.NewJSONHandler(&logs, nil))))
+	srv := httptest.NewServer(done)
 	t.Cleanup(srv.Close)
 	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"tiny-1","messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
@@ -54,6 +55,7 @@ func TestEveryUpstreamAttemptIsCountedAndAFailureLogged(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	done.wait() // the request's own line is written once its answer is the client's
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -132,7 +134,8 @@ func TestServerFaultsNameNoInfrastructure(t *testing.T) {
 	tbl, _ := tokens.Default().With(tinyProfile)
 	e := &engine.Engine{Images: imagestore.Verified{Store: &fullStore{}}, Sessions: &session.Mem{}, Profiles: tbl}
 	var logs bytes.Buffer
-	srv := httptest.NewServer(New(Config{}, e, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&logs, nil))).Handler())
+	done := finish(New(Config{}, e, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&logs, nil))))
+	srv := httptest.NewServer(done)
 	t.Cleanup(srv.Close)
 	raw, _ := samplePNG(t)
 	resp, err := http.Post(srv.URL+"/v1/images", "image/png", bytes.NewReader(raw))
@@ -141,6 +144,7 @@ func TestServerFaultsNameNoInfrastructure(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	done.wait()
 	var answer struct {
 		Error struct{ Message string } `json:"error"`
 	}
@@ -171,7 +175,8 @@ func TestUnreachableUpstreamNamesNoHost(t *testing.T) {
 	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: "http://" + addr, MaxRetries: -1}}
 	var logs bytes.Buffer
-	srv := httptest.NewServer(New(Config{}, e, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&logs, nil))).Handler())
+	done := finish(New(Config{}, e, prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&logs, nil))))
+	srv := httptest.NewServer(done)
 	t.Cleanup(srv.Close)
 	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"tiny-1","messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
@@ -179,6 +184,7 @@ func TestUnreachableUpstreamNamesNoHost(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	done.wait()
 	m := regexp.MustCompile(`\(error ([0-9a-f]{12});`).FindSubmatch(b)
 	if resp.StatusCode != http.StatusBadGateway || m == nil || bytes.Contains(b, []byte(addr)) || bytes.Contains(b, []byte("127.0.0.1")) ||
 		!bytes.Contains(b, []byte("could not be reached")) {

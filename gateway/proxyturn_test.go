@@ -146,6 +146,7 @@ func TestProxyEphemeralBecomesAMarkerNextTurn(t *testing.T) {
 		t.Fatalf("removed counted %d times; want once", n)
 	}
 	// One log line, for the request that removed it.
+	rig.done.wait()
 	if n := bytes.Count(logs.Bytes(), []byte(`"msg":"proxy: images removed"`)); n != 1 || !bytes.Contains(logs.Bytes(), []byte(`"reason_budget":1`)) {
 		t.Fatalf("%d removal lines:\n%s", n, logs.Bytes())
 	}
