@@ -257,10 +257,7 @@ func filesGW(t *testing.T, p *fileProvider, files bool, e ...*engine.Engine) *gw
 		g.engine = e[0]
 	}
 	route := &Upstream{Name: "p", Client: &upstream.Client{Format: p.format, BaseURL: p.srv.URL, MaxRetries: -1}, Files: files}
-	g.server = New(Config{MaxBodyBytes: 64 << 20, Upstreams: []*Upstream{route}}, g.engine, prometheus.NewRegistry(), discardLogger())
-	g.srv = httptest.NewServer(g.server.Handler())
-	t.Cleanup(g.srv.Close)
-	t.Cleanup(g.server.Close)
+	g.serve(t, New(Config{MaxBodyBytes: 64 << 20, Upstreams: []*Upstream{route}}, g.engine, prometheus.NewRegistry(), discardLogger()))
 	return g
 }
 

@@ -177,6 +177,7 @@ func (f *fakeUpstream) stream(w http.ResponseWriter, r *http.Request, events []s
 type gw struct {
 	srv    *httptest.Server
 	server *Server
+	done   *finished // its requests, to wait for before reading what they leave behind
 	engine *engine.Engine
 	up     *fakeUpstream
 	images *imagestore.Mem
@@ -201,11 +202,16 @@ func newGWWith(t *testing.T, format upstream.Format, cfg Config, log *slog.Logge
 		Fetcher:  &media.Fetcher{Timeout: 2 * time.Second, AnyPort: true, Log: discardLogger()},
 		Shrinker: &media.Shrinker{},
 	}
-	g.server = New(cfg, g.engine, prometheus.NewRegistry(), log)
-	g.srv = httptest.NewServer(g.server.Handler())
+	g.serve(t, New(cfg, g.engine, prometheus.NewRegistry(), log))
+	return g
+}
+
+// serve puts s behind the test's listener.
+func (g *gw) serve(t *testing.T, s *Server) {
+	g.server, g.done = s, finish(s)
+	g.srv = httptest.NewServer(g.done)
 	t.Cleanup(g.srv.Close)
 	t.Cleanup(g.server.Close)
-	return g
 }
 
 func (g *gw) stored(t *testing.T, tenant string) int {
@@ -242,6 +248,7 @@ func samplePNG(t testing.TB) (raw []byte, b64 string) {
 }
 
 func metric(t *testing.T, g *gw, name string) string {
+	g.done.wait() // a request's line is counted once its answer is the client's
 	resp, body := g.do(t, "GET", "/metrics", "", nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("metrics: %d", resp.StatusCode)
