@@ -69,6 +69,9 @@ func newSimulateCmd(a *app) *cobra.Command {
 				}
 				profile.Prices = pr
 			}
+			if !(compactAt > 0 && compactAt <= 1) {
+				return usageError{fmt.Errorf("--compact-at %g: want a share of the window, over 0 and at most 1", compactAt)}
+			}
 			if size != "" {
 				if _, err := fmt.Sscanf(size, "%dx%d", &p.Width, &p.Height); err != nil || p.Width <= 0 || p.Height <= 0 {
 					return usageError{fmt.Errorf("--image-size %q: want WIDTHxHEIGHT, e.g. 1280x800", size)}

@@ -145,4 +145,9 @@ func TestSimulateRefusesBadArguments(t *testing.T) {
 			t.Errorf("--recall %s: exit %d, %q", bad, r.code, r.stderr)
 		}
 	}
+	for _, bad := range []string{"0", "2", "-0.5", "NaN"} {
+		if r := imgctx(t, "simulate", "--compact-at", bad); r.code != 2 || !strings.Contains(r.stderr, "--compact-at") {
+			t.Errorf("--compact-at %s: exit %d, %q", bad, r.code, r.stderr)
+		}
+	}
 }
