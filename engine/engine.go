@@ -521,6 +521,7 @@ func (c *call) keepTurn() policy.Turn {
 	return policy.Turn{
 		Config: c.e.Keep, Profile: c.profile, Thread: c.meta.Thread, Switch: c.meta.Settings.KeepTurnImages,
 		State: c.st.Keep, Counter: tokens.CounterFor(c.profile.Tokenizer), Storer: storer{c.e.Images, c.tenant},
+		Cut: c.e.threshold(c.profile.ContextWindow),
 	}
 }
 

@@ -141,7 +141,7 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 		st.Keep.Vouched = true
 	}
 	setting := policy.Turn{Config: e.Keep, Profile: r.Profile, Thread: chat.Main, Switch: r.Keep, State: st.Keep,
-		Counter: tokens.CounterFor(r.Profile.Tokenizer), Storer: storer{e.Images, r.Tenant}}
+		Counter: tokens.CounterFor(r.Profile.Tokenizer), Storer: storer{e.Images, r.Tenant}, Cut: e.proxyThreshold(r.Profile.ContextWindow)}
 	if f.turnAt == st.TurnAt && st.Turn != nil {
 		f.kt = policy.ResumeTurn(setting, *st.Turn)
 	} else {
@@ -152,7 +152,7 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 			f.removed(removed)
 		}
 		live = f.adopt(live)
-		live = f.evictForBudget(live, cold, &setting.State)
+		live = f.evictForBudget(live, cold, &setting)
 		f.kt = policy.StartTurn(setting)
 		var removed []policy.Removal
 		live, removed = f.kt.Start(live)
@@ -342,9 +342,12 @@ func (f *proxyTurn) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWin
 // before the next batch; with the provider's cache cold anyway (idle past
 // its TTL, another model), the batch runs as soon as the kept images pass
 // the low-water mark, since it breaks nothing then.
-func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, st *policy.KeepState) []chat.Message {
+func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, t *policy.Turn) []chat.Message {
 	if f.e.Keep.Holds(f.r.Profile) {
 		return live // price decides, at each request (priced)
+	}
+	if t.Postpones(policy.KeptCost(live)) {
+		return live // a removal would only postpone the client's compaction
 	}
 	budget := f.budget()
 	low := int(f.e.lowWater() * float64(budget))
@@ -355,7 +358,7 @@ func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, st *policy.Ke
 	out, removed, _ := policy.EvictImages(live, policy.Pressure{Estimate: policy.KeptCost(live), Threshold: threshold, LowWater: max(low, 1)}, reason.Budget)
 	if len(removed) > 0 {
 		f.removed(removed)
-		st.Base.Valid = false
+		t.State.Base.Valid = false
 	}
 	return out
 }

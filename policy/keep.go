@@ -109,6 +109,30 @@ type Turn struct {
 	State   KeepState
 	Counter tokens.TextCounter // counts text appended between requests
 	Storer  Storer
+	// Cut is the prompt size at which the history will be cut: the
+	// compaction threshold (sessions API) or the window relief the client's
+	// own compaction comes before (proxy). 0: unknown, the budget applies.
+	Cut int
+}
+
+// Postpones reports whether taking kept images out by the budget would
+// only postpone the history's cut, not save: removing x tokens shifts the
+// conversation's sawtooth of prompt sizes x ÷ growth requests later, which
+// saves (x ÷ growth) × (the prompt at the conversation's end − the prompt
+// now) tokens read. A conversation whose text has grown past half the cut
+// is taken to go on about as long again (its text would then pass the
+// cut), so its end lands anywhere on the sawtooth, below the prompt now on
+// average: the removal costs reads instead of saving them (BENCHMARKS.md,
+// the coding bullets). Only where images are priced and not held (held
+// images leave by price).
+func (t Turn) Postpones(kept int) bool {
+	if t.Cut <= 0 || !t.State.Base.Valid || t.Config.Holds(t.Profile) {
+		return false
+	}
+	if _, priced := CostsOf(t.Profile); !priced {
+		return false
+	}
+	return 2*(t.State.Base.Prompt-kept) > t.Cut
 }
 
 // KeepEvent is one keep decision, for logs, metrics and the turn's events.
@@ -185,8 +209,8 @@ func (k *KeepTurn) Start(msgs []chat.Message) ([]chat.Message, []Removal) {
 	kept := KeptCost(out)
 	k.budget = k.t.Config.Budget(k.t.Profile.ContextWindow) - kept
 	k.vouched = k.vouched || kept > 0
-	if k.t.Config.Holds(k.t.Profile) {
-		k.budget = math.MaxInt / 4 // the budget is applied in batches, by the caller
+	if k.t.Config.Holds(k.t.Profile) || k.t.Postpones(kept) {
+		k.budget = math.MaxInt / 4 // held (applied in batches, by the caller), or past the point where the budget pays
 	}
 	if len(removed) > 0 {
 		k.base.Valid = false // the prefix changed: the old prompt size no longer applies

@@ -609,3 +609,43 @@ func TestUnmeasuredIsKeptOnceTheEngineWasSeenToSee(t *testing.T) {
 		t.Fatal("a snapshot forgets that the engine sees images")
 	}
 }
+
+// Past half the cut, the budget stands down where images are priced and
+// not held: a removal then only postpones the client's compaction
+// (Turn.Postpones). Before half, without prices, without a measured
+// prompt or with images held by price, the budget applies as before.
+func TestTheBudgetStandsDownPastHalfTheCut(t *testing.T) {
+	priced := profile(20000)
+	priced.Cache = tokens.CacheRules{Automatic: true}
+	priced.Prices = &tokens.Prices{Input: 2.5, CacheRead: 1.25, Output: 10}
+	a, b := shot("a", 15000), shot("b", 12000) // true costs 1500 and 1200: the budget of 2000 fits one
+	for _, c := range []struct {
+		name    string
+		profile tokens.Profile
+		config  KeepConfig
+		base    Base
+		kept    int // images kept at the turn's end
+	}{
+		{"past half the cut, priced", priced, KeepConfig{}, Base{Valid: true, Prompt: 9000, Messages: 2}, 2},
+		{"before half the cut", priced, KeepConfig{}, Base{Valid: true, Prompt: 7000, Messages: 2}, 1},
+		{"no prices", profile(20000), KeepConfig{}, Base{Valid: true, Prompt: 9000, Messages: 2}, 1},
+		{"no measured prompt", priced, KeepConfig{}, Base{}, 1},
+		{"held by price", priced, KeepConfig{Hold: true, Sight: 2}, Base{Valid: true, Prompt: 9000, Messages: 2}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(true, 20000, a, b)
+			f.turn = StartTurn(Turn{Config: c.config, Profile: c.profile, Thread: chat.Main, Switch: true, Counter: tokens.Chars4{}, Storer: f.store,
+				State: KeepState{Base: c.base}, Cut: 16000})
+			f.msgs, _ = f.turn.Start(f.msgs)
+			f.request(false)
+			f.toolStep(a)
+			f.request(false)
+			f.toolStep(b)
+			f.request(false)
+			out, removed, _ := f.finish()
+			if imgs, _ := imagesIn(out); len(imgs) != c.kept || len(removed) != 2-c.kept {
+				t.Fatalf("%d images kept, %d removed; want %d kept", len(imgs), len(removed), c.kept)
+			}
+		})
+	}
+}

@@ -422,3 +422,32 @@ func TestFileIDsSendEachImageOnce(t *testing.T) {
 		}
 	}
 }
+
+// A coding agent that compacts its own history: a screenshot taken out by
+// the budget late in a cycle only postpones the compaction, and the
+// requests it adds read nearly the whole window (policy.Turn.Postpones).
+// With the budget standing down past half the cut, imgctx's default costs
+// less than chunked newest-n wherever the agent compacts, from 80% to 90%
+// of the window; applying the budget throughout cost more at 85% ($15.89
+// against $15.66, for fewer images).
+func TestABudgetRemovalDoesNotPostponeTheAgentsCompaction(t *testing.T) {
+	w, err := Build("coding", DefaultParams("coding"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, ok := tokens.Default().Lookup("gpt-4o")
+	if !ok {
+		t.Fatal("no gpt-4o profile")
+	}
+	for _, at := range []float64{0.8, 0.85, 0.9} {
+		rep, err := Run(context.Background(), Config{Workload: w, Model: "gpt-4o", Profile: prof, Policies: []string{"imgctx", "chunked-3/10"}, NoFrontier: true, CompactAt: at,
+			Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours, peer := row(rep, "imgctx"), row(rep, "chunked-3/10")
+		if ours.Compactions == 0 || ours.Dollars >= peer.Dollars {
+			t.Errorf("compacting at %.2f: imgctx $%.2f for %.1f images (%d compactions), chunked $%.2f for %.1f", at, ours.Dollars, ours.ImagesMean, ours.Compactions, peer.Dollars, peer.ImagesMean)
+		}
+	}
+}
