@@ -19,7 +19,8 @@ import (
 // on prompt-too-long (replay without kept images, then compact and replay,
 // then a clear error), and the cut-completion replay.
 func (c *call) exchange(ctx context.Context) (*Result, error) {
-	live, removed, ledger := c.e.priced(c.st.Live, c.profile, c.cacheWarm(), c.st.TurnStart, c.st.Keep.Ledger, nil)
+	postpones := policy.PastHalfTheCut(c.st.Keep.Base, policy.KeptCost(c.st.Live), c.e.threshold(c.profile.ContextWindow))
+	live, removed, ledger := c.e.priced(c.st.Live, c.profile, c.cacheWarm(), c.st.TurnStart, c.st.Keep.Ledger, nil, postpones)
 	c.st.Keep.Ledger = ledger
 	c.evicted(live, removed)
 	if err := c.relieve(ctx); err != nil {

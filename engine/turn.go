@@ -366,7 +366,8 @@ func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, t *policy.Tur
 // priced lets price decide, at each request, whether the kept images of
 // earlier turns leave, all in one batch (policy.Priced at keep.sight).
 func (f *proxyTurn) priced(live []chat.Message, cold bool) []chat.Message {
-	live, removed, ledger := f.e.priced(live, f.r.Profile, !cold, f.turnAt, f.ledger, f.suffix(live))
+	postpones := policy.PastHalfTheCut(f.st.Keep.Base, policy.KeptCost(live), f.e.proxyThreshold(f.r.Profile.ContextWindow))
+	live, removed, ledger := f.e.priced(live, f.r.Profile, !cold, f.turnAt, f.ledger, f.suffix(live), postpones)
 	f.ledger = ledger
 	if len(removed) > 0 {
 		f.removed(removed)
@@ -393,11 +394,13 @@ func (f *proxyTurn) suffix(live []chat.Message) func(i int) int {
 
 // priced is the removal by price both paths share: only where images are
 // held (KeepConfig.Holds); until is where the human's current turn starts.
-func (e *Engine) priced(live []chat.Message, p tokens.Profile, warm bool, until int, l policy.Ledger, suffix func(int) int) ([]chat.Message, []policy.Removal, policy.Ledger) {
+func (e *Engine) priced(live []chat.Message, p tokens.Profile, warm bool, until int, l policy.Ledger, suffix func(int) int, postpones bool) ([]chat.Message, []policy.Removal, policy.Ledger) {
 	if !e.Keep.Holds(p) {
 		return live, nil, l
 	}
-	return e.pricing(p, warm, until, suffix).Decide(live, l)
+	pr := e.pricing(p, warm, until, suffix)
+	pr.Postpones = postpones
+	return pr.Decide(live, l)
 }
 
 func (e *Engine) pricing(p tokens.Profile, warm bool, until int, suffix func(int) int) policy.Priced {

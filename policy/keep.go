@@ -116,7 +116,8 @@ type Turn struct {
 }
 
 // Postpones reports whether taking kept images out by the budget would
-// only postpone the history's cut, not save: removing x tokens shifts the
+// only postpone the history's cut, not save (priced removals weigh the
+// same, Priced.Postpones): removing x tokens shifts the
 // conversation's sawtooth of prompt sizes x ÷ growth requests later, which
 // saves (x ÷ growth) × (the prompt at the conversation's end − the prompt
 // now) tokens read. A conversation whose text has grown past half the cut
@@ -126,13 +127,21 @@ type Turn struct {
 // the coding bullets). Only where images are priced and not held (held
 // images leave by price).
 func (t Turn) Postpones(kept int) bool {
-	if t.Cut <= 0 || !t.State.Base.Valid || t.Config.Holds(t.Profile) {
+	if t.Config.Holds(t.Profile) {
 		return false
 	}
 	if _, priced := CostsOf(t.Profile); !priced {
 		return false
 	}
-	return 2*(t.State.Base.Prompt-kept) > t.Cut
+	return PastHalfTheCut(t.State.Base, kept, t.Cut)
+}
+
+// PastHalfTheCut reports whether a conversation's text — the measured
+// prompt of base less the kept images' cost — is past half of cut, the
+// prompt size at which its history will be cut (Turn.Postpones). False
+// without a measured prompt or a cut.
+func PastHalfTheCut(base Base, kept, cut int) bool {
+	return cut > 0 && base.Valid && 2*(base.Prompt-kept) > cut
 }
 
 // KeepEvent is one keep decision, for logs, metrics and the turn's events.

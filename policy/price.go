@@ -129,6 +129,11 @@ type Priced struct {
 	// kept images at their cost (a proxy knows text only by its span);
 	// otherwise the messages' text is counted at four characters a token.
 	Suffix func(i int) int
+	// Postpones: the conversation's text is past half the point where its
+	// history will be cut (PastHalfTheCut), so a removal would only
+	// postpone the cut and price removes nothing; forced batches (the
+	// window, the provider's limits) still run.
+	Postpones bool
 }
 
 // held is the kept images price may remove (Priced.until).
@@ -238,6 +243,10 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 	}
 	if p.Warm && p.Sight >= 1 && p.Costs.Whole && l.Owed == 0 {
 		return msgs, nil, l // holding is worth its read: no break is ever paid while warm
+	}
+	if p.Postpones {
+		l.Owed = 0
+		return msgs, nil, l
 	}
 	until := p.until(msgs)
 	h := keptBefore(msgs, until)

@@ -521,3 +521,35 @@ func TestAutomaticCacheDialIsMonotoneOnEachSideOfOne(t *testing.T) {
 		}
 	}
 }
+
+// Past half the cut price removes nothing, cold start or warm batch: a
+// removal would only postpone the history's cut (Priced.Postpones); the
+// bookkeeping of runs and turns goes on.
+func TestPriceRemovesNothingThatWouldOnlyPostponeTheCut(t *testing.T) {
+	msgs, until := history(3, 4, 1334, 400)
+	for _, c := range []struct {
+		name  string
+		p     Priced
+		l     Ledger
+		below int // images removed before half the cut
+	}{
+		{"a cold start at sight 1 (Claude)", Priced{Sight: 1, Costs: claude, Until: until}, Ledger{Run: 90}, 8},
+		{"a warm batch at sight 0 (gpt-4o)", Priced{Sight: 0, Costs: gpt, Warm: true, Until: until}, Ledger{Run: 5, Owed: 1}, 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, removed, ref := c.p.Decide(msgs, c.l)
+			if len(removed) < c.below {
+				t.Fatalf("before half the cut: %d removed, want %d", len(removed), c.below)
+			}
+			c.p.Postpones = true
+			out, removed, l := c.p.Decide(msgs, c.l)
+			if len(removed) != 0 || kept(out, 0, len(out)) != kept(msgs, 0, len(msgs)) || l.Run != ref.Run || l.Runs != ref.Runs || l.Turns != ref.Turns || l.Owed != 0 {
+				t.Fatalf("past half the cut: %d removed, ledger %+v (without it %+v)", len(removed), l, ref)
+			}
+		})
+	}
+	if !PastHalfTheCut(Base{Valid: true, Prompt: 9000}, 1000, 15000) || PastHalfTheCut(Base{Valid: true, Prompt: 8000}, 1000, 15000) ||
+		PastHalfTheCut(Base{Prompt: 9000}, 1000, 15000) || PastHalfTheCut(Base{Valid: true, Prompt: 9000}, 1000, 0) {
+		t.Fatal("PastHalfTheCut: the text (prompt less kept images) against half the cut, only with a measured prompt and a cut")
+	}
+}

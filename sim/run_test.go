@@ -423,31 +423,41 @@ func TestFileIDsSendEachImageOnce(t *testing.T) {
 	}
 }
 
-// A coding agent that compacts its own history: a screenshot taken out by
-// the budget late in a cycle only postpones the compaction, and the
-// requests it adds read nearly the whole window (policy.Turn.Postpones).
-// With the budget standing down past half the cut, imgctx's default costs
-// less than chunked newest-n wherever the agent compacts, from 80% to 90%
-// of the window; applying the budget throughout cost more at 85% ($15.89
-// against $15.66, for fewer images).
-func TestABudgetRemovalDoesNotPostponeTheAgentsCompaction(t *testing.T) {
+// A coding agent that compacts its own history: a screenshot taken out
+// late in a cycle only postpones the compaction, and the requests it adds
+// read nearly the whole window (policy.Turn.Postpones, Priced.Postpones).
+// With removals standing down past half the cut, imgctx's default costs
+// less than chunked newest-n where the agent compacts at 80% to 90% of
+// the window on gpt-4o (the budget decides there: applied throughout it
+// cost more at 85%, $15.89 against $15.66, for fewer images), and at 80%
+// and 90% on Sonnet (price decides: removing at every cold start cost
+// $11.70 against $11.22 at 80%).
+func TestARemovalDoesNotPostponeTheAgentsCompaction(t *testing.T) {
 	w, err := Build("coding", DefaultParams("coding"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	prof, ok := tokens.Default().Lookup("gpt-4o")
-	if !ok {
-		t.Fatal("no gpt-4o profile")
-	}
-	for _, at := range []float64{0.8, 0.85, 0.9} {
-		rep, err := Run(context.Background(), Config{Workload: w, Model: "gpt-4o", Profile: prof, Policies: []string{"imgctx", "chunked-3/10"}, NoFrontier: true, CompactAt: at,
-			Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}}})
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range []struct {
+		model string
+		at    []float64
+	}{
+		{"gpt-4o", []float64{0.8, 0.85, 0.9}},
+		{"claude-sonnet-4-6", []float64{0.8, 0.9}},
+	} {
+		prof, ok := tokens.Default().Lookup(c.model)
+		if !ok {
+			t.Fatalf("no %s profile", c.model)
 		}
-		ours, peer := row(rep, "imgctx"), row(rep, "chunked-3/10")
-		if ours.Compactions == 0 || ours.Dollars >= peer.Dollars {
-			t.Errorf("compacting at %.2f: imgctx $%.2f for %.1f images (%d compactions), chunked $%.2f for %.1f", at, ours.Dollars, ours.ImagesMean, ours.Compactions, peer.Dollars, peer.ImagesMean)
+		for _, at := range c.at {
+			rep, err := Run(context.Background(), Config{Workload: w, Model: c.model, Profile: prof, Policies: []string{"imgctx", "chunked-3/10"}, NoFrontier: true, CompactAt: at,
+				Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours, peer := row(rep, "imgctx"), row(rep, "chunked-3/10")
+			if ours.Compactions == 0 || ours.Dollars >= peer.Dollars {
+				t.Errorf("%s compacting at %.2f: imgctx $%.2f for %.1f images (%d compactions), chunked $%.2f for %.1f", c.model, at, ours.Dollars, ours.ImagesMean, ours.Compactions, peer.Dollars, peer.ImagesMean)
+			}
 		}
 	}
 }

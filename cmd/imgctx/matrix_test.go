@@ -76,32 +76,20 @@ var knownLosses = map[string]string{
 // defaultLosses are the peers that dominate imgctx's default — show as
 // many images or more for no more, 1% counting as no more — each with why.
 var defaultLosses = map[string]string{
-	// On coding these hold the session's few screenshots for 0.7% more on
-	// Claude (3.8 a request against the default's 1.6) — within the 1% that
-	// counts as no more. The gap is that small because of one request: the
-	// default's smaller prompts reach the agent's compaction three steps
-	// later, just after the cache went cold, and its summary request writes
-	// the whole history the peers' read; on seeds 2–5 of the workload the
-	// default is 7–9% cheaper (BENCHMARKS.md "Policies"). Sight 3 shows
-	// their images at their cost. The margin is one draw of where the
-	// client's compactions land: with the agent compacting at 0.8 to 1.0 of
-	// the window (--compact-at, not this matrix's workloads) chunked beats
-	// the default by up to 11%, as a removal postpones the client's
-	// compaction (BENCHMARKS.md, the coding bullets). On gpt-4o the budget
-	// now stands down past half the cut (policy.Turn.Postpones), and the
-	// default ($16.31 for 2.4) is dominated by none of them ($16.49 for 3.1).
-	"coding/claude-sonnet-4-6/chunked-3/10":     coldCoding,
-	"coding/claude-sonnet-4-6/osworld-10/20":    coldCoding,
-	"coding/claude-sonnet-4-6/ceiling-batch-5":  coldCoding,
-	"coding/claude-sonnet-4-6/strip-on-compact": coldCoding,
-	"coding/claude-haiku-4-5/chunked-3/10":      coldCoding,
-	"coding/claude-haiku-4-5/osworld-10/20":     coldCoding,
-	"coding/claude-haiku-4-5/ceiling-batch-5":   coldCoding,
-	"coding/claude-haiku-4-5/strip-on-compact":  coldCoding,
+	// None. On coding the agents' own loops held the session's few
+	// screenshots for under 1% more (Claude: 3.8 a request for $12.05
+	// against the default's 1.6 for $11.97; gpt-4o: 3.1 for $16.49 against
+	// 2.0 for $16.33) until removals stood down past half the cut, where a
+	// removal only postpones the client's compaction (policy.Turn.Postpones,
+	// policy.Priced.Postpones): the default now shows 2.0 for $11.83 on
+	// Sonnet and 2.4 for $16.31 on gpt-4o, and none dominates it. With the
+	// agent compacting elsewhere (--compact-at, not this matrix's
+	// workloads) chunked still does at some thresholds: Sonnet at 85% and
+	// 100% of the window, gpt-4o at 95% and 100% (BENCHMARKS.md, the coding
+	// bullets).
 }
 
 const (
-	coldCoding   = "holds the screenshots for under 1% more (the default's compaction lands at a cold start)"
 	noCompaction = "its agent never compacts"
 	steps        = "gpt-4o's line, between two steps of the dial"
 	markers      = "the markers it leaves, which the loop does not"
