@@ -142,7 +142,11 @@ func (f RequestFilter) Matches(r Request) bool {
 // EncodeRequest writes a request log line as JSON, its time in UTC.
 func EncodeRequest(r Request) ([]byte, error) {
 	r.Time = time.Unix(0, r.Time.UnixNano()).UTC()
-	return json.Marshal(r)
+	b, err := appendRequest(make([]byte, 0, 512), &r)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // DecodeRequest reads what EncodeRequest wrote.
