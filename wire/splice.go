@@ -488,19 +488,102 @@ func DecodeMember(b []byte, key string, v any) bool {
 // object b, found with one pass and nothing decoded (a response's usage,
 // say, without decoding the completion around it).
 func Member(b []byte, key string) ([]byte, bool) {
-	var out []byte
+	var out [1][]byte
+	ok := Members(b, []string{key}, out[:])
+	return out[0], ok && out[0] != nil
+}
+
+// Members is Member for several keys in the same one pass: out[i] is the
+// raw value of keys[i] (its first), nil when absent. ok is false when b
+// is not a valid JSON object.
+func Members(b []byte, keys []string, out [][]byte) bool {
 	start := jsonspan.Skip(b, 0)
 	if start >= len(b) || b[start] != '{' {
-		return nil, false
+		return false
 	}
 	_, err := jsonspan.Object(b, start, func(k []byte, vs int) (int, error) {
 		ve, err := jsonspan.End(b, vs)
-		if err == nil && out == nil && string(k) == key {
-			out = b[vs:ve]
+		if err == nil {
+			for i, key := range keys {
+				if out[i] == nil && string(k) == key {
+					out[i] = b[vs:ve]
+				}
+			}
 		}
 		return ve, err
 	})
-	return out, err == nil && out != nil
+	return err == nil
+}
+
+// Ints reads the integer members of the JSON object b that keys name (a
+// nested object's as "outer.inner") into the matching elements of out, in
+// one pass and without reflection: a response's usage, read on every
+// request. ok is false wherever encoding/json might read b otherwise — a
+// key escaped or matching one of keys only in another case, a value that
+// is not a plain non-negative integer or null where keys names a number,
+// an object given as anything but an object — for the caller to decode b
+// with encoding/json instead. As there, a later duplicate wins.
+func Ints(b []byte, keys []string, out []int) bool {
+	return ints(b, "", keys, out)
+}
+
+func ints(b []byte, outer string, keys []string, out []int) bool {
+	start := jsonspan.Skip(b, 0)
+	if start >= len(b) || b[start] != '{' {
+		return false
+	}
+	ok := true
+	end, err := jsonspan.Object(b, start, func(k []byte, vs int) (int, error) {
+		ve, err := jsonspan.End(b, vs)
+		if err != nil || !ok {
+			return ve, err
+		}
+		if bytes.IndexByte(k, '\\') >= 0 {
+			ok = false
+			return ve, nil
+		}
+		for i, key := range keys {
+			rest, found := strings.CutPrefix(key, outer)
+			if !found {
+				continue
+			}
+			name, _, nested := strings.Cut(rest, ".")
+			if string(k) != name {
+				if strings.EqualFold(string(k), name) {
+					ok = false
+				}
+				continue
+			}
+			if nested {
+				ok = b[vs] == '{' && ints(b[vs:ve], outer+name+".", keys, out)
+				return ve, nil // every key under it read at once
+			}
+			if n, isInt := plainInt(b[vs:ve]); isInt {
+				out[i] = n
+			} else if string(b[vs:ve]) != "null" {
+				ok = false
+			}
+			return ve, nil
+		}
+		return ve, nil
+	})
+	return err == nil && ok && jsonspan.Skip(b, end) == len(b)
+}
+
+// plainInt reads a JSON integer with no sign, fraction or exponent, short
+// enough not to overflow.
+func plainInt(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 18 || len(b) > 1 && b[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // Keys guards the members of one object against smuggling: a key imgctx

@@ -702,8 +702,31 @@ func stopped(reason string) (cut, full bool) {
 // ResponseUsage reads only the usage of a non-streaming response: what
 // the proxy records, without decoding the completion (nil when absent).
 func ResponseUsage(b []byte) *chat.Usage {
+	raw, ok := wire.Member(b, "usage")
+	if !ok {
+		return nil
+	}
+	return usageOf(raw)
+}
+
+// usageKeys are usageJSON's numbers, for wire.Ints.
+var usageKeys = []string{"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens", "cache_creation.ephemeral_1h_input_tokens"}
+
+// usageOf decodes a usage object: its numbers read from their spans, or
+// by encoding/json where that might read them otherwise.
+func usageOf(raw []byte) *chat.Usage {
+	var n [5]int
+	if wire.Ints(raw, usageKeys, n[:]) {
+		// An absent cache_creation reads as 0, which min takes too: the
+		// numbers are never negative here.
+		u := usageJSON{InputTokens: n[0], CacheCreationInputTokens: n[1], CacheReadInputTokens: n[2], OutputTokens: n[3]}
+		u.CacheCreation = &struct {
+			Hour int `json:"ephemeral_1h_input_tokens"`
+		}{Hour: n[4]}
+		return u.usage()
+	}
 	var u usageJSON
-	if !wire.DecodeMember(b, "usage", &u) {
+	if json.Unmarshal(raw, &u) != nil {
 		return nil
 	}
 	return u.usage()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/jsonspan"
 )
 
 // Dialect is Anthropic Messages (/v1/messages, /v1/messages/count_tokens).
@@ -107,10 +108,14 @@ func ErrorBody(_ int, typ, msg string) any {
 
 // answer reads only the usage and the stop reason, not the whole answer.
 func answer(b []byte) (*chat.Usage, bool) {
-	var stop string
-	wire.DecodeMember(b, "stop_reason", &stop)
+	var m [2][]byte // one pass for both
+	wire.Members(b, []string{"stop_reason", "usage"}, m[:])
+	stop, _ := jsonspan.String(m[0], 0, len(m[0]))
 	cut, _ := stopped(stop)
-	return ResponseUsage(b), cut
+	if m[1] == nil {
+		return nil, cut
+	}
+	return usageOf(m[1]), cut
 }
 
 type streamReader struct{ s Stream }

@@ -124,7 +124,9 @@ func includeUsage(sp *wire.Spliced) (*wire.Edit, bool) {
 // whole answer.
 func answer(b []byte) (*chat.Usage, bool) {
 	cut := false
-	if choices, ok := wire.Member(b, "choices"); ok && choices[0] == '[' {
+	var m [2][]byte // one pass for both
+	wire.Members(b, []string{"choices", "usage"}, m[:])
+	if choices := m[0]; choices != nil && choices[0] == '[' {
 		// Each choice's finish_reason found by its span: the completion's
 		// text around it is not decoded.
 		jsonspan.Array(choices, 0, func(vs int) (int, error) {
@@ -138,7 +140,10 @@ func answer(b []byte) (*chat.Usage, bool) {
 			return ve, err
 		})
 	}
-	return ResponseUsage(b), cut
+	if m[1] == nil {
+		return nil, cut
+	}
+	return usageOf(m[1]), cut
 }
 
 type streamReader struct{ s Stream }

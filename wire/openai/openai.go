@@ -473,8 +473,25 @@ func (u *usageJSON) usage() *chat.Usage {
 // ResponseUsage reads only the usage of a non-streaming response: what
 // the proxy records, without decoding the completion (nil when absent).
 func ResponseUsage(b []byte) *chat.Usage {
+	raw, ok := wire.Member(b, "usage")
+	if !ok {
+		return nil
+	}
+	return usageOf(raw)
+}
+
+// usageKeys are usageJSON's numbers, for wire.Ints.
+var usageKeys = []string{"prompt_tokens", "completion_tokens", "prompt_tokens_details.cached_tokens", "prompt_tokens_details.cache_write_tokens"}
+
+// usageOf decodes a usage object: its numbers read from their spans, or
+// by encoding/json where that might read them otherwise.
+func usageOf(raw []byte) *chat.Usage {
+	var n [4]int
+	if wire.Ints(raw, usageKeys, n[:]) {
+		return &chat.Usage{Prompt: n[0], Output: n[1], CacheRead: n[2], CacheWrite: n[3]}
+	}
 	var u usageJSON
-	if !wire.DecodeMember(b, "usage", &u) {
+	if json.Unmarshal(raw, &u) != nil {
 		return nil
 	}
 	return u.usage()
