@@ -673,9 +673,11 @@ type usageJSON struct {
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
 	OutputTokens             int `json:"output_tokens"`
 	// CacheCreation splits the writes by lifetime.
-	CacheCreation *struct {
-		Hour int `json:"ephemeral_1h_input_tokens"`
-	} `json:"cache_creation"`
+	CacheCreation *cacheCreationJSON `json:"cache_creation"`
+}
+
+type cacheCreationJSON struct {
+	Hour int `json:"ephemeral_1h_input_tokens"`
 }
 
 // usage normalises Anthropic's three input fields: the prompt is their sum.
@@ -699,16 +701,6 @@ func stopped(reason string) (cut, full bool) {
 	return reason == "max_tokens" || reason == "model_context_window_exceeded", reason == "model_context_window_exceeded"
 }
 
-// ResponseUsage reads only the usage of a non-streaming response: what
-// the proxy records, without decoding the completion (nil when absent).
-func ResponseUsage(b []byte) *chat.Usage {
-	raw, ok := wire.Member(b, "usage")
-	if !ok {
-		return nil
-	}
-	return usageOf(raw)
-}
-
 // usageKeys are usageJSON's numbers, for wire.Ints.
 var usageKeys = []string{"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens", "cache_creation.ephemeral_1h_input_tokens"}
 
@@ -719,10 +711,8 @@ func usageOf(raw []byte) *chat.Usage {
 	if wire.Ints(raw, usageKeys, n[:]) {
 		// An absent cache_creation reads as 0, which min takes too: the
 		// numbers are never negative here.
-		u := usageJSON{InputTokens: n[0], CacheCreationInputTokens: n[1], CacheReadInputTokens: n[2], OutputTokens: n[3]}
-		u.CacheCreation = &struct {
-			Hour int `json:"ephemeral_1h_input_tokens"`
-		}{Hour: n[4]}
+		u := usageJSON{InputTokens: n[0], CacheCreationInputTokens: n[1], CacheReadInputTokens: n[2], OutputTokens: n[3],
+			CacheCreation: &cacheCreationJSON{Hour: n[4]}}
 		return u.usage()
 	}
 	var u usageJSON

@@ -470,16 +470,6 @@ func (u *usageJSON) usage() *chat.Usage {
 	return out
 }
 
-// ResponseUsage reads only the usage of a non-streaming response: what
-// the proxy records, without decoding the completion (nil when absent).
-func ResponseUsage(b []byte) *chat.Usage {
-	raw, ok := wire.Member(b, "usage")
-	if !ok {
-		return nil
-	}
-	return usageOf(raw)
-}
-
 // usageKeys are usageJSON's numbers, for wire.Ints.
 var usageKeys = []string{"prompt_tokens", "completion_tokens", "prompt_tokens_details.cached_tokens", "prompt_tokens_details.cache_write_tokens"}
 

@@ -254,18 +254,25 @@ func TestPartExtrasSurviveARewrite(t *testing.T) {
 	}
 }
 
-// The proxy reads only a response's usage: the same figures as a full decode.
+// The proxy reads only a response's usage: the same figures as a full
+// decode, read from their spans (wire.Ints), not by encoding/json.
 func TestResponseUsageMatchesDecode(t *testing.T) {
 	b := read(t, "response.json")
 	r, err := DecodeResponse(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := ResponseUsage(b); u == nil || *u != *r.Usage {
-		t.Fatalf("ResponseUsage %+v; DecodeResponse %+v", u, r.Usage)
+	if u, _ := answer(b); u == nil || *u != *r.Usage {
+		t.Fatalf("answer's usage %+v; DecodeResponse %+v", u, r.Usage)
 	}
-	if ResponseUsage([]byte(`{"choices":[]}`)) != nil || ResponseUsage([]byte(`not json`)) != nil {
-		t.Fatal("usage from a response without one")
+	raw, _ := wire.Member(b, "usage")
+	if !wire.Ints(raw, usageKeys, make([]int, len(usageKeys))) {
+		t.Errorf("the usage of response.json went to encoding/json: %s", raw)
+	}
+	for _, b := range []string{`{"choices":[]}`, `not json`} {
+		if u, _ := answer([]byte(b)); u != nil {
+			t.Fatalf("usage %+v from %s", u, b)
+		}
 	}
 }
 
