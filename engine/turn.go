@@ -471,16 +471,23 @@ func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 	return live
 }
 
-// proxyRelief is the share of the window past which the proxy relieves
-// window pressure: the client compacts its own history (claude-code and
-// codex near 90%), so imgctx only keeps the request under the window —
-// removing images at the sessions API's threshold broke the cached prefix
-// a few requests before the client's compaction rewrote it anyway
-// (simulate's coding workload: 153k tokens written again for nothing).
+// proxyRelief is the default share of the window past which the proxy
+// relieves window pressure (proxy.window_relief): the client compacts its
+// own history (claude-code and codex near 90%), so imgctx only keeps the
+// request under the window with room for the answer — removing images at
+// the sessions API's threshold broke the cached prefix a few requests
+// before the client's compaction rewrote it anyway (simulate's coding
+// workload: 153k tokens written again for nothing). A client that
+// compacts past it is postponed by the relief instead (BENCHMARKS.md, the
+// coding bullets): ProxyRelief 1 for those.
 const proxyRelief = 0.95
 
 func (e *Engine) proxyThreshold(window int) int {
-	return max(e.threshold(window), int(proxyRelief*float64(window)))
+	relief := e.ProxyRelief
+	if relief <= 0 {
+		relief = proxyRelief
+	}
+	return max(e.threshold(window), int(relief*float64(window)))
 }
 
 // imageLimit keeps the request under the provider's image count, in

@@ -19,6 +19,9 @@ func (c Config) Validate() error {
 	fraction("KeepLowWater (keep.low_water)", c.KeepLowWater)
 	fraction("Compact.PreserveFraction (compaction.preserve_fraction)", c.Compact.PreserveFraction)
 	fraction("Compact.MinCompressionFraction (compaction.min_compression_fraction)", c.Compact.MinCompressionFraction)
+	if c.ProxyRelief < 0 || c.ProxyRelief > 1 {
+		errs = append(errs, fmt.Errorf("ProxyRelief (proxy.window_relief): must be between 0 and 1, or 0 for the default (got %v)", c.ProxyRelief))
+	}
 	if c.CompactThreshold < 0 {
 		errs = append(errs, fmt.Errorf("CompactThreshold (compaction.threshold): must not be negative (got %v; over 1: never before a request)", c.CompactThreshold))
 	}

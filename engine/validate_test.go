@@ -23,6 +23,8 @@ func TestConfigIsValidatedLikeTheConfigFile(t *testing.T) {
 		{Config{Keep: policy.KeepConfig{BudgetFraction: -0.1}}, "keep.budget_fraction"},
 		{Config{KeepLowWater: 1.5}, "keep.low_water"},
 		{Config{CompactThreshold: -1}, "compaction.threshold"},
+		{Config{ProxyRelief: 1.5}, "proxy.window_relief"},
+		{Config{ProxyRelief: -0.5}, "proxy.window_relief"},
 		{Config{ShrinkPixelsPerRequest: -5}, "media.shrink_max_pixels_per_request"},
 	} {
 		err := c.cfg.Validate()

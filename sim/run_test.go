@@ -461,3 +461,38 @@ func TestARemovalDoesNotPostponeTheAgentsCompaction(t *testing.T) {
 		}
 	}
 }
+
+// A client that compacts its own history later than the proxy's window
+// relief is postponed by it: the relief takes images out before the
+// client's compaction, and the requests it adds are the largest of the
+// cycle. proxy.window_relief 1 leaves the client's compaction to the
+// client (BENCHMARKS.md, the coding bullets).
+func TestAWindowReliefBeforeTheClientsCompactionPostponesIt(t *testing.T) {
+	w, err := Build("coding", DefaultParams("coding"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"gpt-4o", "claude-sonnet-4-6"} {
+		prof, ok := tokens.Default().Lookup(model)
+		if !ok {
+			t.Fatalf("no %s profile", model)
+		}
+		run := func(relief float64) (ours, peer PolicyReport) {
+			rep, err := Run(context.Background(), Config{Workload: w, Model: model, Profile: prof, Policies: []string{"imgctx", "chunked-3/10"}, NoFrontier: true, CompactAt: 0.97,
+				Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}, ProxyRelief: relief}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return row(rep, "imgctx"), row(rep, "chunked-3/10")
+		}
+		early, peer := run(0)
+		late, _ := run(1)
+		if early.Removed["window"] == 0 || early.Dollars <= peer.Dollars {
+			t.Errorf("%s, the default relief: %d removed by the window, $%.2f against chunked's $%.2f; want it to relieve, and to cost more", model, early.Removed["window"], early.Dollars, peer.Dollars)
+		}
+		if late.Failed != 0 || late.Removed["window"] != 0 || late.Compactions == 0 || late.Dollars >= peer.Dollars {
+			t.Errorf("%s, relief at the window: %d failed, %d removed by the window, %d compactions, $%.2f for %.1f images against chunked's $%.2f for %.1f",
+				model, late.Failed, late.Removed["window"], late.Compactions, late.Dollars, late.ImagesMean, peer.Dollars, peer.ImagesMean)
+		}
+	}
+}

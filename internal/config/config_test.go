@@ -118,6 +118,8 @@ func TestRefusals(t *testing.T) {
 		{"preserve fraction 0", "compaction:\n  preserve_fraction: 0\n", nil, `compaction.preserve_fraction: must be between 0 and 1`},
 		{"preserve fraction 1", "compaction:\n  preserve_fraction: 1\n", nil, `compaction.preserve_fraction: must be between 0 and 1`},
 		{"threshold over 1", "compaction:\n  threshold: 1.5\n", nil, `compaction.threshold: must be between 0 and 1`},
+		{"window relief over 1", "", map[string]string{"IMGCTX_PROXY_WINDOW_RELIEF": "1.2"}, `proxy.window_relief: must be between 0 and 1`},
+		{"window relief 0", "proxy:\n  window_relief: 0\n", nil, `proxy.window_relief: must be between 0 and 1`},
 		{"negative idle", "micro:\n  idle_after: -1m\n", nil, `micro.idle_after: must not be negative`},
 		{"negative keep", "micro:\n  keep_recent_media: -1\n", nil, `micro.keep_recent_media: must not be negative`},
 		{"idle without unit", "micro:\n  idle_after: 30\n", nil, `micro.idle_after: 30 has no unit`},
