@@ -35,7 +35,7 @@ var allowed = map[string][]string{
 	"session/postgres":     {"chat", "session"},
 	"imagestore/s3":        {"blob", "imagestore"},
 	"internal/testsvc":     {},
-	"sim":                  {"blob", "chat", "engine", "gateway", "imagestore", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/jsonspan", "wire/openai", "wire/responses"},
+	"sim":                  {"blob", "chat", "engine", "gateway", "imagestore", "reason", "session", "tokens", "upstream", "wire", "wire/anthropic", "wire/gemini", "wire/jsonspan", "wire/openai", "wire/responses"},
 	"wire":                 {"blob", "chat", "mimetype", "wire/jsonspan"},
 	"wire/jsonspan":        {},
 	"wire/wiretest":        {"chat", "wire"},

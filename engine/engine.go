@@ -304,11 +304,14 @@ func (e *Engine) log() *slog.Logger {
 }
 
 func (e *Engine) threshold(window int) int {
-	f := e.CompactThreshold
-	if f <= 0 {
-		f = 0.8
+	return int(e.compactShare() * float64(window))
+}
+
+func (c Config) compactShare() float64 {
+	if c.CompactThreshold <= 0 {
+		return 0.8
 	}
-	return int(f * float64(window))
+	return c.CompactThreshold
 }
 
 func (e *Engine) micro() policy.MicroConfig {

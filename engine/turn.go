@@ -483,11 +483,18 @@ func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 const proxyRelief = 0.95
 
 func (e *Engine) proxyThreshold(window int) int {
-	relief := e.ProxyRelief
+	return int(e.WindowRelief() * float64(window))
+}
+
+// WindowRelief is the share of the window past which the proxy relieves
+// window pressure: ProxyRelief (default 0.95), or CompactThreshold if
+// higher.
+func (c Config) WindowRelief() float64 {
+	relief := c.ProxyRelief
 	if relief <= 0 {
 		relief = proxyRelief
 	}
-	return max(e.threshold(window), int(relief*float64(window)))
+	return max(c.compactShare(), relief)
 }
 
 // imageLimit keeps the request under the provider's image count, in

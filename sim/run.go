@@ -21,6 +21,7 @@ import (
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/gateway"
 	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
@@ -279,6 +280,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Notes = append(rep.Notes, rep.Reading()...)
+	if relief := cfg.Engine.WindowRelief(); cfg.CompactAt > relief {
+		for _, p := range rep.Policies {
+			if n := p.Removed[string(reason.Window)]; n > 0 && strings.HasPrefix(p.Policy, "imgctx") {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: its window relief (%.0f%% of the window) took %d images out before the agent's own compaction (at %.0f%%), which comes that much later; for an agent that compacts past the relief, proxy.window_relief: 1 (docs/config.md).",
+					p.Policy, 100*relief, n, 100*cfg.CompactAt))
+				break
+			}
+		}
+	}
 	return rep, nil
 }
 

@@ -477,22 +477,26 @@ func TestAWindowReliefBeforeTheClientsCompactionPostponesIt(t *testing.T) {
 		if !ok {
 			t.Fatalf("no %s profile", model)
 		}
-		run := func(relief float64) (ours, peer PolicyReport) {
+		run := func(relief float64) (ours, peer PolicyReport, said bool) {
 			rep, err := Run(context.Background(), Config{Workload: w, Model: model, Profile: prof, Policies: []string{"imgctx", "chunked-3/10"}, NoFrontier: true, CompactAt: 0.97,
 				Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}, ProxyRelief: relief}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return row(rep, "imgctx"), row(rep, "chunked-3/10")
+			for _, n := range rep.Notes {
+				said = said || strings.Contains(n, "proxy.window_relief: 1")
+			}
+			return row(rep, "imgctx"), row(rep, "chunked-3/10"), said
 		}
-		early, peer := run(0)
-		late, _ := run(1)
-		if early.Removed["window"] == 0 || early.Dollars <= peer.Dollars {
-			t.Errorf("%s, the default relief: %d removed by the window, $%.2f against chunked's $%.2f; want it to relieve, and to cost more", model, early.Removed["window"], early.Dollars, peer.Dollars)
+		early, peer, said := run(0)
+		late, _, saidLate := run(1)
+		if early.Removed["window"] == 0 || early.Dollars <= peer.Dollars || !said {
+			t.Errorf("%s, the default relief: %d removed by the window, $%.2f against chunked's $%.2f, the report naming the setting %v; want it to relieve, to cost more, and the report to say so",
+				model, early.Removed["window"], early.Dollars, peer.Dollars, said)
 		}
-		if late.Failed != 0 || late.Removed["window"] != 0 || late.Compactions == 0 || late.Dollars >= peer.Dollars {
-			t.Errorf("%s, relief at the window: %d failed, %d removed by the window, %d compactions, $%.2f for %.1f images against chunked's $%.2f for %.1f",
-				model, late.Failed, late.Removed["window"], late.Compactions, late.Dollars, late.ImagesMean, peer.Dollars, peer.ImagesMean)
+		if late.Failed != 0 || late.Removed["window"] != 0 || late.Compactions == 0 || late.Dollars >= peer.Dollars || saidLate {
+			t.Errorf("%s, relief at the window: %d failed, %d removed by the window, %d compactions, $%.2f for %.1f images against chunked's $%.2f for %.1f, the report naming the setting %v",
+				model, late.Failed, late.Removed["window"], late.Compactions, late.Dollars, late.ImagesMean, peer.Dollars, peer.ImagesMean, saidLate)
 		}
 	}
 }
