@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -285,5 +286,55 @@ func TestFreshRequestIDsSortByTime(t *testing.T) {
 	}
 	if got, want := newRequestID(at)[4:16], fmt.Sprintf("%012x", at.UnixMilli()); got != want {
 		t.Fatalf("time prefix %s, want %s", got, want)
+	}
+}
+
+// stalledLog is a session store whose request log stalls until released.
+type stalledLog struct {
+	*session.Mem
+	entered chan struct{} // one send per AppendRequests call, before it waits
+	release chan struct{}
+	mu      sync.Mutex
+	got     int
+}
+
+func (s *stalledLog) AppendRequests(ctx context.Context, rs []session.Request) error {
+	s.entered <- struct{}{}
+	<-s.release
+	s.mu.Lock()
+	s.got += len(rs)
+	s.mu.Unlock()
+	return s.Mem.AppendRequests(ctx, rs)
+}
+
+// A stalled store holds no request up: the lines queued past the queue's
+// bound are dropped and counted, and every other line is written once the
+// store answers again.
+func TestRequestLogDropsPastItsBoundWhileTheStoreStalls(t *testing.T) {
+	store := &stalledLog{Mem: &session.Mem{}, entered: make(chan struct{}), release: make(chan struct{})}
+	m := NewMetrics(prometheus.NewRegistry())
+	l := newRequestLog(store, time.Hour, 0, slog.New(slog.DiscardHandler), m)
+	line := func(i int) session.Request {
+		return session.Request{Tenant: "t", ID: fmt.Sprintf("r%d", i), Time: time.Now()}
+	}
+	l.add(line(0))
+	<-store.entered // the writer took that line and waits on the store
+	const over = 5
+	for i := range requestLogQueue + over {
+		l.add(line(i + 1)) // returns at once: the store stalls the writer, not the request
+	}
+	if got := testutil.ToFloat64(m.requestLogDropped); got != over {
+		t.Fatalf("dropped %v lines, want %d", got, over)
+	}
+	go func() {
+		for range store.entered {
+		}
+	}()
+	close(store.release)
+	l.Flush()
+	l.Close()
+	close(store.entered)
+	if want := 1 + requestLogQueue; store.got != want {
+		t.Fatalf("the store got %d lines, want %d", store.got, want)
 	}
 }
