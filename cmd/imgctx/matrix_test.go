@@ -76,7 +76,25 @@ var knownLosses = map[string]string{
 // defaultLosses are the peers that dominate imgctx's default — show as
 // many images or more for no more, 1% counting as no more — each with why.
 var defaultLosses = map[string]string{
-	// None. On coding the agents' own loops held the session's few
+	// On coding × gpt-4o at seeds 2 and 3 the agents' own loops, which
+	// hold the session's few screenshots until their compaction, show 3.0
+	// images a request for $16.34 against the default's 2.6 for $16.25
+	// (seed 2), 2.8 for $16.33 against 2.7 for $16.30 (seed 3). On an
+	// automatic cache at exactly 1 the budget decides, and a cold start
+	// lowers its threshold to the low-water mark: those early batches save
+	// 0.2–0.6%, under the rule's 1%, for a few tenths of an image. Three
+	// rules that would stop them were measured and not kept (BENCHMARKS.md,
+	// "Other seeds" and "Coding over seeds and thresholds"): each loses
+	// elsewhere, on Gemini or at other seeds.
+	"coding@2/gpt-4o/chunked-3/10":     coldBatch,
+	"coding@2/gpt-4o/osworld-10/20":    coldBatch,
+	"coding@2/gpt-4o/ceiling-batch-5":  coldBatch,
+	"coding@2/gpt-4o/strip-on-compact": coldBatch,
+	"coding@3/gpt-4o/chunked-3/10":     coldBatch,
+	"coding@3/gpt-4o/osworld-10/20":    coldBatch,
+	"coding@3/gpt-4o/ceiling-batch-5":  coldBatch,
+	"coding@3/gpt-4o/strip-on-compact": coldBatch,
+	// At seed 1, none. On coding the agents' own loops held the session's few
 	// screenshots for under 1% more (Claude: 3.8 a request for $12.05
 	// against the default's 1.6 for $11.97; gpt-4o: 3.1 for $16.49 against
 	// 2.0 for $16.33) until removals stood down past half the cut, where a
@@ -93,6 +111,7 @@ const (
 	noCompaction = "its agent never compacts"
 	steps        = "gpt-4o's line, between two steps of the dial"
 	markers      = "the markers it leaves, which the loop does not"
+	coldBatch    = "gpt-4o's line: the budget's cold-start batches save under 1% for sight"
 )
 
 // Every built-in workload × model through `imgctx simulate`: imgctx's
@@ -119,25 +138,28 @@ func TestMatrixOfWorkloadsAndModels(t *testing.T) {
 		return len(parts) > 1 && slices.Contains(models, parts[1])
 	}
 	for _, w := range sim.Workloads {
-		for _, m := range models {
-			path := filepath.Join(*matrix, m+"."+w+".json")
-			out, err := os.ReadFile(path)
-			if err != nil {
-				r := imgctx(t, "simulate", "--workload", w, "--model", m, "--sights", matrixSights, "--json")
-				if r.code != 0 {
-					t.Fatalf("%s on %s: exit %d: %s", w, m, r.code, r.stderr)
+		for _, seed := range matrixSeeds(w) {
+			for _, m := range models {
+				c := cell{workload: w, seed: seed, model: m}
+				path := filepath.Join(*matrix, c.file())
+				out, err := os.ReadFile(path)
+				if err != nil {
+					r := imgctx(t, c.args("--sights", matrixSights, "--json")...)
+					if r.code != 0 {
+						t.Fatalf("%s: exit %d: %s", c, r.code, r.stderr)
+					}
+					out = []byte(r.stdout)
+					if err := os.WriteFile(path, out, 0o644); err != nil {
+						t.Fatal(err)
+					}
 				}
-				out = []byte(r.stdout)
-				if err := os.WriteFile(path, out, 0o644); err != nil {
+				var rep sim.Report
+				if err := json.Unmarshal(out, &rep); err != nil {
 					t.Fatal(err)
 				}
+				refine(t, c, &rep, path)
+				table = append(table, judge(t, c, &rep, seen))
 			}
-			var rep sim.Report
-			if err := json.Unmarshal(out, &rep); err != nil {
-				t.Fatal(err)
-			}
-			refine(t, &rep, path)
-			table = append(table, judge(t, &rep, seen))
 		}
 	}
 	for key := range knownLosses {
@@ -153,6 +175,46 @@ func TestMatrixOfWorkloadsAndModels(t *testing.T) {
 	t.Logf("\n| workload | model | imgctx default | over frontier | removal writes | steady hits | peers no dial position matches |\n|---|---|---|---|---|---|---|\n%s", strings.Join(table, "\n"))
 }
 
+// matrixSeeds are the seeds a workload is judged at. Coding draws its
+// turns' gaps, and so its cold starts, from the seed, and its figures move
+// by up to 28% with it; the rest move by at most 1.3% (BENCHMARKS.md,
+// "Other seeds"). Seed 1 alone let the default pass there by luck, so
+// coding is judged at three.
+func matrixSeeds(workload string) []uint64 {
+	if workload == "coding" {
+		return []uint64{1, 2, 3}
+	}
+	return []uint64{1}
+}
+
+// cell is one report of the matrix.
+type cell struct {
+	workload string
+	seed     uint64
+	model    string
+}
+
+// String names the cell in the lists of losses: workload/model, the
+// workload as workload@seed past seed 1.
+func (c cell) String() string {
+	if c.seed == 1 {
+		return c.workload + "/" + c.model
+	}
+	return fmt.Sprintf("%s@%d/%s", c.workload, c.seed, c.model)
+}
+
+func (c cell) file() string {
+	if c.seed == 1 {
+		return c.model + "." + c.workload + ".json"
+	}
+	return fmt.Sprintf("%s.%s@%d.json", c.model, c.workload, c.seed)
+}
+
+// args are the arguments of `imgctx simulate` for the cell, then more.
+func (c cell) args(more ...string) []string {
+	return append([]string{"simulate", "--workload", c.workload, "--seed", strconv.FormatUint(c.seed, 10), "--model", c.model}, more...)
+}
+
 // refineSteps is how many times refine halves the dial between two
 // positions of the grid.
 const refineSteps = 4
@@ -163,7 +225,7 @@ const refineSteps = 4
 // next, the dial is halved between the two, up to refineSteps times, each
 // position run alone; the positions run are added to the report, and the
 // report saved with them, so a second look reads them and runs no more.
-func refine(t *testing.T, rep *sim.Report, path string) {
+func refine(t *testing.T, c cell, rep *sim.Report, path string) {
 	t.Helper()
 	grid := strings.Split(matrixSights, ",")
 	for _, p := range rep.Policies {
@@ -180,13 +242,13 @@ func refine(t *testing.T, rep *sim.Report, path string) {
 				break
 			}
 			mid := strconv.FormatFloat((lo+hi)/2, 'g', 6, 64)
-			r := imgctx(t, "simulate", "--workload", rep.Workload, "--model", rep.Model, "--sights", mid, "--policies", "imgctx-sight-"+mid, "--no-frontier", "--json")
+			r := imgctx(t, c.args("--sights", mid, "--policies", "imgctx-sight-"+mid, "--no-frontier", "--json")...)
 			if r.code != 0 {
-				t.Fatalf("%s on %s at %s: exit %d: %s", rep.Workload, rep.Model, mid, r.code, r.stderr)
+				t.Fatalf("%s at %s: exit %d: %s", c, mid, r.code, r.stderr)
 			}
 			var one sim.Report
 			if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || len(one.Policies) != 1 {
-				t.Fatalf("%s on %s at %s: %v, %d rows", rep.Workload, rep.Model, mid, err, len(one.Policies))
+				t.Fatalf("%s at %s: %v, %d rows", c, mid, err, len(one.Policies))
 			}
 			row := one.Policies[0]
 			rep.Policies = append(rep.Policies, row)
@@ -239,7 +301,7 @@ func bracket(rep *sim.Report, peer sim.PolicyReport) (lo, hi float64, ok bool) {
 }
 
 // judge checks one report against the goals and returns its table row.
-func judge(t *testing.T, rep *sim.Report, seen map[string]bool) string {
+func judge(t *testing.T, c cell, rep *sim.Report, seen map[string]bool) string {
 	t.Helper()
 	var ours sim.PolicyReport
 	for _, p := range rep.Policies {
@@ -247,7 +309,7 @@ func judge(t *testing.T, rep *sim.Report, seen map[string]bool) string {
 			ours = p
 		}
 	}
-	name := rep.Workload + "/" + rep.Model
+	name := c.String()
 	over, unmatched := rep.Losses()
 	for _, p := range over {
 		key := name + "/" + p.Policy
@@ -287,7 +349,8 @@ func judge(t *testing.T, rep *sim.Report, seen map[string]bool) string {
 	if ours.ImageWriteShare == ours.ImageWriteShare { // not NaN
 		share = fmt.Sprintf("%.1f%%", 100*ours.ImageWriteShare)
 	}
-	return fmt.Sprintf("| %s | `%s` | $%.2f, %.1f images | %s | %s | %.1f%% | %s |", rep.Workload, rep.Model, ours.Dollars, ours.ImagesMean, gap, share, 100*ours.SteadyHitRate, strings.Join(lost, ", "))
+	workload, _, _ := strings.Cut(name, "/")
+	return fmt.Sprintf("| %s | `%s` | $%.2f, %.1f images | %s | %s | %.1f%% | %s |", workload, rep.Model, ours.Dollars, ours.ImagesMean, gap, share, 100*ours.SteadyHitRate, strings.Join(lost, ", "))
 }
 
 // writeShareOver are the Claude workloads where imgctx's default draws more
