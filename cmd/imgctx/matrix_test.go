@@ -85,7 +85,8 @@ var defaultLosses = map[string]string{
 	// 0.2–0.6%, under the rule's 1%, for a few tenths of an image. Three
 	// rules that would stop them were measured and not kept (BENCHMARKS.md,
 	// "Other seeds" and "Coding over seeds and thresholds"): each loses
-	// elsewhere, on Gemini or at other seeds.
+	// elsewhere — on Gemini, on gpt-4o's other workloads, or at other
+	// seeds.
 	"coding@2/gpt-4o/chunked-3/10":     coldBatch,
 	"coding@2/gpt-4o/osworld-10/20":    coldBatch,
 	"coding@2/gpt-4o/ceiling-batch-5":  coldBatch,
