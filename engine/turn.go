@@ -336,12 +336,23 @@ func (f *proxyTurn) imageCost(img chat.Image) int {
 
 func (f *proxyTurn) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWindow) }
 
-// evictForBudget runs at a turn's start where images are not held
-// (a profile without prices): kept images over the budget leave, oldest
-// first, down to the low-water mark in one batch, so that several more fit
-// before the next batch; with the provider's cache cold anyway (idle past
-// its TTL, another model), the batch runs as soon as the kept images pass
-// the low-water mark, since it breaks nothing then.
+// coldBatchShare: a cold start's batch waits for the kept images to pass
+// 1/coldBatchShare of the budget. Below that the budget is far (on gpt-4o
+// a quarter is four 1280×800 screenshots, the low-water mark under two),
+// the next cold start likely comes first, and at keep.sight 1 the batch
+// then only trades sight for the reads it saves: run from the low-water
+// mark, it lost coding × gpt-4o to the agents' own loops, which kept their
+// few screenshots for under 1% more (BENCHMARKS.md "The cold start's batch
+// waits for a quarter of the budget").
+const coldBatchShare = 4
+
+// evictForBudget runs at a turn's start where images are not held (a
+// profile without prices, or an automatic cache at keep.sight 1): kept
+// images over the budget leave, oldest first, down to the low-water mark
+// in one batch, so that several more fit before the next batch; with the
+// provider's cache cold anyway (idle past its TTL, another model), the
+// batch runs earlier, as soon as the kept images pass a quarter of the
+// budget (coldBatchShare), since it breaks nothing then.
 func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, t *policy.Turn) []chat.Message {
 	if f.e.Keep.Holds(f.r.Profile) {
 		return live // price decides, at each request (priced)
@@ -353,7 +364,7 @@ func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, t *policy.Tur
 	low := int(f.e.lowWater() * float64(budget))
 	threshold := budget
 	if cold {
-		threshold = low
+		threshold = max(budget/coldBatchShare, low)
 	}
 	out, removed, _ := policy.EvictImages(live, policy.Pressure{Estimate: policy.KeptCost(live), Threshold: threshold, LowWater: max(low, 1)}, reason.Budget)
 	if len(removed) > 0 {

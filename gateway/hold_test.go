@@ -309,3 +309,42 @@ func TestANewConversationKnowsTheEngineSees(t *testing.T) {
 		t.Fatalf("an image was measured on this model before: the new conversation's screenshot left as unmeasured")
 	}
 }
+
+// Where images are not held (keep.hold off, or an automatic cache at
+// keep.sight 1) a cold start removes for the budget early, since the
+// break is free then: but only once the kept images pass a quarter of the
+// budget. Below it the budget is far and the next cold start likely comes
+// first: an early batch would only trade sight for the read it saves.
+func TestProxyColdStartBatchesPastAQuarterOfTheBudget(t *testing.T) {
+	clock := &settableClock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	rig := newAgentRig(t, 80_000, &session.Mem{}) // budget 8,000, a quarter 2,000: one screenshot under it
+	rig.clock = clock.now
+	rig.restart(t)
+	g := newAgent(t, rig, "Open the login page.")
+	g.start()
+	g.send(reply{tools: 1})
+	g.results(1, false, false)
+	g.send(reply{})
+
+	clock.advance(10 * time.Minute) // past the cache's TTL
+	g.human("Back after a break.")
+	g.send(reply{tools: 1})
+	if n := bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)); n != 1 || rig.counter("removed", "budget") != 0 {
+		t.Fatalf("cold start with one screenshot kept (under a quarter of the budget): %d sent, %d removed; want it kept", n, rig.counter("removed", "budget"))
+	}
+	g.results(1, false, false)
+	g.send(reply{})
+	clock.advance(30 * time.Second)
+	g.human("And now?")
+	g.send(reply{})
+	if n := bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)); n != 2 || rig.counter("removed", "budget") != 0 {
+		t.Fatalf("warm, two screenshots kept (under the budget): %d sent, %d removed; want both kept", n, rig.counter("removed", "budget"))
+	}
+
+	clock.advance(10 * time.Minute)
+	g.human("Back again.")
+	g.send(reply{})
+	if n := bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)); n != 0 || rig.counter("removed", "budget") != 2 {
+		t.Fatalf("cold start with two screenshots kept (past a quarter of the budget): %d sent, %d removed; want both removed in one batch, down to the low-water mark", n, rig.counter("removed", "budget"))
+	}
+}

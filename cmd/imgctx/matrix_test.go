@@ -76,43 +76,27 @@ var knownLosses = map[string]string{
 // defaultLosses are the peers that dominate imgctx's default — show as
 // many images or more for no more, 1% counting as no more — each with why.
 var defaultLosses = map[string]string{
-	// On coding × gpt-4o at seeds 2 and 3 the agents' own loops, which
-	// hold the session's few screenshots until their compaction, show 3.0
-	// images a request for $16.34 against the default's 2.6 for $16.25
-	// (seed 2), 2.8 for $16.33 against 2.7 for $16.30 (seed 3). On an
-	// automatic cache at exactly 1 the budget decides, and a cold start
-	// lowers its threshold to the low-water mark: those early batches save
-	// 0.2–0.6%, under the rule's 1%, for a few tenths of an image. Three
-	// rules that would stop them were measured and not kept (BENCHMARKS.md,
-	// "Other seeds" and "Coding over seeds and thresholds"): each loses
-	// elsewhere — on Gemini, on gpt-4o's other workloads, or at other
-	// seeds.
-	"coding@2/gpt-4o/chunked-3/10":     coldBatch,
-	"coding@2/gpt-4o/osworld-10/20":    coldBatch,
-	"coding@2/gpt-4o/ceiling-batch-5":  coldBatch,
-	"coding@2/gpt-4o/strip-on-compact": coldBatch,
-	"coding@3/gpt-4o/chunked-3/10":     coldBatch,
-	"coding@3/gpt-4o/osworld-10/20":    coldBatch,
-	"coding@3/gpt-4o/ceiling-batch-5":  coldBatch,
-	"coding@3/gpt-4o/strip-on-compact": coldBatch,
-	// At seed 1, none. On coding the agents' own loops held the session's few
+	// None. On coding the agents' own loops held the session's few
 	// screenshots for under 1% more (Claude: 3.8 a request for $12.05
 	// against the default's 1.6 for $11.97; gpt-4o: 3.1 for $16.49 against
 	// 2.0 for $16.33) until removals stood down past half the cut, where a
 	// removal only postpones the client's compaction (policy.Turn.Postpones,
-	// policy.Priced.Postpones): the default now shows 2.0 for $11.83 on
-	// Sonnet and 2.4 for $16.31 on gpt-4o, and none dominates it. With the
+	// policy.Priced.Postpones). On gpt-4o they still did at seeds 2 and 3
+	// (3.0 for $16.34 against 2.6 for $16.25; 2.8 for $16.33 against 2.7
+	// for $16.30), through the budget's cold-start batches, which ran from
+	// the low-water mark and saved under 1% for a few tenths of an image;
+	// they now wait for a quarter of the budget (engine.coldBatchShare) and
+	// the default shows what the loops show, for what they cost. With the
 	// agent compacting elsewhere (--compact-at, not this matrix's
-	// workloads) chunked still does at some thresholds: Sonnet at 85% and
-	// 100% of the window, gpt-4o at 95% and 100% (BENCHMARKS.md, the coding
-	// bullets).
+	// workloads) chunked still dominates at some thresholds: Sonnet at 85%
+	// and 100% of the window, gpt-4o at 95% and 100% (BENCHMARKS.md, the
+	// coding bullets).
 }
 
 const (
 	noCompaction = "its agent never compacts"
 	steps        = "gpt-4o's line, between two steps of the dial"
 	markers      = "the markers it leaves, which the loop does not"
-	coldBatch    = "gpt-4o's line: the budget's cold-start batches save under 1% for sight"
 )
 
 // Every built-in workload × model through `imgctx simulate`: imgctx's
