@@ -336,23 +336,18 @@ func (f *proxyTurn) imageCost(img chat.Image) int {
 
 func (f *proxyTurn) budget() int { return f.e.Keep.Budget(f.r.Profile.ContextWindow) }
 
-// coldBatchShare: a cold start's batch waits for the kept images to pass
-// 1/coldBatchShare of the budget. Below that the budget is far (on gpt-4o
-// a quarter is four 1280×800 screenshots, the low-water mark under two),
-// the next cold start likely comes first, and at keep.sight 1 the batch
-// then only trades sight for the reads it saves: run from the low-water
-// mark, it lost coding × gpt-4o to the agents' own loops, which kept their
-// few screenshots for under 1% more (BENCHMARKS.md "The cold start's batch
-// waits for a quarter of the budget").
-const coldBatchShare = 4
-
 // evictForBudget runs at a turn's start where images are not held (a
 // profile without prices, or an automatic cache at keep.sight 1): kept
 // images over the budget leave, oldest first, down to the low-water mark
-// in one batch, so that several more fit before the next batch; with the
-// provider's cache cold anyway (idle past its TTL, another model), the
-// batch runs earlier, as soon as the kept images pass a quarter of the
-// budget (coldBatchShare), since it breaks nothing then.
+// in one batch, so that several more fit before the next batch. With the
+// provider's cache cold anyway (idle past its TTL, another model) a batch
+// breaks nothing, so it runs early, past the low-water mark, where that
+// saves a break: where, at the conversation's pace, the kept images would
+// pass the budget before the cache next goes cold (policy.ColdBatchPays).
+// Elsewhere it would only trade sight for the reads it saves: from the
+// low-water mark always, it lost coding × gpt-4o to the agents' own
+// loops, which kept their few screenshots for under 1% more (BENCHMARKS.md
+// "The cold start's batch runs only where it saves a break").
 func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, t *policy.Turn) []chat.Message {
 	if f.e.Keep.Holds(f.r.Profile) {
 		return live // price decides, at each request (priced)
@@ -363,8 +358,8 @@ func (f *proxyTurn) evictForBudget(live []chat.Message, cold bool, t *policy.Tur
 	budget := f.budget()
 	low := int(f.e.lowWater() * float64(budget))
 	threshold := budget
-	if cold {
-		threshold = max(budget/coldBatchShare, low)
+	if cold && policy.ColdBatchPays(live, f.ledger, budget) {
+		threshold = low
 	}
 	out, removed, _ := policy.EvictImages(live, policy.Pressure{Estimate: policy.KeptCost(live), Threshold: threshold, LowWater: max(low, 1)}, reason.Budget)
 	if len(removed) > 0 {
@@ -407,6 +402,7 @@ func (f *proxyTurn) suffix(live []chat.Message) func(i int) int {
 // held (KeepConfig.Holds); until is where the human's current turn starts.
 func (e *Engine) priced(live []chat.Message, p tokens.Profile, warm bool, until int, l policy.Ledger, suffix func(int) int, postpones bool) ([]chat.Message, []policy.Removal, policy.Ledger) {
 	if !e.Keep.Holds(p) {
+		l, _ = l.Count(warm, until) // the budget's cold-start batch reads the pace (policy.ColdBatchPays)
 		return live, nil, l
 	}
 	pr := e.pricing(p, warm, until, suffix)

@@ -311,40 +311,50 @@ func TestANewConversationKnowsTheEngineSees(t *testing.T) {
 }
 
 // Where images are not held (keep.hold off, or an automatic cache at
-// keep.sight 1) a cold start removes for the budget early, since the
-// break is free then: but only once the kept images pass a quarter of the
-// budget. Below it the budget is far and the next cold start likely comes
-// first: an early batch would only trade sight for the read it saves.
-func TestProxyColdStartBatchesPastAQuarterOfTheBudget(t *testing.T) {
+// keep.sight 1) a cold start may remove for the budget early, since the
+// break is free then — but only where that saves a break: where, at the
+// pace the conversation has brought screenshots, the kept ones would pass
+// the budget before the cache next goes cold (policy.ColdBatchPays).
+// Otherwise the batch would only trade sight for the reads it saves.
+func TestProxyColdStartBatchesOnlyWhereTheBudgetWouldBreakBeforeTheNext(t *testing.T) {
 	clock := &settableClock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
-	rig := newAgentRig(t, 80_000, &session.Mem{}) // budget 8,000, a quarter 2,000: one screenshot under it
+	rig := newAgentRig(t, 60_000, &session.Mem{}) // budget 6,000: four 1,334-token screenshots
 	rig.clock = clock.now
 	rig.restart(t)
 	g := newAgent(t, rig, "Open the login page.")
+	sent := func() int { return bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)) }
+	turn := func(shots int) {
+		g.send(reply{tools: 1})
+		for i := range shots {
+			g.results(1, false, false)
+			if i < shots-1 {
+				g.send(reply{tools: 1})
+			}
+		}
+		g.send(reply{})
+	}
 	g.start()
-	g.send(reply{tools: 1})
-	g.results(1, false, false)
-	g.send(reply{})
+	turn(2) // three requests, two screenshots
 
-	clock.advance(10 * time.Minute) // past the cache's TTL
+	// Cold, two kept (2,668, past a quarter of the budget): the next warm
+	// run, at this pace, brings two more, 5,336 in all — under the budget.
+	clock.advance(10 * time.Minute)
 	g.human("Back after a break.")
-	g.send(reply{tools: 1})
-	if n := bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)); n != 1 || rig.counter("removed", "budget") != 0 {
-		t.Fatalf("cold start with one screenshot kept (under a quarter of the budget): %d sent, %d removed; want it kept", n, rig.counter("removed", "budget"))
+	turn(2)
+	if n := rig.counter("removed", "budget"); n != 0 {
+		t.Fatalf("cold start with two screenshots kept, the budget a warm run away at this pace: %d removed; want them kept", n)
 	}
-	g.results(1, false, false)
-	g.send(reply{})
-	clock.advance(30 * time.Second)
-	g.human("And now?")
-	g.send(reply{})
-	if n := bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)); n != 2 || rig.counter("removed", "budget") != 0 {
-		t.Fatalf("warm, two screenshots kept (under the budget): %d sent, %d removed; want both kept", n, rig.counter("removed", "budget"))
+	if n := bytes.Count(g.sent[len(g.sent)-3], []byte(`"type":"image"`)); n != 2 {
+		t.Fatalf("the cold turn's first request sent %d screenshots; want the two kept", n)
 	}
 
+	// Cold again, four kept (5,336, under the budget): two more a run
+	// would pass it with the cache warm, so they leave now, in one batch,
+	// down to the low-water mark.
 	clock.advance(10 * time.Minute)
 	g.human("Back again.")
 	g.send(reply{})
-	if n := bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)); n != 0 || rig.counter("removed", "budget") != 2 {
-		t.Fatalf("cold start with two screenshots kept (past a quarter of the budget): %d sent, %d removed; want both removed in one batch, down to the low-water mark", n, rig.counter("removed", "budget"))
+	if n := sent(); n != 0 || rig.counter("removed", "budget") != 4 {
+		t.Fatalf("cold start with four kept, the budget within the next warm run: %d sent, %d removed; want all four removed in one batch", n, rig.counter("removed", "budget"))
 	}
 }

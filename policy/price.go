@@ -88,6 +88,27 @@ type Ledger struct {
 // default lifetime never uses it.
 func (l Ledger) HourPays() bool { return l.LongGaps > 0 }
 
+// Count counts one request in the ledger's warm runs and turns (until is
+// where the human's current turn starts). It returns where the turn before
+// started when this request starts a turn, else -1.
+func (l Ledger) Count(warm bool, until int) (Ledger, int) {
+	if !warm {
+		if l.Run > 0 {
+			l.Runs++
+			l.RunTotal += l.Run
+		}
+		l.Run = 0
+	}
+	l.Run++
+	last := -1
+	if until != l.TurnAt || l.Turns == 0 {
+		last = l.TurnAt
+		l.Turns++
+		l.TurnAt = until
+	}
+	return l, last
+}
+
 // remaining is how many more requests the current warm run is expected to
 // last: what the mean run has left, or — before any run ended — as many
 // as it has lasted so far.
@@ -227,20 +248,7 @@ func (p Priced) warmWorth(k int) float64 {
 // pays for that, as far as the provider's image limit leaves room at the
 // pace images come; the rest leave.
 func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal, Ledger) {
-	if !p.Warm {
-		if l.Run > 0 {
-			l.Runs++
-			l.RunTotal += l.Run
-		}
-		l.Run = 0
-	}
-	l.Run++
-	last := -1 // where the turn before started, when this request starts a turn
-	if p.Until != l.TurnAt || l.Turns == 0 {
-		last = l.TurnAt
-		l.Turns++
-		l.TurnAt = p.Until
-	}
+	l, last := l.Count(p.Warm, p.Until)
 	if p.Warm && p.Sight >= 1 && p.Costs.Whole && l.Owed == 0 {
 		return msgs, nil, l // holding is worth its read: no break is ever paid while warm
 	}
@@ -389,9 +397,15 @@ func (p Priced) LimitKeep(msgs []chat.Message, l Ledger) int {
 	return min(keep, p.Limit)
 }
 
-// pace is the images a request has brought, on average: those the history
-// carries and those removed from it (their markers), over its requests.
+// pace is the images a request has brought, on average, over its
+// requests.
 func (p Priced) pace(msgs []chat.Message, l Ledger) float64 {
+	return float64(brought(msgs)) / float64(max(1, l.RunTotal+l.Run))
+}
+
+// brought is the images a history has brought: those it carries and those
+// removed from it (their markers).
+func brought(msgs []chat.Message) int {
 	n := 0
 	for _, m := range msgs {
 		chat.Walk(m.Parts, func(part chat.Part, _ int) bool {
@@ -406,7 +420,7 @@ func (p Priced) pace(msgs []chat.Message, l Ledger) float64 {
 			return true
 		})
 	}
-	return float64(n) / float64(max(1, l.RunTotal+l.Run))
+	return n
 }
 
 // lookback is how many blocks an explicit-breakpoint cache reads back from
@@ -459,4 +473,32 @@ func reachable(msgs []chat.Message, first int) int {
 		blocks += max(1, len(msgs[j].Parts))
 	}
 	return 0
+}
+
+// ColdBatchPays says whether, at a cold start, where removing the kept
+// images breaks nothing, removing them down to the budget's low-water mark
+// saves a break: whether, at the pace the conversation has brought images,
+// they would pass the budget before the cache next goes cold (one mean
+// warm run from now), and the budget would then remove them with the
+// cache warm. Otherwise the batch only trades sight for reads it saves.
+// l is the ledger before this request (Decide has not counted it).
+func ColdBatchPays(msgs []chat.Message, l Ledger, budget int) bool {
+	kept, n := 0, 0
+	eachImage(msgs, func(_ int, img chat.Image) {
+		if img.Keep == chat.Kept {
+			kept += img.Cost
+			n++
+		}
+	})
+	if n == 0 {
+		return false
+	}
+	runs, requests := l.Runs, l.RunTotal
+	if l.Run > 0 { // the warm run this cold start ended
+		runs++
+		requests += l.Run
+	}
+	run := float64(requests) / float64(max(1, runs))
+	pace := float64(brought(msgs)) / float64(max(1, requests))
+	return float64(kept)+pace*run*float64(kept)/float64(n) > float64(budget)
 }

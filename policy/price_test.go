@@ -173,6 +173,32 @@ func TestColdStartHoldsOnlyWhatPays(t *testing.T) {
 	}
 }
 
+// Where the budget decides, a cold start's batch runs only when, at the
+// conversation's pace, the kept images would pass the budget within one
+// mean warm run: what the batch saves is that warm break.
+func TestColdBatchPaysOnlyBeforeTheBudgetsWarmBreak(t *testing.T) {
+	msgs, _ := history(2, 2, 1000, 10) // four kept, 4,000 tokens
+	for _, c := range []struct {
+		ledger Ledger
+		budget int
+		pays   bool
+	}{
+		// Four images in 8 requests, one run of 8: four more a run, 8,000.
+		{Ledger{Run: 8}, 7_999, true},
+		{Ledger{Run: 8}, 8_000, false},
+		// Runs of 2 (8 requests, four runs): one more a run, 5,000.
+		{Ledger{Run: 2, Runs: 3, RunTotal: 6}, 4_999, true},
+		{Ledger{Run: 2, Runs: 3, RunTotal: 6}, 6_000, false},
+	} {
+		if got := ColdBatchPays(msgs, c.ledger, c.budget); got != c.pays {
+			t.Errorf("%+v, budget %d: pays %v, want %v", c.ledger, c.budget, got, c.pays)
+		}
+	}
+	if ColdBatchPays(msgs[:1], Ledger{Run: 8}, 1) {
+		t.Error("nothing kept: a batch has nothing to save")
+	}
+}
+
 // CostsOf reads the profile's prices: explicit breakpoints rewrite at the
 // write price, from the start; automatic caches at the input price; no
 // prices or no discount, no pricing.

@@ -85,12 +85,12 @@ var defaultLosses = map[string]string{
 	// (3.0 for $16.34 against 2.6 for $16.25; 2.8 for $16.33 against 2.7
 	// for $16.30), through the budget's cold-start batches, which ran from
 	// the low-water mark and saved under 1% for a few tenths of an image;
-	// they now wait for a quarter of the budget (engine.coldBatchShare) and
-	// the default shows what the loops show, for what they cost. With the
-	// agent compacting elsewhere (--compact-at, not this matrix's
+	// they now run only where they save a warm break (policy.ColdBatchPays)
+	// and the default shows what the loops show, for what they cost. With
+	// the agent compacting elsewhere (--compact-at, not this matrix's
 	// workloads) chunked still dominates at some thresholds: Sonnet at 85%
-	// and 100% of the window, gpt-4o at 95% and 100% (BENCHMARKS.md, the
-	// coding bullets).
+	// and 100% of the window, gpt-4o at 100%, where imgctx's window relief
+	// postpones the agent's compaction (BENCHMARKS.md, the coding bullets).
 }
 
 const (
