@@ -336,8 +336,9 @@ func TestProxyColdStartBatchesOnlyWhereTheBudgetWouldBreakBeforeTheNext(t *testi
 	g.start()
 	turn(2) // three requests, two screenshots
 
-	// Cold, two kept (2,668, past a quarter of the budget): the next warm
-	// run, at this pace, brings two more, 5,336 in all — under the budget.
+	// Cold, two kept (2,668: past a quarter of the budget, where a fixed
+	// share would batch): the next warm run, at this pace, brings two more,
+	// 5,336 in all — under the budget.
 	clock.advance(10 * time.Minute)
 	g.human("Back after a break.")
 	turn(2)

@@ -481,7 +481,7 @@ func reachable(msgs []chat.Message, first int) int {
 // they would pass the budget before the cache next goes cold (one mean
 // warm run from now), and the budget would then remove them with the
 // cache warm. Otherwise the batch only trades sight for reads it saves.
-// l is the ledger before this request (Decide has not counted it).
+// l is the ledger before this request is counted (Ledger.Count).
 func ColdBatchPays(msgs []chat.Message, l Ledger, budget int) bool {
 	kept, n := 0, 0
 	eachImage(msgs, func(_ int, img chat.Image) {
