@@ -78,8 +78,19 @@ func Peers(n, chunk, keepNewest int) []Peer {
 			Compact: "shared"},
 		{Name: "ephemeral", Reproduces: "imgctx with proxy.keep_turn_images off: each tool image shown once", Through: true, KeepOff: true, Compact: "shared"},
 		{Name: "imgctx", Reproduces: "imgctx serve's defaults (this config's engine settings) in front of a claude-code-like agent", Through: true, Compact: "shared"},
+		{Name: NaiveImgctx, Reproduces: "imgctx serve's defaults in front of the naive agent: its whole history, its breakpoint on the last block, never compacting",
+			Through: true},
 	}
 }
+
+// NaiveImgctx is the imgctx row in front of an agent that never compacts.
+// The agents that never compact (naive, ref-loop, ref-loop-cached) keep
+// what a compacting agent's summary takes away, and imgctx cannot undo its
+// client's compaction: they are judged against imgctx in front of an agent
+// that, like them, never compacts, as well as against the imgctx rows in
+// front of claude-code (Report.Losses). Its name is not "imgctx-…", so
+// asking for imgctx (--policies imgctx) does not run it.
+const NaiveImgctx = "imgctx@naive"
 
 // DefaultSights are the positions of the dial (keep.sight) simulate runs
 // beside imgctx's default: from the cheapest to past cold starts.

@@ -155,7 +155,7 @@ func fromRequests(data []byte, think time.Duration) (*Workload, error) {
 	}
 	w.Notes = append(w.Notes, fmt.Sprintf("replayed byte for byte: %d %s request bodies (%d with recorded times, %d spaced %s apart); "+
 		"each peer acts on the images of the client's bodies only — breakpoints, compaction and everything else are the client's as recorded, "+
-		"so peers do not compact themselves, and ref-loop-cached and strip-on-compact (which differ from the client only in those) are not replayed; "+
+		"so peers do not compact themselves, and ref-loop-cached, strip-on-compact and "+NaiveImgctx+" (which differ from the client or the imgctx row only in those) are not replayed; "+
 		"no hindsight frontier (it needs the workload's model, not bytes)", len(w.Recorded), w.Format, timed, untimed, think))
 	if urls > 0 {
 		w.Notes = append(w.Notes, fmt.Sprintf("up to %d image or document parts a request by URL or file id: the emulated provider has no such files "+
@@ -271,8 +271,11 @@ func scanRecorded(rec *Recorded, format string) (int, error) {
 func isPrefix(a, b []string) bool { return len(a) <= len(b) && slices.Equal(a, b[:len(a)]) }
 
 // replays reports whether a peer has a row in a byte replay: the ones that
-// act on images (and naive, the recording as sent).
-func (p Peer) replays() bool { return p.Name == "naive" || p.Through || p.Keep > 0 || p.AtLimit }
+// act on images (and naive, the recording as sent), but imgctx@naive, the
+// imgctx row's twin in front of another agent's compaction.
+func (p Peer) replays() bool {
+	return p.Name == "naive" || p.Through && p.Name != NaiveImgctx || p.Keep > 0 || p.AtLimit
+}
 
 // replay sends each recorded body: as recorded through imgctx, or with the
 // peer's image rule applied to it.

@@ -157,6 +157,9 @@ func (r *Report) losses(ours *PolicyReport) []string {
 // Losses returns the peers (rows with no refused request) that dominate
 // imgctx's default (Dominates), and those that no
 // imgctx row — the default or a position of the dial — does as well as.
+// An imgctx row in front of an agent that never compacts (NaiveImgctx)
+// judges only the peers whose agents never compact either: against the
+// others it would keep what their compaction takes away.
 func (r *Report) Losses() (over, unmatched []PolicyReport) {
 	var ours *PolicyReport
 	for i := range r.Policies {
@@ -175,7 +178,8 @@ func (r *Report) Losses() (over, unmatched []PolicyReport) {
 		for _, q := range r.Policies {
 			// A +recall row's model asks for images back: not the peers'
 			// workload, so it matches none of them.
-			matched = matched || strings.HasPrefix(q.Policy, "imgctx") && !strings.HasSuffix(q.Policy, "+recall") && q.Failed == 0 && AtLeastAsGood(q, p)
+			matched = matched || strings.HasPrefix(q.Policy, "imgctx") && !strings.HasSuffix(q.Policy, "+recall") && q.Failed == 0 &&
+				(!q.NeverCompacts || p.NeverCompacts) && AtLeastAsGood(q, p)
 		}
 		if !matched {
 			unmatched = append(unmatched, p)
@@ -224,7 +228,7 @@ type style struct{ color, dash string }
 var palette = map[string]style{
 	"naive": {"#999999", "2,3"}, "newest": {"#d62728", ""}, "ref-loop": {"#8c564b", ""}, "ref-loop-cached": {"#8c564b", "6,3"},
 	"chunked": {"#17becf", ""}, "osworld": {"#bcbd22", "4,2"}, "ceiling-batch": {"#ff7f0e", "6,3"}, "strip-on-compact": {"#9467bd", "6,3"},
-	"ephemeral": {"#1f77b4", "1,2"}, "imgctx": {"#2ca02c", ""},
+	"ephemeral": {"#1f77b4", "1,2"}, "imgctx": {"#2ca02c", ""}, NaiveImgctx: {"#2ca02c", "2,3"},
 }
 
 // styleOf finds a row's style by its name or its name without parameters

@@ -107,6 +107,7 @@ type PolicyReport struct {
 	Failed          int            `json:"failed"`
 	FailedBy        map[string]int `json:"failed_by,omitempty"`
 	Compactions     int            `json:"compactions"`
+	NeverCompacts   bool           `json:"never_compacts,omitempty"` // the agent (the client, for an imgctx row) never compacts its history
 	Input           int64          `json:"input_tokens"`
 	CacheRead       int64          `json:"cache_read_tokens"`
 	CacheWrite      int64          `json:"cache_write_tokens"`
@@ -282,7 +283,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Notes = append(rep.Notes, rep.Reading()...)
 	if relief := cfg.Engine.WindowRelief(); cfg.CompactAt > relief {
 		for _, p := range rep.Policies {
-			if n := p.Removed[string(reason.Window)]; n > 0 && strings.HasPrefix(p.Policy, "imgctx") {
+			if n := p.Removed[string(reason.Window)]; n > 0 && strings.HasPrefix(p.Policy, "imgctx") && !p.NeverCompacts {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: its window relief (%.0f%% of the window) took %d images out before the agent's own compaction (at %.0f%%), which comes that much later; for an agent that compacts past the relief, proxy.window_relief: 1 (docs/config.md).",
 					p.Policy, 100*relief, n, 100*cfg.CompactAt))
 				break
@@ -447,7 +448,7 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 	w := r.cfg.Workload
 	// The report, from what the provider billed.
 	bills := r.prov.Bills()
-	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1, Recalled: r.recalledN,
+	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, NeverCompacts: r.peer.Compact == "", Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1, Recalled: r.recalledN,
 		BytesUploaded: r.prov.Uploaded()}
 	prices := *r.cfg.Profile.Prices
 	var dollars float64

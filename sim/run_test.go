@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -499,5 +500,57 @@ func TestAWindowReliefBeforeTheClientsCompactionPostponesIt(t *testing.T) {
 			t.Errorf("%s, relief at the window: %d failed, %d removed by the window, %d compactions, $%.2f for %.1f images against chunked's $%.2f for %.1f, the report naming the setting %v",
 				model, late.Failed, late.Removed["window"], late.Compactions, late.Dollars, late.ImagesMean, peer.Dollars, peer.ImagesMean, saidLate)
 		}
+	}
+}
+
+// The agents that never compact are judged against imgctx in front of an
+// agent that never compacts either: on doc-review the pasted diagrams stay
+// to the end for them, and a compacting agent's summary takes them away
+// in front of imgctx, which cannot undo it. imgctx@naive shows what they
+// show for no more; the claude-code row does not.
+func TestAgentsThatNeverCompactAreJudgedInFrontOfTheirLike(t *testing.T) {
+	w, err := Build("doc-review", DefaultParams("doc-review"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := run(t, w, sonnet(t), engine.Config{}, "naive", "imgctx", NaiveImgctx)
+	naive, ours, front := row(rep, "naive"), row(rep, "imgctx"), row(rep, NaiveImgctx)
+	if !naive.NeverCompacts || !front.NeverCompacts || ours.NeverCompacts {
+		t.Fatalf("never compacts: naive %v, %s %v, imgctx %v", naive.NeverCompacts, NaiveImgctx, front.NeverCompacts, ours.NeverCompacts)
+	}
+	if ours.Compactions == 0 || front.Compactions != 0 || naive.Compactions != 0 {
+		t.Fatalf("compactions: imgctx %d, %s %d, naive %d", ours.Compactions, NaiveImgctx, front.Compactions, naive.Compactions)
+	}
+	if AtLeastAsGood(ours, naive) {
+		t.Fatalf("imgctx in front of claude-code ($%.2f, %.2f) matches naive ($%.2f, %.2f): the workload no longer tells the agents apart", ours.Dollars, ours.ImagesMean, naive.Dollars, naive.ImagesMean)
+	}
+	if !AtLeastAsGood(front, naive) {
+		t.Errorf("%s ($%.2f, %.2f) does not match naive ($%.2f, %.2f)", NaiveImgctx, front.Dollars, front.ImagesMean, naive.Dollars, naive.ImagesMean)
+	}
+	if _, unmatched := rep.Losses(); len(unmatched) > 0 {
+		t.Errorf("unmatched: %+v", unmatched)
+	}
+	without := &Report{Policies: slices.DeleteFunc(slices.Clone(rep.Policies), func(p PolicyReport) bool { return p.Policy == NaiveImgctx })}
+	if _, unmatched := without.Losses(); len(unmatched) != 1 || unmatched[0].Policy != "naive" {
+		t.Errorf("without %s, unmatched %+v, want naive", NaiveImgctx, unmatched)
+	}
+}
+
+// An imgctx row in front of an agent that never compacts judges only the
+// peers whose agents never compact: it keeps what a compacting agent's
+// summary takes away.
+func TestANeverCompactingImgctxRowJudgesOnlyItsLike(t *testing.T) {
+	row := func(name string, dollars, images float64, never bool) PolicyReport {
+		return PolicyReport{Policy: name, Dollars: dollars, ImagesMean: images, NeverCompacts: never, Requests: 10}
+	}
+	rep := &Report{Policies: []PolicyReport{
+		row("naive", 4.20, 6.0, true),
+		row("chunked-3/10", 4.14, 5.9, false),
+		row("imgctx", 4.14, 5.7, false),
+		row(NaiveImgctx, 4.10, 6.0, true),
+	}}
+	_, unmatched := rep.Losses()
+	if len(unmatched) != 1 || unmatched[0].Policy != "chunked-3/10" {
+		t.Errorf("unmatched %+v, want chunked-3/10 alone", unmatched)
 	}
 }

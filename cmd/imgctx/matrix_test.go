@@ -31,20 +31,13 @@ var (
 	matrixSights = "0,0.5,0.6,0.65,0.7,0.75,0.8,0.85,0.87,0.9,0.92,0.95,0.98,1.05,1.1,1.15,1.2,1.3,1.4,1.5,1.6,1.75,2,3,5,10,30,100,1000,100000"
 )
 
-// knownLosses are the peers no position of the dial matches — shows as
-// many images for no more, 1% counting as no more — each with why. The
+// knownLosses are the peers no imgctx row matches — shows as many images
+// for no more, 1% counting as no more — each with why: no position of the
+// dial, nor, for a peer whose agent never compacts, imgctx in front of an
+// agent that never compacts either (sim.NaiveImgctx). The
 // matrix fails on a loss not listed here and on a listed one that no
 // longer happens, so the list says what is true (BENCHMARKS.md "Policies").
 var knownLosses = map[string]string{
-	// Their agent never compacts its history: all six pasted diagrams stay
-	// to the end (6.0 a request). imgctx sits in front of an agent that
-	// compacts them away (5.7), and cannot undo its client's compaction.
-	"doc-review/claude-sonnet-4-6/naive":           noCompaction,
-	"doc-review/claude-sonnet-4-6/ref-loop":        noCompaction,
-	"doc-review/claude-sonnet-4-6/ref-loop-cached": noCompaction,
-	"doc-review/claude-haiku-4-5/naive":            noCompaction,
-	"doc-review/claude-haiku-4-5/ref-loop":         noCompaction,
-	"doc-review/claude-haiku-4-5/ref-loop-cached":  noCompaction,
 	// It removes the user's pasted diagrams, one a request; imgctx never
 	// removes the human's own images by price (only under window
 	// pressure), so its cheapest position still shows all six.
@@ -94,9 +87,8 @@ var defaultLosses = map[string]string{
 }
 
 const (
-	noCompaction = "its agent never compacts"
-	steps        = "gpt-4o's line, between two steps of the dial"
-	markers      = "the markers it leaves, which the loop does not"
+	steps   = "gpt-4o's line, between two steps of the dial"
+	markers = "the markers it leaves, which the loop does not"
 )
 
 // Every built-in workload × model through `imgctx simulate`: imgctx's

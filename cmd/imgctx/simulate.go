@@ -33,7 +33,9 @@ func newSimulateCmd(a *app) *cobra.Command {
 			"prices. Each policy runs the same steps on its own simulated clock: the agents' own rules as they\n" +
 			"ship (the reference computer-use loop with and without caching, chunked newest-n, OSWorld-style,\n" +
 			"ceiling-batch, claude-code's strip-on-compact, one-a-request newest-n, naive), ephemeral, and imgctx\n" +
-			"through the gateway's own handler and engine (this config's engine settings). The hindsight\n" +
+			"through the gateway's own handler and engine (this config's engine settings), in front of a\n" +
+			"claude-code-like agent and, as imgctx@naive, of the naive agent that never compacts (the row the\n" +
+			"agents that never compact are judged against too). The hindsight\n" +
 			"frontier is the cheapest schedule of removals for each level of images shown, knowing the future;\n" +
 			"each row's distance to it is reported. No API key, no network.",
 		Example: "  imgctx simulate\n  imgctx simulate --model gpt-4o --workload doc-review --svg cost.svg\n  imgctx simulate --from session.jsonl --json",
