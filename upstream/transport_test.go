@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,5 +128,64 @@ func TestVectorConnWritesTheRestAsItIs(t *testing.T) {
 	}
 	if got := send(refuses{bytes.NewReader(whole)}, int64(len(whole))); !bytes.Equal(got, whole) {
 		t.Fatalf("read: received %d bytes, want %d", len(got), len(whole))
+	}
+}
+
+// writeCounter counts the writes made on a connection.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// A small body leaves with its request's headers in one write, however
+// it is held (pieces, a tracked buffer): net/http flushes the headers
+// first for any body but an in-memory reader it knows, and the upstream
+// then reads, and wakes for, the request twice. A body past smallBody
+// goes from its pieces, after the headers.
+func TestASmallBodyLeavesWithItsHeadersInOneWrite(t *testing.T) {
+	var got []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		io.WriteString(rw, `{}`)
+	}))
+	t.Cleanup(srv.Close)
+	var writes atomic.Int64
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return writeCounter{c, &writes}, err
+	}
+	c := &Client{Format: OpenAI, BaseURL: srv.URL, HTTP: &http.Client{Transport: tr}, MaxRetries: -1}
+	send := func(n int) int64 {
+		var w wire.BodyWriter
+		w.WriteString(`{"messages":[{"role":"user","content":"`)
+		buf := bytes.Repeat([]byte("word "), n/5)
+		w.Slice(buf) // a piece of the client's buffer
+		w.WriteString(`"}]}`)
+		var open sync.WaitGroup
+		body := w.Body().Tracked(&open)
+		writes.Store(0)
+		resp, err := c.DoBody(t.Context(), body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		open.Wait() // every reader of the tracked buffer done
+		if !bytes.Equal(got, body.Bytes()) {
+			t.Fatalf("%d-byte body: the upstream read %d bytes, not the body", body.Len(), len(got))
+		}
+		return writes.Load()
+	}
+	if n := send(1000); n != 1 {
+		t.Errorf("a 1 KB body went in %d writes, want 1 with its headers", n)
+	}
+	if n := send(3 * smallBody); n < 2 {
+		t.Errorf("a %d-byte body went in %d writes: past smallBody its headers go first", 3*smallBody, n)
 	}
 }

@@ -208,16 +208,36 @@ func (c *Client) Send(ctx context.Context, r Request) (*http.Response, error) {
 func (c *Client) once(ctx context.Context, r Request) (*http.Response, error) {
 	var rd io.ReadCloser
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		rd = r.Body.ReadCloser() // the transport closes it, even on errors
+		rd = bodyReader(r.Body) // the transport closes it, even on errors
 	}
 	req, err := c.request(ctx, r, rd, int64(r.Body.Len()))
 	if err != nil {
 		return nil, err
 	}
 	if rd != nil {
-		req.GetBody = func() (io.ReadCloser, error) { return r.Body.ReadCloser(), nil }
+		req.GetBody = func() (io.ReadCloser, error) { return bodyReader(r.Body), nil }
 	}
 	return c.result(c.httpClient().Do(req))
+}
+
+// smallBody is the largest body sent as a copy (bodyReader): with the
+// request's headers it fits the transport's 4 KB write buffer.
+const smallBody = 2 << 10
+
+// bodyReader is what the transport reads a request's body from. A small
+// body goes as a copy in a bytes.Reader: net/http writes the headers and
+// such a body in one write, where for any other reader it flushes the
+// headers first — a second write, and a second wake of the upstream, on
+// every small request. A larger one goes from its own pieces, in vectored
+// writes (NewTransport); through the 4 KB buffer it would take a write a
+// buffer.
+func bodyReader(b wire.Body) io.ReadCloser {
+	if b.Len() > smallBody {
+		return b.ReadCloser()
+	}
+	buf := make([]byte, b.Len())
+	io.ReadFull(b.Reader(), buf) // in memory: it cannot fail
+	return io.NopCloser(bytes.NewReader(buf))
 }
 
 // request is the HTTP request r makes with the body rd of n bytes (nil:
