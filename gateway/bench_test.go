@@ -267,6 +267,8 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 	}
 	b.Run("baseline=reverseproxy", func(b *testing.B) { run(b, reverseProxy(b, up.URL).URL) })
 	b.Run("gateway", func(b *testing.B) { run(b, gw.URL) })
+	// As serve runs by default: SQLite, every request's line in the log.
+	b.Run("gateway,log=on", func(b *testing.B) { run(b, sqliteGateway(b, up.URL, true, nil)) })
 }
 
 // BenchmarkGateway5MBNewScreenshots: every request carries six images the
@@ -371,20 +373,7 @@ func BenchmarkGatewayPeakMemory(b *testing.B) {
 func BenchmarkGatewayRequestLog(b *testing.B) {
 	up := benchUpstream(b)
 	body := textRequest()
-	gateway := func(log bool, tp trace.TracerProvider) string {
-		store, err := sqlite.Open(filepath.Join(b.TempDir(), "imgctx.db"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { store.Close() })
-		e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: store, Profiles: tokens.Default(),
-			Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}}
-		s := New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 1024, RequestLog: log, Tracer: tp}, e, prometheus.NewRegistry(), discardLogger())
-		b.Cleanup(s.Close)
-		srv := httptest.NewServer(s.Handler())
-		b.Cleanup(srv.Close)
-		return srv.URL
-	}
+	gateway := func(log bool, tp trace.TracerProvider) string { return sqliteGateway(b, up.URL, log, tp) }
 	b.Run("baseline=reverseproxy", func(b *testing.B) { p50(b, reverseProxy(b, up.URL).URL+chatPath, body) })
 	b.Run("log=off", func(b *testing.B) { p50(b, gateway(false, nil)+chatPath, body) })
 	b.Run("log=on", func(b *testing.B) { p50(b, gateway(true, nil)+chatPath, body) })
@@ -392,6 +381,23 @@ func BenchmarkGatewayRequestLog(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
 	b.Cleanup(func() { tp.Shutdown(context.Background()) })
 	b.Run("log=on,traces=on", func(b *testing.B) { p50(b, gateway(true, tp)+chatPath, body) })
+}
+
+// sqliteGateway is a gateway over a SQLite file, as `imgctx serve` runs
+// by default, its request log on or off, traced by tp (nil: untraced).
+func sqliteGateway(b *testing.B, up string, log bool, tp trace.TracerProvider) string {
+	store, err := sqlite.Open(filepath.Join(b.TempDir(), "imgctx.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: store, Profiles: tokens.Default(),
+		Upstream: &upstream.Client{Format: upstream.OpenAI, BaseURL: up, MaxRetries: -1}}
+	s := New(Config{MaxBodyBytes: 64 << 20, MaxConcurrent: 1024, RequestLog: log, Tracer: tp}, e, prometheus.NewRegistry(), discardLogger())
+	b.Cleanup(s.Close)
+	srv := httptest.NewServer(s.Handler())
+	b.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // discardSpans is a span exporter that drops what it is given.
