@@ -195,13 +195,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Policies) > 0 {
 		var chosen []Peer
 		for _, asked := range cfg.Policies {
-			n := len(chosen)
+			found := false
 			for _, p := range peers {
 				if matches(p.Name, asked) {
-					chosen = append(chosen, p)
+					found = true
+					// Each row once, asked for by two names or not
+					// ("ref-loop" selects ref-loop-cached too).
+					if !slices.ContainsFunc(chosen, func(q Peer) bool { return q.Name == p.Name }) {
+						chosen = append(chosen, p)
+					}
 				}
 			}
-			if len(chosen) == n {
+			if !found {
 				return nil, fmt.Errorf("unknown policy %q (want one of %v)", asked, Policies)
 			}
 		}

@@ -554,3 +554,24 @@ func TestANeverCompactingImgctxRowJudgesOnlyItsLike(t *testing.T) {
 		t.Errorf("unmatched %+v, want chunked-3/10 alone", unmatched)
 	}
 }
+
+// A row asked for by two names runs once: "ref-loop" selects
+// ref-loop-cached as well, which --policies naive,ref-loop,ref-loop-cached
+// then asked for again.
+func TestARowAskedForTwiceRunsOnce(t *testing.T) {
+	w, err := Build("doc-review", DefaultParams("doc-review"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := run(t, w, sonnet(t), engine.Config{}, "ref-loop", "ref-loop-cached", "naive")
+	var names []string
+	for _, p := range rep.Policies {
+		names = append(names, p.Policy)
+	}
+	if want := []string{"ref-loop", "ref-loop-cached", "naive"}; !slices.Equal(names, want) {
+		t.Errorf("rows %v, want %v", names, want)
+	}
+	if _, err := Run(context.Background(), Config{Workload: w, Model: "claude-sonnet-4-6", Profile: sonnet(t), Policies: []string{"ref-loop", "nonesuch"}}); err == nil || !strings.Contains(err.Error(), `"nonesuch"`) {
+		t.Errorf("an unknown name: %v", err)
+	}
+}
