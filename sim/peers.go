@@ -92,6 +92,12 @@ func Peers(n, chunk, keepNewest int) []Peer {
 // asking for imgctx (--policies imgctx) does not run it.
 const NaiveImgctx = "imgctx@naive"
 
+// judgesOnly reports whether the row is there only to judge the agents
+// that never compact (NaiveImgctx): it is not run again with recall or
+// file ids, nor replayed from a recording, which holds its client's own
+// compaction.
+func (p Peer) judgesOnly() bool { return p.Name == NaiveImgctx }
+
 // DefaultSights are the positions of the dial (keep.sight) simulate runs
 // beside imgctx's default: from the cheapest to past cold starts.
 var DefaultSights = []float64{0, 0.5, 0.9, 1.5, 2, 3}

@@ -30,7 +30,7 @@ func RecallPeers(peers []Peer, rc Recall) []Peer {
 	}
 	var out []Peer
 	for _, p := range peers {
-		if p.Through && p.Schedule == nil && p.Name != NaiveImgctx {
+		if p.Through && p.Schedule == nil && !p.judgesOnly() {
 			q := p
 			q.Name += "+recall"
 			q.Reproduces += fmt.Sprintf("; the model recalls %g of the removed images %d steps later (imgctx_recall, one request each time)", rc.Share, rc.After)
@@ -48,7 +48,7 @@ func RecallPeers(peers []Peer, rc Recall) []Peer {
 func FilesPeers(peers []Peer) []Peer {
 	var out []Peer
 	for _, p := range peers {
-		if p.Through && p.Schedule == nil && !p.Recall && p.Name != NaiveImgctx {
+		if p.Through && p.Schedule == nil && !p.Recall && !p.judgesOnly() {
 			q := p
 			q.Name += "+files"
 			q.Reproduces += "; images by file id (upstream.file_ids auto): uploaded once, then sent by reference"

@@ -271,10 +271,10 @@ func scanRecorded(rec *Recorded, format string) (int, error) {
 func isPrefix(a, b []string) bool { return len(a) <= len(b) && slices.Equal(a, b[:len(a)]) }
 
 // replays reports whether a peer has a row in a byte replay: the ones that
-// act on images (and naive, the recording as sent), but imgctx@naive, the
-// imgctx row's twin in front of another agent's compaction.
+// act on images (and naive, the recording as sent), but a row that only
+// judges (judgesOnly).
 func (p Peer) replays() bool {
-	return p.Name == "naive" || p.Through && p.Name != NaiveImgctx || p.Keep > 0 || p.AtLimit
+	return p.Name == "naive" || p.Through && !p.judgesOnly() || p.Keep > 0 || p.AtLimit
 }
 
 // replay sends each recorded body: as recorded through imgctx, or with the
