@@ -55,13 +55,17 @@ var knownLosses = map[string]string{
 	"browser/gpt-4o/ref-loop":                 markers, // 0.5: 4.3 for 2.2% more than its $10.54 for 3.9
 	"browser/gpt-4o/chunked-3/10":             markers, // 0.935: 7.5 for 1.3% more than its $11.90 for 7.4
 	// OSWorld's sawtooth falls between two steps of the dial, markers or
-	// not: halving the dial between them (refine) finds the step.
+	// not: halving the dial between them (refine) finds the step, and a
+	// scan in steps of 0.01 from 1.9 to 2.6 finds no position between (the
+	// batch schedule moves whole; BENCHMARKS.md "The steps, scanned"). Nor
+	// would the dial as the budget on these caches ("measured, not made").
 	"computer-use/gpt-4o/osworld-10/20":        steps, // 2.125: 18.5 for $13.60 (its $13.75, 18.8); 2.1875: 19.9 for 3.0% more
 	"computer-use-steady/gpt-4o/osworld-10/20": steps, // 2.125: 18.5 for $13.52 (its $13.66, 18.8); 2.1875: 20.1 for 3.3% more
 	// Below 1 the dial tops out at 11.1 for $8.43 (0.9725 to 0.999), above
 	// it steps from 10.95 for $8.45 (1.14062) to 12.75 for $8.86 (1.14375,
 	// 1.8% over its $8.70 for 11.9); the line between them passes $8.60 at
-	// 11.9. Matched by 0.963125 before a turn's growth counted at its start
+	// 11.9. A scan in steps of 0.0025 from 1 to 1.2 finds 12.54 for $8.82
+	// (1.1725, 1.4% over) nearest. Matched by 0.963125 before a turn's growth counted at its start
 	// (policy.Priced.growth), which matched mixed's ephemeral on Gemini.
 	"mixed/gpt-4o/chunked-3/10": steps,
 }
