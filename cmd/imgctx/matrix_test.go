@@ -18,7 +18,10 @@ import (
 var matrix = flag.String("matrix", "", "run `imgctx simulate` on every built-in workload × model with the dial's positions and check issue \"price-aware eviction\"'s goals; "+
 	"the value is a folder for the reports (about 50 minutes on 2 cores: go test ./cmd/imgctx -run Matrix -matrix /tmp/m -timeout 3h -v)")
 
-var matrixOnly = flag.String("matrix-models", "", "with -matrix: only these models, comma-separated (the lists of losses are then checked for them alone)")
+var (
+	matrixOnly      = flag.String("matrix-models", "", "with -matrix: only these models, comma-separated (the lists of losses are then checked for them alone)")
+	matrixWorkloads = flag.String("matrix-workloads", "", "with -matrix: only these workloads, comma-separated (likewise)")
+)
 
 // matrixModels and matrixSights: the providers of every cache kind
 // (explicit breakpoints at two prices, automatic prefixes with and without
@@ -110,15 +113,19 @@ func TestMatrixOfWorkloadsAndModels(t *testing.T) {
 	}
 	var table []string
 	seen := map[string]bool{}
-	models := matrixModels
+	models, workloads := matrixModels, sim.Workloads
 	if *matrixOnly != "" {
 		models = strings.Split(*matrixOnly, ",")
 	}
-	ran := func(key string) bool { // a key is workload/model/policy
-		parts := strings.Split(key, "/")
-		return len(parts) > 1 && slices.Contains(models, parts[1])
+	if *matrixWorkloads != "" {
+		workloads = strings.Split(*matrixWorkloads, ",")
 	}
-	for _, w := range sim.Workloads {
+	ran := func(key string) bool { // a key is workload[@seed]/model/policy
+		parts := strings.Split(key, "/")
+		w, _, _ := strings.Cut(parts[0], "@")
+		return len(parts) > 1 && slices.Contains(workloads, w) && slices.Contains(models, parts[1])
+	}
+	for _, w := range workloads {
 		for _, seed := range matrixSeeds(w) {
 			for _, m := range models {
 				c := cell{workload: w, seed: seed, model: m}
