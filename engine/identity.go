@@ -54,31 +54,25 @@ func conversationKey(tenant string, d *wire.Dialect, id string, sp *wire.Spliced
 // It returns how many messages it read: a later request that takes them
 // over byte for byte (a resumed scan) has the same fingerprint.
 func fingerprint(w io.Writer, d *wire.Dialect, sp *wire.Spliced) int {
-	slot := 0
+	var buf []byte
 	for i, m := range sp.Marks {
 		role := ""
 		if i < len(sp.Messages) {
 			role = string(sp.Messages[i].Role)
 		}
 		io.WriteString(w, role+"\x00")
-		// The message without its images' data: cheap to decode.
-		raw := sp.Body[m.Start:m.End]
-		var text []byte
-		last := m.Start
-		for ; slot < len(sp.Slots) && sp.Slots[slot].Data.Start < m.End; slot++ {
-			data := sp.Slots[slot].Data
-			if data.End <= data.Start || data.Start < last {
-				continue
+		for _, sl := range slotsOf(sp, i) {
+			if b := sl.Data.Of(sp.Body); len(b) > 0 {
+				w.Write(b[:min(len(b), fingerprintBytes)])
+				w.Write([]byte{0})
 			}
-			text = append(append(text, sp.Body[last:data.Start]...), "AAAA"...) // a stand-in the wire decodes
-			last = data.End
-			b := sp.Body[data.Start:data.End]
-			w.Write(b[:min(len(b), fingerprintBytes)])
-			w.Write([]byte{0})
 		}
-		text = append(text, sp.Body[last:m.End]...)
+		// The message without its images' data: cheap to decode.
+		var text []byte
+		text, buf = textBytes(sp, i, buf)
 		msgs, err := d.DecodeMessage(text)
 		if err != nil {
+			raw := sp.Body[m.Start:m.End]
 			w.Write(raw[:min(len(raw), fingerprintBytes)])
 		}
 		for _, dm := range msgs {

@@ -560,16 +560,20 @@ func jsonReply(v any, u *chat.Usage) *Reply {
 }
 
 // textOf counts what messages[from:] of a proxied request bill as text: each
-// is decoded from its own bytes (the view carries no text), its text
-// counted with the profile's tokenizer, plus each message's framing.
+// is decoded from its own bytes (the view carries no text), its inline
+// base64 left out (textBytes), its text counted with the profile's
+// tokenizer, plus each message's framing.
 func textOf(d *wire.Dialect, sp *wire.Spliced, p tokens.Profile) func(int) int {
 	decode := d.DecodeMessage
 	counter := tokens.CounterFor(p.Tokenizer)
 	return func(from int) int {
 		n := 0
-		for _, m := range sp.Marks[min(from, len(sp.Marks)):] {
+		var buf []byte
+		for i := min(from, len(sp.Marks)); i < len(sp.Marks); i++ {
 			n += tokens.MessageFraming
-			msgs, err := decode(sp.Body[m.Start:m.End])
+			var raw []byte
+			raw, buf = textBytes(sp, i, buf)
+			msgs, err := decode(raw)
 			if err != nil {
 				continue // the scan read it; a codec it does not suit counts nothing
 			}
@@ -579,6 +583,42 @@ func textOf(d *wire.Dialect, sp *wire.Spliced, p tokens.Profile) func(int) int {
 		}
 		return n
 	}
+}
+
+// dataStandIn replaces an inline image's or document's base64 in the bytes
+// decoded for their text: valid base64 every dialect's decoder takes.
+const dataStandIn = "AAAA"
+
+// textBytes is message i's bytes with the inline base64 of its images and
+// documents replaced by dataStandIn, in buf (reused): they bill no text,
+// and decoding a screenshot's megabyte to read the text around it scanned
+// it several times over — milliseconds on every request that brought one.
+func textBytes(sp *wire.Spliced, i int, buf []byte) (raw, next []byte) {
+	m := sp.Marks[i]
+	at := m.Start
+	for _, sl := range slotsOf(sp, i) {
+		if d := sl.Data; d.End > d.Start && d.Start >= at && d.End <= m.End {
+			if at == m.Start {
+				buf = buf[:0]
+			}
+			buf = append(append(buf, sp.Body[at:d.Start]...), dataStandIn...)
+			at = d.End
+		}
+	}
+	if at == m.Start {
+		return sp.Body[m.Start:m.End], buf
+	}
+	buf = append(buf, sp.Body[at:m.End]...)
+	return buf, buf
+}
+
+// slotsOf is the slots of message i.
+func slotsOf(sp *wire.Spliced, i int) []wire.Slot {
+	end := len(sp.Slots)
+	if i+1 < len(sp.Marks) {
+		end = sp.Marks[i+1].Slots
+	}
+	return sp.Slots[sp.Marks[i].Slots:end]
 }
 
 // estimateOf estimates the text of messages[from:] from their bytes, the
