@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/base64"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -20,9 +19,8 @@ import (
 // The text a proxied request's messages bill is counted with their inline
 // base64 left out (decoding a screenshot's megabyte to count the text
 // around it took milliseconds), and comes to what decoding their whole
-// bytes counts, on
-// every wire: images and documents, in a tool's result or the user's own,
-// their base64 with JSON escapes ("\/") or without.
+// bytes counts, on every wire: images and documents, in a tool's result or
+// the user's own, their base64 with JSON escapes ("\/") or without.
 func TestTextIsCountedWithoutTheInlineData(t *testing.T) {
 	dataURL := screenshot(1280, 800, 7)
 	_, b64, _ := strings.Cut(dataURL, ",")
@@ -118,7 +116,7 @@ func wholeText(t testing.TB, d *wire.Dialect, sp *wire.Spliced, p tokens.Profile
 		n += tokens.MessageFraming
 		msgs, err := d.DecodeMessage(sp.Body[m.Start:m.End])
 		if err != nil {
-			t.Fatal(fmt.Errorf("message %d: %w", from+i, err))
+			t.Fatalf("message %d: %v", from+i, err)
 		}
 		for _, dm := range msgs {
 			n += policy.TextTokens(dm.Parts, counter)
