@@ -3,21 +3,41 @@ package gateway
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
 // bodyPool recycles the buffers proxied bodies are read into: a fresh
 // multi-megabyte buffer per request costs its zeroing, page faults and
 // garbage collection — more than scanning it. Buffers come in sizes four to
 // an octave from 64 KB to 64 MB (64, 80, 96, 112, 128 KB, …), so a body's
-// buffer is at most a quarter larger than the body (power-of-two sizes
-// held up to twice it: a 2.2 MB body in 4 MB); a body is handed back only
-// once every reader of the request built from it is closed
+// buffer is at most a quarter larger than the body; a body is handed back
+// only once every reader of the request built from it is closed
 // (wire.Body.Tracked).
+//
+// The buffers live outside the Go heap where the system allows it
+// (mapBuffer): they are pointer-free bytes the collector never needs to
+// scan, and on the heap they set its pace — the heap it lets grow before
+// collecting is twice the live one, so 40 MB of bodies in flight made
+// 80 MB of garbage room besides them. Off the heap, a process's memory is
+// the bodies it holds plus a heap sized by everything else. Idle buffers
+// are kept up to maxIdleBodies bytes and handed back to the system past it.
 type bodyPool struct {
-	classes [len(poolSizes)]sync.Pool
+	mu    sync.Mutex
+	free  [len(poolSizes)][][]byte
+	idle  int                // bytes in free
+	owned map[*byte]struct{} // the buffers this pool made, in use or free
+	held  atomic.Int64       // their bytes
 }
 
-const minPooled = 64 << 10
+// bodyBuffers is the process's pool: memory is the process's, whichever server
+// reads into it.
+var bodyBuffers = new(bodyPool)
+
+const (
+	minPooled     = 64 << 10
+	maxIdleBodies = 32 << 20
+)
 
 // poolSizes are the buffer sizes, ascending.
 var poolSizes = func() [41]int {
@@ -39,24 +59,60 @@ func class(n int) int {
 // allocation being cheaper than the bookkeeping.
 func (p *bodyPool) get(n int) []byte {
 	c := class(n)
-	if n < minPooled || c >= len(p.classes) {
+	if n < minPooled || c >= len(p.free) {
 		return make([]byte, n)
 	}
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		return (*b)[:n]
+	p.mu.Lock()
+	if k := len(p.free[c]); k > 0 {
+		b := p.free[c][k-1]
+		p.free[c] = p.free[c][:k-1]
+		p.idle -= cap(b)
+		p.mu.Unlock()
+		return b[:n]
 	}
-	return make([]byte, n, poolSizes[c])
+	p.mu.Unlock()
+	b := mapBuffer(poolSizes[c])
+	p.mu.Lock()
+	if p.owned == nil {
+		p.owned = map[*byte]struct{}{}
+	}
+	p.owned[unsafe.SliceData(b)] = struct{}{}
+	p.mu.Unlock()
+	p.held.Add(int64(cap(b)))
+	return b[:n]
 }
 
 // pooled reports whether b is a buffer put takes back.
 func (p *bodyPool) pooled(b []byte) bool {
-	c := class(cap(b))
-	return c < len(p.classes) && cap(b) == poolSizes[c]
+	if cap(b) < minPooled {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.owned[unsafe.SliceData(b)]
+	return ok
 }
 
 // put hands b back for reuse; the caller must not touch it again.
 func (p *bodyPool) put(b []byte) {
-	if p.pooled(b) {
-		p.classes[class(cap(b))].Put(&b)
+	if cap(b) < minPooled {
+		return
 	}
+	b = b[:cap(b)]
+	p.mu.Lock()
+	if _, ok := p.owned[unsafe.SliceData(b)]; !ok {
+		p.mu.Unlock()
+		return
+	}
+	if p.idle+cap(b) <= maxIdleBodies {
+		c := class(cap(b))
+		p.free[c] = append(p.free[c], b)
+		p.idle += cap(b)
+		p.mu.Unlock()
+		return
+	}
+	delete(p.owned, unsafe.SliceData(b))
+	p.mu.Unlock()
+	p.held.Add(-int64(cap(b)))
+	unmapBuffer(b)
 }

@@ -70,25 +70,6 @@ func TestNonStandardBase64IsSentStandard(t *testing.T) {
 	}
 }
 
-// Pooled body buffers come in the sizes put takes back, at most a quarter
-// larger than the body; small ones are not pooled.
-func TestBodyPoolSizes(t *testing.T) {
-	var p bodyPool
-	for _, n := range []int{1, 1000, 64 << 10, 64<<10 + 1, 80<<10 + 1, 2_154_944, 40 << 20, 64 << 20} {
-		b := p.get(n)
-		if len(b) != n || p.pooled(b) != (n >= minPooled) {
-			t.Fatalf("get(%d): len %d cap %d pooled %v", n, len(b), cap(b), p.pooled(b))
-		}
-		if p.pooled(b) && (cap(b) < n || cap(b) > n+n/4) {
-			t.Fatalf("get(%d): cap %d, more than a quarter over", n, cap(b))
-		}
-		p.put(b)
-		if again := p.get(n); p.pooled(b) && cap(again) != cap(b) {
-			t.Fatalf("get(%d) after put: cap %d; want %d", n, cap(again), cap(b))
-		}
-	}
-}
-
 // Regression (issue "Hardening", item 10): a request whose second image is
 // refused stores none of its images, not even the good first one.
 func TestRefusedRequestStoresNothing(t *testing.T) {

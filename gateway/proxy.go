@@ -33,7 +33,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	var readers sync.WaitGroup
 	var early *upstream.Early
 	defer func() { early.Abandon() }() // unless the engine took it
-	body, arriving, err := s.readBodyInto(r, s.bodies.get, func(buf []byte, head int) (*engine.Arriving, *upstream.Early) {
+	body, arriving, err := s.readBodyInto(r, bodyBuffers.get, func(buf []byte, head int) (*engine.Arriving, *upstream.Early) {
 		a := s.engine.Arriving(tenant, d, r.Header, buf[:head])
 		if changes, ok := a.Sent(len(buf)); ok && !side {
 			early = s.startEarly(r, d, up, buf, changes, &readers)
@@ -45,11 +45,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		s.fail(w, d, err)
 		return
 	}
-	if s.bodies.pooled(body) {
+	if bodyBuffers.pooled(body) {
 		defer func() {
 			go func() {
 				readers.Wait()
-				s.bodies.put(body)
+				bodyBuffers.put(body)
 			}()
 		}()
 	}

@@ -126,7 +126,6 @@ type Server struct {
 	reg           prometheus.Gatherer
 
 	mu       sync.Mutex
-	bodies   bodyPool
 	draining atomic.Bool
 	reqlog   *requestLog // nil when off
 	tracer   trace.Tracer

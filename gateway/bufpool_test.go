@@ -1,0 +1,88 @@
+package gateway
+
+import (
+	"runtime"
+	"testing"
+	"unsafe"
+)
+
+// Pooled body buffers come in the sizes put takes back, at most a quarter
+// larger than the body; small ones are not pooled.
+func TestBodyPoolSizes(t *testing.T) {
+	var p bodyPool
+	for _, n := range []int{1, 1000, 64 << 10, 64<<10 + 1, 80<<10 + 1, 2_154_944, 40 << 20, 64 << 20} {
+		b := p.get(n)
+		if len(b) != n || p.pooled(b) != (n >= minPooled) {
+			t.Fatalf("get(%d): len %d cap %d pooled %v", n, len(b), cap(b), p.pooled(b))
+		}
+		if p.pooled(b) && (cap(b) < n || cap(b) > n+n/4) {
+			t.Fatalf("get(%d): cap %d, more than a quarter over", n, cap(b))
+		}
+		c := cap(b)
+		p.put(b)
+		if again := p.get(n); n >= minPooled && cap(again) != c {
+			t.Fatalf("get(%d) after put: cap %d; want %d", n, cap(again), c)
+		}
+	}
+}
+
+// A buffer put back is the next one of its size, its bytes as they were
+// left; idle buffers past maxIdleBodies go back to the system, and a
+// buffer the pool did not make is never taken, whatever its size.
+func TestBodyPoolReusesAndBoundsIdle(t *testing.T) {
+	var p bodyPool
+	b := p.get(1 << 20)
+	b[0], b[len(b)-1] = 'a', 'z'
+	p.put(b)
+	again := p.get(1 << 20)
+	if unsafe.SliceData(again) != unsafe.SliceData(b) || again[0] != 'a' || again[len(again)-1] != 'z' {
+		t.Fatal("the buffer put back was not the next one got")
+	}
+	p.put(again)
+
+	var held [][]byte
+	for range 2 * maxIdleBodies / (4 << 20) {
+		held = append(held, p.get(4<<20))
+	}
+	for _, b := range held {
+		p.put(b)
+	}
+	if p.idle > maxIdleBodies || p.idle < maxIdleBodies-(4<<20) {
+		t.Fatalf("%d bytes idle after putting %d; want at most %d, and no less than a buffer under it", p.idle, 2*maxIdleBodies, maxIdleBodies)
+	}
+	if want := p.idle / (4 << 20); len(p.owned) != want+1 || p.held.Load() != int64(p.idle) { // and the 1 MB one
+		t.Fatalf("%d buffers of %d bytes owned; want the %d idle ones, %d bytes", len(p.owned), p.held.Load(), want+1, p.idle)
+	}
+
+	foreign := make([]byte, 1<<20, poolSizes[class(1<<20)])
+	if p.pooled(foreign) {
+		t.Fatal("a buffer the pool did not make is said to be pooled")
+	}
+	idle := p.idle
+	p.put(foreign)
+	if p.idle != idle {
+		t.Fatal("a buffer the pool did not make was taken")
+	}
+}
+
+// The buffers are outside the Go heap (where the system maps memory):
+// the collector's pace is set by the rest of the process, not by the
+// bodies in flight.
+func TestBodyPoolBuffersAreOffTheHeap(t *testing.T) {
+	if !mapsBuffers {
+		t.Skip("no anonymous mappings: the pool uses the heap")
+	}
+	var p bodyPool
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b := p.get(64 << 20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
+		t.Fatalf("the heap grew by %d bytes for a 64 MB body buffer", grew)
+	}
+	p.put(b)
+}
