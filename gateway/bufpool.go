@@ -82,17 +82,6 @@ func (p *bodyPool) get(n int) []byte {
 	return b[:n]
 }
 
-// pooled reports whether b is a buffer put takes back.
-func (p *bodyPool) pooled(b []byte) bool {
-	if cap(b) < minPooled {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.owned[unsafe.SliceData(b)]
-	return ok
-}
-
 // put hands b back for reuse; the caller must not touch it again.
 func (p *bodyPool) put(b []byte) {
 	if cap(b) < minPooled {

@@ -27,13 +27,27 @@ import (
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d *wire.Dialect, side bool) {
 	rec := record(r.Context(), session.Request{Wire: d.Name})
 	up := upstream.Request{Path: r.URL.Path, Query: s.forwardQuery(r), Header: s.forwardHeader(r), APIKey: s.upstreamKey(r, tenant)}
-	// The body goes back to the pool once this handler and every upstream
-	// reader of it are done: the engine's view and the request share its
-	// memory.
+	// The body's buffer goes back to the pool once this handler and every
+	// upstream reader of it are done (the engine's view and the request
+	// share its memory), read whole or not: it is outside the heap, and
+	// nothing else would free it.
 	var readers sync.WaitGroup
 	var early *upstream.Early
 	defer func() { early.Abandon() }() // unless the engine took it
-	body, arriving, err := s.readBodyInto(r, bodyBuffers.get, func(buf []byte, head int) (*engine.Arriving, *upstream.Early) {
+	var pooled []byte
+	defer func() {
+		if pooled != nil {
+			go func() {
+				readers.Wait()
+				bodyBuffers.put(pooled)
+			}()
+		}
+	}()
+	get := func(n int) []byte {
+		pooled = bodyBuffers.get(n)
+		return pooled
+	}
+	body, arriving, err := s.readBodyInto(r, get, func(buf []byte, head int) (*engine.Arriving, *upstream.Early) {
 		a := s.engine.Arriving(tenant, d, r.Header, buf[:head])
 		if changes, ok := a.Sent(len(buf)); ok && !side {
 			early = s.startEarly(r, d, up, buf, changes, &readers)
@@ -44,14 +58,6 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		rec.Error = clip(err.Error())
 		s.fail(w, d, err)
 		return
-	}
-	if bodyBuffers.pooled(body) {
-		defer func() {
-			go func() {
-				readers.Wait()
-				bodyBuffers.put(body)
-			}()
-		}()
 	}
 	ctx := r.Context()
 	p, err := s.engine.Proxy(ctx, engine.ProxyCall{Tenant: tenant, Wire: d, Body: body, Header: r.Header, Upstream: up,
