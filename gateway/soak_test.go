@@ -116,7 +116,7 @@ func TestSoak(t *testing.T) {
 
 	type sample struct {
 		cycles     int
-		heap       float64 // bytes live after a full collection
+		heap       float64 // bytes live after a full collection, and body buffers in use outside it
 		goroutines int
 	}
 	const samples = 20
@@ -134,7 +134,7 @@ func TestSoak(t *testing.T) {
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		s := sample{cycles, float64(m.HeapAlloc), runtime.NumGoroutine()}
+		s := sample{cycles, float64(m.HeapAlloc) + float64(inUse(bodyBuffers)), runtime.NumGoroutine()}
 		got = append(got, s)
 		t.Logf("%6s  %6d cycles  heap %6.1f MB  %3d goroutines", time.Since(start).Round(time.Second), cycles, s.heap/1e6, s.goroutines)
 	}
