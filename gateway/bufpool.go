@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -22,13 +23,23 @@ import (
 // collecting is twice the live one, so 40 MB of bodies in flight made
 // 80 MB of garbage room besides them. Off the heap, a process's memory is
 // the bodies it holds plus a heap sized by everything else. Idle buffers
-// are kept up to maxIdleBodies bytes and handed back to the system past it.
+// are kept up to maxIdleBodies bytes, and for idleFor; past either they go
+// back to the system (on the heap, the collector took them back within
+// two collections).
 type bodyPool struct {
-	mu    sync.Mutex
-	free  [len(poolSizes)][][]byte
-	idle  int                // bytes in free
-	owned map[*byte]struct{} // the buffers this pool made, in use or free
-	held  atomic.Int64       // their bytes
+	mu       sync.Mutex
+	free     [len(poolSizes)][]idleBuffer // oldest first
+	idle     int                          // bytes in free
+	owned    map[*byte]struct{}           // the buffers this pool made, in use or free
+	held     atomic.Int64                 // their bytes
+	idleFor  time.Duration                // 0: bodyIdleFor
+	trimming bool                         // a trim is due
+}
+
+// idleBuffer is a buffer in the free list, and since when.
+type idleBuffer struct {
+	b     []byte
+	since time.Time
 }
 
 // bodyBuffers is the process's pool: memory is the process's, whichever
@@ -38,6 +49,7 @@ var bodyBuffers = new(bodyPool)
 const (
 	minPooled     = 64 << 10
 	maxIdleBodies = 32 << 20
+	bodyIdleFor   = time.Minute
 )
 
 // poolSizes are the buffer sizes, ascending.
@@ -65,7 +77,7 @@ func (p *bodyPool) get(n int) []byte {
 	}
 	p.mu.Lock()
 	if k := len(p.free[c]); k > 0 {
-		b := p.free[c][k-1]
+		b := p.free[c][k-1].b
 		p.free[c] = p.free[c][:k-1]
 		p.idle -= cap(b)
 		p.mu.Unlock()
@@ -96,13 +108,50 @@ func (p *bodyPool) put(b []byte) {
 	}
 	if p.idle+cap(b) <= maxIdleBodies {
 		c := class(cap(b))
-		p.free[c] = append(p.free[c], b)
+		p.free[c] = append(p.free[c], idleBuffer{b, time.Now()})
 		p.idle += cap(b)
+		if !p.trimming {
+			p.trimming = true
+			time.AfterFunc(p.idleTime(), p.trim)
+		}
 		p.mu.Unlock()
 		return
 	}
-	delete(p.owned, unsafe.SliceData(b))
+	p.release(b)
 	p.mu.Unlock()
+}
+
+func (p *bodyPool) idleTime() time.Duration {
+	if p.idleFor > 0 {
+		return p.idleFor
+	}
+	return bodyIdleFor
+}
+
+// trim hands back the buffers idle for idleFor, and comes again while
+// any are left.
+func (p *bodyPool) trim() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	before := time.Now().Add(-p.idleTime())
+	for c, list := range p.free {
+		n := 0
+		for n < len(list) && !list[n].since.After(before) {
+			p.idle -= cap(list[n].b)
+			p.release(list[n].b)
+			n++
+		}
+		p.free[c] = slices.Delete(list, 0, n)
+	}
+	p.trimming = p.idle > 0
+	if p.trimming {
+		time.AfterFunc(p.idleTime(), p.trim)
+	}
+}
+
+// release forgets b and hands its memory back; under p.mu.
+func (p *bodyPool) release(b []byte) {
+	delete(p.owned, unsafe.SliceData(b))
 	p.held.Add(-int64(cap(b)))
 	unmapBuffer(b)
 }

@@ -131,3 +131,42 @@ func TestBodyBuffersOfCutBodiesGoBack(t *testing.T) {
 		t.Fatalf("%d bytes of body buffers in use after the cut bodies; %d before", now, before)
 	}
 }
+
+// Idle buffers go back to the system once idle for idleFor, as the heap's
+// did within two collections; one in use is not touched.
+func TestBodyPoolHandsIdleBuffersBack(t *testing.T) {
+	p := bodyPool{idleFor: 20 * time.Millisecond}
+	a, b := p.get(1<<20), p.get(2<<20)
+	p.put(a)
+	p.put(b)
+	kept := p.get(1 << 20) // in use again before the trim
+	if p.held.Load() != int64(cap(a)+cap(b)) {
+		t.Fatalf("%d bytes held; want both buffers", p.held.Load())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.held.Load() != int64(cap(kept)) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held.Load() != int64(cap(kept)) || p.idle != 0 || len(p.owned) != 1 {
+		t.Fatalf("after idleFor: %d bytes held, %d idle, %d owned; want only the buffer in use", p.held.Load(), p.idle, len(p.owned))
+	}
+}
+
+// /metrics reports the buffers outside the heap: a 100 KB body's is among
+// them once it has been read.
+func TestBodyBufferBytesAreAMetric(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("a", 100<<10) + `"}]}`
+	if resp, answer := g.do(t, "POST", "/v1/chat/completions", "", []byte(body)); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, answer)
+	}
+	var got float64
+	if _, err := fmt.Sscanf(metric(t, g, "imgctx_body_buffer_bytes "), "imgctx_body_buffer_bytes %g", &got); err != nil {
+		t.Fatal(err)
+	}
+	if got < float64(len(body)) || got != float64(bodyBuffers.held.Load()) {
+		t.Fatalf("imgctx_body_buffer_bytes %g; want the pool's %d, at least the body's %d", got, bodyBuffers.held.Load(), len(body))
+	}
+}
