@@ -23,9 +23,9 @@ import (
 // collecting is twice the live one, so 40 MB of bodies in flight made
 // 80 MB of garbage room besides them. Off the heap, a process's memory is
 // the bodies it holds plus a heap sized by everything else. Idle buffers
-// are kept up to maxIdleBodies bytes, and for idleFor; past either they go
-// back to the system (on the heap, the collector took them back within
-// two collections).
+// are kept up to maxIdleBodies bytes (or one, however large), and for
+// idleFor; past either the longest idle go back to the system (on the
+// heap, the collector took them back within two collections).
 type bodyPool struct {
 	mu       sync.Mutex
 	free     [len(poolSizes)][]idleBuffer // oldest first
@@ -106,19 +106,34 @@ func (p *bodyPool) put(b []byte) {
 		p.mu.Unlock()
 		return
 	}
-	if p.idle+cap(b) <= maxIdleBodies {
-		c := class(cap(b))
-		p.free[c] = append(p.free[c], idleBuffer{b, time.Now()})
-		p.idle += cap(b)
-		if !p.trimming {
-			p.trimming = true
-			time.AfterFunc(p.idleTime(), p.trim)
-		}
-		p.mu.Unlock()
-		return
+	// Room is made by letting the longest idle go: the buffer just put is
+	// the likeliest to be asked for next (the same conversation, grown by
+	// a round), and one is kept however large.
+	for p.idle > 0 && p.idle+cap(b) > maxIdleBodies {
+		p.releaseOldest()
 	}
-	p.release(b)
+	c := class(cap(b))
+	p.free[c] = append(p.free[c], idleBuffer{b, time.Now()})
+	p.idle += cap(b)
+	if !p.trimming {
+		p.trimming = true
+		time.AfterFunc(p.idleTime(), p.trim)
+	}
 	p.mu.Unlock()
+}
+
+// releaseOldest hands back the buffer idle the longest; under p.mu.
+func (p *bodyPool) releaseOldest() {
+	oldest := -1
+	for c, list := range p.free {
+		if len(list) > 0 && (oldest < 0 || list[0].since.Before(p.free[oldest][0].since)) {
+			oldest = c
+		}
+	}
+	b := p.free[oldest][0].b
+	p.free[oldest] = slices.Delete(p.free[oldest], 0, 1)
+	p.idle -= cap(b)
+	p.release(b)
 }
 
 func (p *bodyPool) idleTime() time.Duration {

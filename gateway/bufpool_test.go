@@ -48,8 +48,9 @@ func TestBodyPoolSizes(t *testing.T) {
 }
 
 // A buffer put back is the next one of its size, its bytes as they were
-// left; idle buffers past maxIdleBodies go back to the system, and a
-// buffer the pool did not make is never taken, whatever its size.
+// left; past maxIdleBodies the buffers idle longest go back to the system
+// (one is kept however large), and a buffer the pool did not make is never
+// taken, whatever its size.
 func TestBodyPoolReusesAndBoundsIdle(t *testing.T) {
 	var p bodyPool
 	b := p.get(1 << 20)
@@ -68,11 +69,20 @@ func TestBodyPoolReusesAndBoundsIdle(t *testing.T) {
 	for _, b := range held {
 		p.put(b)
 	}
-	if p.idle > maxIdleBodies || p.idle < maxIdleBodies-(4<<20) {
-		t.Fatalf("%d bytes idle after putting %d; want at most %d, and no less than a buffer under it", p.idle, 2*maxIdleBodies, maxIdleBodies)
+	if p.idle != maxIdleBodies || len(p.owned) != maxIdleBodies/(4<<20) || p.held.Load() != maxIdleBodies {
+		t.Fatalf("%d bytes idle, %d buffers of %d bytes owned after putting %d; want the bound, in 4 MB buffers only", p.idle, len(p.owned), p.held.Load(), 2*maxIdleBodies)
 	}
-	if want := p.idle / (4 << 20); len(p.owned) != want+1 || p.held.Load() != int64(p.idle) { // and the 1 MB one
-		t.Fatalf("%d buffers of %d bytes owned; want the %d idle ones, %d bytes", len(p.owned), p.held.Load(), want+1, p.idle)
+	last := held[len(held)-maxIdleBodies/(4<<20):] // the newest put are kept
+	for _, b := range last {
+		if !owns(&p, b) {
+			t.Fatal("a buffer put last was let go before one idle longer")
+		}
+	}
+
+	huge := p.get(maxIdleBodies + 1)
+	p.put(huge)
+	if len(p.owned) != 1 || !owns(&p, huge) || p.idle != cap(huge) {
+		t.Fatalf("after a buffer over the bound: %d owned, %d idle; want it alone", len(p.owned), p.idle)
 	}
 
 	foreign := make([]byte, 1<<20, poolSizes[class(1<<20)])
