@@ -69,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.files = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_provider_files_total",
 		Help: "Images sent by a provider's Files API (upstreams[].file_ids), by event: sent (by file id), uploaded, fallback (an upload failed: base64 instead), missing (the provider no longer had it: uploaded again, request replayed), off (a request while a quota has uploads off for its credential)."}, []string{"event"})
 	buffers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "imgctx_body_buffer_bytes",
-		Help: "Bytes of the buffers proxied request bodies are read into, in use or idle (at most 32 MB, and a minute, idle): memory outside the Go heap."},
+		Help: "Bytes of the buffers proxied request bodies are read into, in use or idle (at most 32 MB or one buffer, and a minute, idle): memory outside the Go heap."},
 		func() float64 { return float64(bodyBuffers.held.Load()) })
 	reg.MustRegister(buffers, m.requests, m.images, m.imageBytes, m.upstream, m.tokens, m.compactions, m.overflow, m.latency, m.scanned,
 		m.dollars, m.upstreamTime, m.firstByte, m.breaks, m.requestLogRows, m.requestLogDropped, m.files)
