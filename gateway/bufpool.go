@@ -143,24 +143,28 @@ func (p *bodyPool) idleTime() time.Duration {
 	return bodyIdleFor
 }
 
-// trim hands back the buffers idle for idleFor, and comes again while
-// any are left.
+// trim hands back the buffers idle for idleFor, and comes again when the
+// oldest left will have been.
 func (p *bodyPool) trim() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	before := time.Now().Add(-p.idleTime())
+	now := time.Now()
+	var next time.Time
 	for c, list := range p.free {
 		n := 0
-		for n < len(list) && !list[n].since.After(before) {
+		for n < len(list) && now.Sub(list[n].since) >= p.idleTime() {
 			p.idle -= cap(list[n].b)
 			p.release(list[n].b)
 			n++
 		}
 		p.free[c] = slices.Delete(list, 0, n)
+		if len(p.free[c]) > 0 && (next.IsZero() || p.free[c][0].since.Before(next)) {
+			next = p.free[c][0].since
+		}
 	}
-	p.trimming = p.idle > 0
+	p.trimming = !next.IsZero()
 	if p.trimming {
-		time.AfterFunc(p.idleTime(), p.trim)
+		time.AfterFunc(next.Add(p.idleTime()).Sub(now), p.trim)
 	}
 }
 

@@ -65,7 +65,7 @@ func main() {
 	load := flag.Duration("load", 5*time.Second, "duration of each throughput run")
 	scale := flag.Bool("scaleout", false, "measure the storage set-ups instead: SQLite + directory, PostgreSQL + S3 with one and two replicas (needs scripts/testservices)")
 	grow := flag.Bool("growth", false, "measure the growth table instead: histories of 50 to 3,200 messages and 0 to 100 screenshots, growing")
-	rss := flag.Int("rss", 0, "measure each proxy's peak RSS instead, under this many clients sending the agent body (for -load)")
+	rss := flag.Int("rss", 0, "measure each proxy's peak RSS instead, under this many clients sending the agent body (for -load), and its RSS after 70 s idle")
 	soakFor := flag.Duration("soak", 0, "soak instead: -rss clients (16 if unset) a proxy in growing conversations for this long, RSS sampled; exit 1 if imgctx's grows")
 	idle := flag.Int("rp-idle", 64, "internal: the ReverseProxy's idle connections to the upstream")
 	rate := flag.Float64("client-rate", 0, "pace every request body the meter sends to this many MB/s (0: as fast as loopback takes it): a client on a slower link")
