@@ -614,11 +614,7 @@ func textBytes(sp *wire.Spliced, i int, buf []byte) (raw, next []byte) {
 
 // slotsOf is the slots of message i.
 func slotsOf(sp *wire.Spliced, i int) []wire.Slot {
-	end := len(sp.Slots)
-	if i+1 < len(sp.Marks) {
-		end = sp.Marks[i+1].Slots
-	}
-	return sp.Slots[sp.Marks[i].Slots:end]
+	return sp.Slots[slotsBefore(sp, i):slotsBefore(sp, i+1)]
 }
 
 // estimateOf estimates the text of messages[from:] from their bytes, the

@@ -68,12 +68,13 @@ func class(n int) int {
 	return c
 }
 
-// get returns a buffer of length n; one under 64 KB is not pooled, its
-// allocation being cheaper than the bookkeeping.
-func (p *bodyPool) get(n int) []byte {
+// get returns a buffer of length n, and whether it is the pool's (to put
+// back); one under 64 KB is not pooled, its allocation being cheaper than
+// the bookkeeping.
+func (p *bodyPool) get(n int) (b []byte, pooled bool) {
 	c := class(n)
 	if n < minPooled || c >= len(p.free) {
-		return make([]byte, n)
+		return make([]byte, n), false
 	}
 	p.mu.Lock()
 	if k := len(p.free[c]); k > 0 {
@@ -81,18 +82,18 @@ func (p *bodyPool) get(n int) []byte {
 		p.free[c] = p.free[c][:k-1]
 		p.idle -= cap(b)
 		p.mu.Unlock()
-		return b[:n]
+		return b[:n], true
 	}
 	p.mu.Unlock()
-	b := mapBuffer(poolSizes[c])
+	b = mapBuffer(poolSizes[c])
 	p.mu.Lock()
 	if p.owned == nil {
 		p.owned = map[*byte]struct{}{}
 	}
 	p.owned[unsafe.SliceData(b)] = struct{}{}
-	p.mu.Unlock()
 	p.held.Add(int64(cap(b)))
-	return b[:n]
+	p.mu.Unlock()
+	return b[:n], true
 }
 
 // put hands b back for reuse; the caller must not touch it again.

@@ -32,16 +32,16 @@ func inUse(p *bodyPool) int64 {
 func TestBodyPoolSizes(t *testing.T) {
 	var p bodyPool
 	for _, n := range []int{1, 1000, 64 << 10, 64<<10 + 1, 80<<10 + 1, 2_154_944, 40 << 20, 64 << 20} {
-		b := p.get(n)
-		if len(b) != n || owns(&p, b) != (n >= minPooled) {
-			t.Fatalf("get(%d): len %d cap %d pooled %v", n, len(b), cap(b), owns(&p, b))
+		b, pooled := p.get(n)
+		if len(b) != n || pooled != (n >= minPooled) || owns(&p, b) != pooled {
+			t.Fatalf("get(%d): len %d cap %d pooled %v, owned %v", n, len(b), cap(b), pooled, owns(&p, b))
 		}
 		if owns(&p, b) && (cap(b) < n || cap(b) > n+n/8) {
 			t.Fatalf("get(%d): cap %d, more than an eighth over", n, cap(b))
 		}
 		c := cap(b)
 		p.put(b)
-		if again := p.get(n); n >= minPooled && cap(again) != c {
+		if again, _ := p.get(n); n >= minPooled && cap(again) != c {
 			t.Fatalf("get(%d) after put: cap %d; want %d", n, cap(again), c)
 		}
 	}
@@ -53,10 +53,10 @@ func TestBodyPoolSizes(t *testing.T) {
 // taken, whatever its size.
 func TestBodyPoolReusesAndBoundsIdle(t *testing.T) {
 	var p bodyPool
-	b := p.get(1 << 20)
+	b, _ := p.get(1 << 20)
 	b[0], b[len(b)-1] = 'a', 'z'
 	p.put(b)
-	again := p.get(1 << 20)
+	again, _ := p.get(1 << 20)
 	if unsafe.SliceData(again) != unsafe.SliceData(b) || again[0] != 'a' || again[len(again)-1] != 'z' {
 		t.Fatal("the buffer put back was not the next one got")
 	}
@@ -64,7 +64,8 @@ func TestBodyPoolReusesAndBoundsIdle(t *testing.T) {
 
 	var held [][]byte
 	for range 2 * maxIdleBodies / (4 << 20) {
-		held = append(held, p.get(4<<20))
+		b, _ := p.get(4 << 20)
+		held = append(held, b)
 	}
 	for _, b := range held {
 		p.put(b)
@@ -79,7 +80,7 @@ func TestBodyPoolReusesAndBoundsIdle(t *testing.T) {
 		}
 	}
 
-	huge := p.get(maxIdleBodies + 1)
+	huge, _ := p.get(maxIdleBodies + 1)
 	p.put(huge)
 	if len(p.owned) != 1 || !owns(&p, huge) || p.idle != cap(huge) {
 		t.Fatalf("after a buffer over the bound: %d owned, %d idle; want it alone", len(p.owned), p.idle)
@@ -107,7 +108,7 @@ func TestBodyPoolBuffersAreOffTheHeap(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	b := p.get(64 << 20)
+	b, _ := p.get(64 << 20)
 	for i := 0; i < len(b); i += 4096 {
 		b[i] = 1
 	}
@@ -146,10 +147,11 @@ func TestBodyBuffersOfCutBodiesGoBack(t *testing.T) {
 // did within two collections; one in use is not touched.
 func TestBodyPoolHandsIdleBuffersBack(t *testing.T) {
 	p := bodyPool{idleFor: 20 * time.Millisecond}
-	a, b := p.get(1<<20), p.get(2<<20)
+	a, _ := p.get(1 << 20)
+	b, _ := p.get(2 << 20)
 	p.put(a)
 	p.put(b)
-	kept := p.get(1 << 20) // in use again before the trim
+	kept, _ := p.get(1 << 20) // in use again before the trim
 	if p.held.Load() != int64(cap(a)+cap(b)) {
 		t.Fatalf("%d bytes held; want both buffers", p.held.Load())
 	}

@@ -44,8 +44,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		}
 	}()
 	get := func(n int) []byte {
-		pooled = bodyBuffers.get(n)
-		return pooled
+		b, ok := bodyBuffers.get(n)
+		if ok {
+			pooled = b
+		}
+		return b
 	}
 	body, arriving, err := s.readBodyInto(r, get, func(buf []byte, head int) (*engine.Arriving, *upstream.Early) {
 		a := s.engine.Arriving(tenant, d, r.Header, buf[:head])
