@@ -466,8 +466,10 @@ func writeBlocks(w wire.JSONWriter, blocks []block) {
 				field("media_type", mustJSON(src.MediaType))
 			}
 			if src.Data != "" {
+				// Escaped when it must be: a client's data decoded from
+				// JSON may hold what base64 never does (a "\n" it sent).
 				w.WriteString(`,"data":`)
-				wire.WriteBase64(w, src.Data)
+				wire.WriteString(w, src.Data)
 			}
 			if src.URL != "" {
 				field("url", mustJSON(src.URL))
