@@ -27,6 +27,10 @@ type spanCache struct {
 	resumes map[resumeKey]resumed
 	held    int    // bytes the resumes hold
 	kept    uint64 // resumes kept so far
+	// idleFor: a resume not replaced for this long is forgotten (0:
+	// resumeIdleFor); trimming: a trim is timed for the oldest.
+	idleFor  time.Duration
+	trimming bool
 }
 
 func newSpanCache() *spanCache {
@@ -197,6 +201,7 @@ type resumed struct {
 	res  *wire.Resume
 	held *heldBody // the request memory res.Body is in
 	kept uint64    // when it was kept, in keepResume calls: the oldest goes first
+	at   time.Time // and the time then
 	keys []*spanKey
 	// The conversation key, the identity it was made with and the opening
 	// messages its fingerprint read: a request that takes those over byte
@@ -242,6 +247,14 @@ const (
 	maxResumes     = 256
 	maxResumeBytes = 128 << 20
 )
+
+// resumeIdleFor is how long a conversation's last request is held with no
+// next one. Past the provider's default cache lifetime (five minutes) the
+// next request is a cold start, whose upstream reads the whole prompt
+// again; reading the body whole too then costs a millisecond or two,
+// against megabytes held for as long as the conversation is quiet — and a
+// gateway whose traffic stops would otherwise hold its bound for good.
+const resumeIdleFor = 5 * time.Minute
 
 // resumeFor returns the conversation's resume, its body held until done
 // is called.
@@ -330,9 +343,42 @@ func (c *spanCache) keepResume(k resumeKey, r resumed) {
 		c.dropOldest()
 	}
 	c.kept++
-	r.kept = c.kept
+	r.kept, r.at = c.kept, time.Now()
 	c.resumes[k] = r
 	c.held += r.res.Bytes()
+	if !c.trimming {
+		c.trimming = true
+		time.AfterFunc(c.idleTime(), c.trimIdle)
+	}
+}
+
+func (c *spanCache) idleTime() time.Duration {
+	if c.idleFor > 0 {
+		return c.idleFor
+	}
+	return resumeIdleFor
+}
+
+// trimIdle forgets the resumes kept idleTime ago or more, and comes again
+// when the oldest left will have been.
+func (c *spanCache) trimIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	for k, r := range c.resumes {
+		switch {
+		case now.Sub(r.at) >= c.idleTime():
+			c.drop(r)
+			delete(c.resumes, k)
+		case next.IsZero() || r.at.Before(next):
+			next = r.at
+		}
+	}
+	c.trimming = !next.IsZero()
+	if c.trimming {
+		time.AfterFunc(next.Add(c.idleTime()).Sub(now), c.trimIdle)
+	}
 }
 
 // sentAs is how a request went upstream: the changes made to its client's

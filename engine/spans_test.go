@@ -287,3 +287,60 @@ func TestConcurrentResumesOfOneConversation(t *testing.T) {
 	e.spans.mu.Unlock()
 	readers.Wait()
 }
+
+// A conversation quiet for idleFor lets its held request go — a gateway
+// whose traffic stops does not hold its bound for good — and one that
+// sent again since keeps its own.
+func TestAQuietConversationLetsItsRequestGo(t *testing.T) {
+	c := newSpanCache()
+	c.idleFor = 50 * time.Millisecond
+	var mu sync.Mutex
+	let := map[uint64]bool{}
+	keep := func(h uint64) {
+		c.keepResume(resumeKey{tenant: "a", h: h}, resumed{res: &wire.Resume{Body: make([]byte, 10)}, held: &heldBody{release: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			let[h] = true
+		}}})
+	}
+	keep(1)
+	keep(2)
+	time.Sleep(30 * time.Millisecond)
+	keep(2) // conversation 2 sends again: its earlier request goes, the new one is kept
+	forgotten := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.resumes[resumeKey{tenant: "a", h: 1}]
+		return !ok
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !forgotten() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.mu.Lock()
+	_, kept2 := c.resumes[resumeKey{tenant: "a", h: 2}]
+	held, trimming := c.held, c.trimming
+	c.mu.Unlock()
+	mu.Lock()
+	if !let[1] || !let[2] {
+		t.Fatalf("let go %v; want 1 (quiet) and 2's replaced request", let)
+	}
+	mu.Unlock()
+	if !forgotten() || !kept2 || held != 10 || !trimming {
+		t.Fatalf("1 forgotten %v, 2 kept %v, held %d, a trim timed %v; want true, true, 10, true", forgotten(), kept2, held, trimming)
+	}
+	// Then 2, quiet too; with nothing left, no trim is timed.
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		n, trimming := len(c.resumes), c.trimming
+		c.mu.Unlock()
+		if n == 0 && !trimming {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d resumes held, a trim timed %v, long after idleFor", n, trimming)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

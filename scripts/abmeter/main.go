@@ -67,6 +67,7 @@ func main() {
 	grow := flag.Bool("growth", false, "measure the growth table instead: histories of 50 to 3,200 messages and 0 to 100 screenshots, growing")
 	rss := flag.Int("rss", 0, "measure each proxy's peak RSS instead, under this many clients sending the agent body (for -load), and its RSS after 70 s idle")
 	soakFor := flag.Duration("soak", 0, "soak instead: -rss clients (16 if unset) a proxy in growing conversations for this long, RSS sampled; exit 1 if imgctx's grows")
+	soakIdle := flag.Duration("soak-idle", 0, "with -soak: then wait this long with no traffic and print the RSS again (6m: past the five minutes a conversation's held request is kept)")
 	idle := flag.Int("rp-idle", 64, "internal: the ReverseProxy's idle connections to the upstream")
 	rate := flag.Float64("client-rate", 0, "pace every request body the meter sends to this many MB/s (0: as fast as loopback takes it): a client on a slower link")
 	flag.Parse()
@@ -93,7 +94,7 @@ func main() {
 			growth(*n)
 			return
 		case *soakFor > 0:
-			if soak(cmp.Or(*rss, 16), *soakFor) {
+			if soak(cmp.Or(*rss, 16), *soakFor, *soakIdle) {
 				os.Exit(1)
 			}
 			return

@@ -21,8 +21,9 @@ import (
 // cache and the resume cache all turn over. It prints each process's RSS
 // every tenth of d and exits 1 when imgctx's grows: when its RSS at the
 // end passes by more than a tenth its largest between a fifth and half of
-// the run (warm by then).
-func soak(c int, d time.Duration) (grew bool) {
+// the run (warm by then). With idle, it then waits that long and prints
+// the RSS once more.
+func soak(c int, d, idle time.Duration) (grew bool) {
 	dir, bin, up, rp := setup()
 	defer os.RemoveAll(dir)
 	ic := startImgctx(bin, dir, up.url)
@@ -70,6 +71,13 @@ func soak(c int, d time.Duration) (grew bool) {
 	warm := max(samples[1], samples[2], samples[3], samples[4])
 	last := samples[len(samples)-1]
 	fmt.Printf("\nimgctx peak RSS %s; warm (a fifth to half of the run) at most %s; at the end %s\n", mb(ic.status("VmHWM")), mb(warm), mb(last))
+	if idle > 0 {
+		// What a gateway whose traffic stops gives back: the body buffers
+		// idle past a minute, the conversations' held requests past five.
+		fmt.Fprintf(os.Stderr, "idle for %s…\n", idle)
+		time.Sleep(idle)
+		fmt.Printf("after %s idle: imgctx RSS %s, ReverseProxy %s\n", idle, mb(ic.status("VmRSS")), mb(rp.status("VmRSS")))
+	}
 	if float64(last) > 1.1*float64(warm) {
 		fmt.Println("imgctx's RSS grew over the run")
 		return true
