@@ -61,7 +61,9 @@ func CostsOf(p tokens.Profile) (Costs, bool) {
 // persists it with the keep state.
 type Ledger struct {
 	// Owed is what holding the removable images has cost since the last
-	// batch, net of what seeing them is worth (USD).
+	// batch, net of what seeing them is worth (USD). On an automatic cache
+	// above a sight of 1 a batch leaves in it what it paid over or under
+	// its break (Priced.carries), so it may be below zero.
 	Owed float64 `json:"owed,omitempty"`
 	// Run counts the requests since the cache last went cold; Runs and
 	// RunTotal are the warm runs before it, for the expected length of
@@ -241,7 +243,8 @@ func (p Priced) warmWorth(k int) float64 {
 // no break is paid to stop reading an image on an explicit cache; on an automatic one the images older than those
 // worth their read (warmWorth) pay toward the batch by the same rule, and
 // it takes every kept image but the turn's newest: the higher the dial,
-// the fewer pay and the longer between batches.
+// the fewer pay and the longer between batches; there a batch leaves in
+// the ledger what holding paid over or under its break (carries).
 //
 // At a cold start the break is free and every kept image would be written
 // again: the newest stay as long as seeing them for the expected warm run
@@ -258,7 +261,7 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 	}
 	until := p.until(msgs)
 	h := keptBefore(msgs, until)
-	leave := 0
+	leave, owed := 0, 0.0 // owed: what the ledger keeps after a batch
 	if p.Warm {
 		// The oldest images, worth less than their read, leave together.
 		tokens, net := 0, 0.0
@@ -269,11 +272,13 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 			leave++
 		}
 		if leave == 0 {
-			l.Owed = 0
+			if !p.carries() {
+				l.Owed = 0
+			}
 			return msgs, nil, l
 		}
 		l.Owed += net
-		due := l.Owed
+		due, grown := l.Owed, 0.0
 		if p.turnStart(msgs) {
 			// A turn's start, before its first image: the cheapest break
 			// until the next one, so the batch runs now when the holding
@@ -283,10 +288,12 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 				// On an automatic cache the break rewrites from the oldest
 				// image removed, so each turn it waits makes it dearer by
 				// what the turn adds: a cost of holding too.
-				due += float64(p.growth(msgs, last)) * (p.Costs.Rewrite - p.Costs.Read)
+				grown = float64(p.growth(msgs, last)) * (p.Costs.Rewrite - p.Costs.Read)
+				due += grown
 			}
 		}
-		if due < p.breakCost(msgs, h.first, tokens) {
+		brk := p.breakCost(msgs, h.first, tokens)
+		if due < brk {
 			return msgs, nil, l
 		}
 		if !p.Costs.Whole {
@@ -297,13 +304,31 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 			// newest stay — and the next one comes that much later.
 			leave = len(h.costs)
 		}
+		if p.carries() {
+			owed = l.Owed + grown - brk
+		}
 	} else if leave = len(h.costs) - p.carried(msgs, h, l); leave == 0 {
 		return msgs, nil, l
 	}
 	out, removed := evictOldest(msgs, until, leave, reason.Priced)
-	l.Owed = 0
+	l.Owed = owed
 	return out, removed, l
 }
+
+// carries reports whether a batch leaves in the ledger what holding paid
+// over its break, or under it at a turn's start: on an automatic cache
+// above a sight of 1, where the images older than those worth their read
+// pay toward a batch that takes every image of earlier turns. The next
+// batch then comes that much sooner or later, so over many batches they
+// keep to the pace price sets rather than to whole turns of it; paid off
+// at each batch, a conversation whose turns repeat put every batch at the
+// same turn of its cycle, and the dial moved the images a request in steps
+// of one and a half (BENCHMARKS.md, "The dial's steps, closed in part"). Below 1
+// every earlier image pays, and batches wait for a turn's start, the
+// cheapest break: a remainder carried over moved them off it (gpt-4o
+// computer-use at 0: 2.8 images a request for $7.95, against 3.0 for
+// $7.90 paid off).
+func (p Priced) carries() bool { return !p.Costs.Whole && p.Sight > 1 }
 
 // growth is what the turn that started at message from added to the
 // prompt, but its kept images (a batch takes them, they are not

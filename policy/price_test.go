@@ -579,3 +579,99 @@ func TestPriceRemovesNothingThatWouldOnlyPostponeTheCut(t *testing.T) {
 		t.Fatal("PastHalfTheCut: the text (prompt less kept images) against half the cut, only with a measured prompt and a cut")
 	}
 }
+
+// play runs a conversation of turns, each a human message and shots
+// screenshots, deciding at every request; it returns the mean images a
+// request shows and, after each batch, the ledger in breaks of that batch.
+func play(p Priced, turns, shots int) (mean float64, left []float64) {
+	var msgs []chat.Message
+	l, total, requests := Ledger{}, 0, 0
+	for t := range turns {
+		p.Until = len(msgs)
+		msgs = append(msgs, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: strings.Repeat("u", 400)}}})
+		for s := 0; ; s++ {
+			before := msgs
+			var removed []Removal
+			if msgs, removed, l = p.Decide(msgs, l); len(removed) > 0 {
+				h := keptBefore(before, p.until(before))
+				held := 0
+				for _, c := range h.costs {
+					held += c
+				}
+				left = append(left, l.Owed/p.breakCost(before, h.first, held))
+			}
+			total += kept(msgs, 0, len(msgs))
+			requests++
+			if s == shots {
+				break
+			}
+			img := shot(fmt.Sprintf("t%d-s%d", t, s), 200_000)
+			img.Origin, img.Keep, img.Cost = chat.FromTool, chat.Kept, 765
+			msgs = append(msgs,
+				chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: strings.Repeat("a", 400)}}},
+				chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c", Parts: []chat.Part{img}}}})
+		}
+	}
+	return float64(total) / float64(requests), left
+}
+
+// On an automatic cache above a sight of 1 a batch leaves in the ledger
+// what holding paid over its break, or under it at a turn's start, so
+// batches keep to the pace price sets, not to whole turns of it: on turns
+// that repeat, paid off at each batch, the dial moved the images a request
+// by whole multiples of the turn's newest three (6, 9, 12, … at turns of
+// six). The remainder stays within a few breaks however long the
+// conversation, and carries over requests where nothing pays. Below 1 and
+// on an explicit cache the ledger is paid off at each batch.
+func TestABatchLeavesItsRemainderOnAnAutomaticCache(t *testing.T) {
+	prev, prevSight, positions, shown := 0.0, 0.0, 0, map[int]bool{}
+	for sight := 1.1; sight < 2.9; sight += 0.05 {
+		mean, left := play(Priced{Sight: sight, Costs: gpt, Warm: true}, 100, 6)
+		if prev > 0 && mean-prev >= turnKeep {
+			t.Fatalf("sight %.2f shows %.2f images a request, %.2f more than %.2f: want the dial finer than steps of turns", sight, mean, mean-prev, prevSight)
+		}
+		prev, prevSight = mean, sight
+		positions++
+		shown[int(math.Round(mean*10))] = true
+		if !slices.ContainsFunc(left, func(r float64) bool { return r != 0 }) {
+			t.Fatalf("sight %.2f: every batch paid the ledger off", sight)
+		}
+	}
+	if len(shown) < positions*4/5 {
+		t.Fatalf("%d positions of the dial show %d means (to a tenth of an image): want nearly each its own", positions, len(shown))
+	}
+	for _, sight := range []float64{1.3, 2.1} {
+		_, left := play(Priced{Sight: sight, Costs: gpt, Warm: true}, 400, 6)
+		for i, r := range left {
+			if math.Abs(r) > 5 {
+				t.Fatalf("sight %g, batch %d of %d: the ledger holds %.2f breaks; want the remainder bounded, not drifting", sight, i, len(left), r)
+			}
+		}
+	}
+	// Nothing pays (the batch left only the turn's newest): the remainder
+	// stays.
+	msgs, until := history(6, 4, 765, 400)
+	p := Priced{Sight: 1.2, Costs: gpt, Warm: true, Until: until}
+	l := Ledger{Run: 1}
+	for range 500 {
+		var removed []Removal
+		if msgs, removed, l = p.Decide(msgs, l); len(removed) > 0 {
+			break
+		}
+	}
+	if l.Owed == 0 {
+		t.Fatal("the batch left nothing in the ledger")
+	}
+	if _, removed, next := p.Decide(msgs, l); len(removed) > 0 || next.Owed != l.Owed {
+		t.Fatalf("a request with nothing to pay removed %d, ledger %v → %v: want it carried", len(removed), l.Owed, next.Owed)
+	}
+	for _, c := range []struct {
+		sight float64
+		costs Costs
+	}{{0.9, gpt}, {0.9, claude}} {
+		_, left := play(Priced{Sight: c.sight, Costs: c.costs, Warm: true}, 60, 6)
+		if len(left) == 0 || slices.ContainsFunc(left, func(r float64) bool { return r != 0 }) {
+			t.Fatalf("sight %g, whole %v: %d batches, first ledgers after %v: want each paid off", c.sight, c.costs.Whole, len(left), left[:min(4, len(left))])
+		}
+	}
+}

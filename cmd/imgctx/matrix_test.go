@@ -52,25 +52,19 @@ var knownLosses = map[string]string{
 	// by 1.16562 (7.7 for $9.47, 0.5% over its $9.42 for 7.5),
 	// computer-use-steady's (7.5 for $9.38 against $9.35), browser's
 	// reference loop by 0.5 (4.3 for $10.59 against $10.54 for 3.9) and its
-	// chunked by 0.935 (7.5 for $11.88 against $11.90 for 7.4).
-	"computer-use/gpt-4o/chunked-3/10":        markers, // 1.16562: 7.7 for $9.59, 1.8% more
-	"computer-use-steady/gpt-4o/chunked-3/10": markers, // 1.16562: 7.5 for $9.49, 1.5% more
+	// chunked by 0.935 (7.5 for $11.88 against $11.90 for 7.4); measured
+	// before a batch's remainder stayed in the ledger (Priced.carries).
+	"computer-use/gpt-4o/chunked-3/10":        markers, // 1.16406: 7.5 for $9.52, 1.0% more
+	"computer-use-steady/gpt-4o/chunked-3/10": markers, // 1.1625: 7.5 for $9.46, 1.2% more
 	"browser/gpt-4o/ref-loop":                 markers, // 0.5: 4.3 for 2.2% more than its $10.54 for 3.9
-	"browser/gpt-4o/chunked-3/10":             markers, // 0.935: 7.5 for 1.3% more than its $11.90 for 7.4
-	// OSWorld's sawtooth falls between two steps of the dial, markers or
-	// not: halving the dial between them (refine) finds the step, and a
-	// scan in steps of 0.01 from 1.9 to 2.6 finds no position between (the
-	// batch schedule moves whole; BENCHMARKS.md "The steps, scanned"). Nor
-	// would the dial as the budget on these caches ("measured, not made").
-	"computer-use/gpt-4o/osworld-10/20":        steps, // 2.125: 18.5 for $13.60 (its $13.75, 18.8); 2.1875: 19.9 for 3.0% more
-	"computer-use-steady/gpt-4o/osworld-10/20": steps, // 2.125: 18.5 for $13.52 (its $13.66, 18.8); 2.1875: 20.1 for 3.3% more
-	// Below 1 the dial tops out at 11.1 for $8.43 (0.9725 to 0.999), above
-	// it steps from 10.95 for $8.45 (1.14062) to 12.75 for $8.86 (1.14375,
-	// 1.8% over its $8.70 for 11.9); the line between them passes $8.60 at
-	// 11.9. A scan in steps of 0.0025 from 1 to 1.2 finds 12.54 for $8.82
-	// (1.1725, 1.4% over) nearest. Matched by 0.963125 before a turn's growth counted at its start
-	// (policy.Priced.growth), which matched mixed's ephemeral on Gemini.
-	"mixed/gpt-4o/chunked-3/10": steps,
+	"browser/gpt-4o/chunked-3/10":             markers, // 0.934063: 7.5 for 1.3% more than its $11.90 for 7.4
+	// OSWorld's sawtooth falls between two positions of the dial, markers
+	// or not: halving the dial between them (refine) finds none between.
+	// A batch's remainder left in the ledger (Priced.carries) made the dial
+	// finer, and matched it on computer-use (2.1875: 19.3 for $13.88, 0.9%
+	// over its $13.75 for 18.8), not here (BENCHMARKS.md "The dial's steps, closed in part").
+	"computer-use-steady/gpt-4o/osworld-10/20": steps, // 2.14062: 18.7 for $13.62 (its $13.66, 18.8); 2.15625: 19.3 for 1.2% more
+	"browser/gpt-4o/osworld-10/20":             steps, // 2.07812: 18.6 for $16.97 (its $17.08, 18.8); 2.09375: 19.8 for 3.0% more
 }
 
 // defaultLosses are the peers that dominate imgctx's default — show as
@@ -205,7 +199,7 @@ func (c cell) args(more ...string) []string {
 
 // refineSteps is how many times refine halves the dial between two
 // positions of the grid.
-const refineSteps = 4
+const refineSteps = 6
 
 // refine looks between the positions of the grid for a peer none of them
 // matches: the dial is continuous, the grid is not. Where the images a
