@@ -320,14 +320,14 @@ func (p Priced) Decide(msgs []chat.Message, l Ledger) ([]chat.Message, []Removal
 // above a sight of 1, where the images older than those worth their read
 // pay toward a batch that takes every image of earlier turns. The next
 // batch then comes that much sooner or later, so over many batches they
-// keep to the pace price sets rather than to whole turns of it; paid off
+// keep to the pace price sets rather than to whole turns of it. Paid off
 // at each batch, a conversation whose turns repeat put every batch at the
-// same turn of its cycle, and the dial moved the images a request in steps
-// of one and a half (BENCHMARKS.md, "The dial's steps, closed in part"). Below 1
-// every earlier image pays, and batches wait for a turn's start, the
-// cheapest break: a remainder carried over moved them off it (gpt-4o
-// computer-use at 0: 2.8 images a request for $7.95, against 3.0 for
-// $7.90 paid off).
+// same turn of its cycle, and the dial moved the images a request in
+// steps of about one and a half on the simulator's gpt-4o workloads
+// (BENCHMARKS.md, "The dial's steps, closed in part"). Below 1 every
+// earlier image pays, and batches wait for a turn's start, the cheapest
+// break: a remainder carried over moved them off it (gpt-4o computer-use
+// at 0: 2.8 images a request for $7.95, against 3.0 for $7.90 paid off).
 func (p Priced) carries() bool { return !p.Costs.Whole && p.Sight > 1 }
 
 // growth is what the turn that started at message from added to the
