@@ -31,14 +31,20 @@ func history(turns, shots, cost, textLen int) ([]chat.Message, int) {
 		until = len(msgs)
 		msgs = append(msgs, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: strings.Repeat("u", textLen)}}})
 		for s := range shots {
-			img := shot(fmt.Sprintf("t%d-s%d", t, s), 200_000)
-			img.Origin, img.Keep, img.Cost = chat.FromTool, chat.Kept, cost
-			msgs = append(msgs,
-				chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: strings.Repeat("a", textLen)}}},
-				chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c", Parts: []chat.Part{img}}}})
+			msgs = withShot(msgs, fmt.Sprintf("t%d-s%d", t, s), cost, textLen)
 		}
 	}
 	return msgs, until
+}
+
+// withShot appends a step of a turn: the assistant's text of textLen
+// characters, then a tool result with a screenshot kept at cost tokens.
+func withShot(msgs []chat.Message, name string, cost, textLen int) []chat.Message {
+	img := shot(name, 200_000)
+	img.Origin, img.Keep, img.Cost = chat.FromTool, chat.Kept, cost
+	return append(msgs,
+		chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: strings.Repeat("a", textLen)}}},
+		chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c", Parts: []chat.Part{img}}}})
 }
 
 func kept(msgs []chat.Message, from, to int) int {
@@ -230,12 +236,12 @@ func TestCostsOfProfiles(t *testing.T) {
 }
 
 // Invariants over random conversations, going on request by request, and
-// dial positions: the history passed in is never modified; a request removes the oldest kept images of
-// earlier turns (every one of them at a sight of 1 or less, or while warm
-// on an explicit cache), each counted with reason priced and its cost; the
-// current turn's images stay (on an automatic cache its newest three); a
-// ledger goes below zero only where a batch leaves its remainder in it
-// (Priced.carries).
+// dial positions: the history passed in is never modified; a request
+// removes the oldest kept images of earlier turns (every one of them at a
+// sight of 1 or less, or while warm on an explicit cache), each counted
+// with reason priced and its cost; the current turn's images stay (on an
+// automatic cache its newest three); a ledger goes below zero only where a
+// batch leaves its remainder in it (Priced.carries).
 func TestPricedInvariants(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		msgs, until := history(rapid.IntRange(1, 5).Draw(t, "turns"), rapid.IntRange(0, 6).Draw(t, "shots"),
@@ -280,11 +286,7 @@ func TestPricedInvariants(t *testing.T) {
 			// the same request again.
 			switch rapid.IntRange(0, 2).Draw(t, fmt.Sprint("next", i)) {
 			case 1:
-				img := shot(fmt.Sprint("next", i), 200_000)
-				img.Origin, img.Keep, img.Cost = chat.FromTool, chat.Kept, rapid.IntRange(1, 3000).Draw(t, fmt.Sprint("cost", i))
-				msgs = append(msgs,
-					chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: "a"}}},
-					chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c", Parts: []chat.Part{img}}}})
+				msgs = withShot(msgs, fmt.Sprint("next", i), rapid.IntRange(1, 3000).Draw(t, fmt.Sprint("cost", i)), 1)
 			case 2:
 				until = len(msgs)
 				msgs = append(msgs, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "next"}}})
@@ -620,11 +622,7 @@ func play(p Priced, turns, shots int) (mean float64, left []float64) {
 			if s == shots {
 				break
 			}
-			img := shot(fmt.Sprintf("t%d-s%d", t, s), 200_000)
-			img.Origin, img.Keep, img.Cost = chat.FromTool, chat.Kept, 765
-			msgs = append(msgs,
-				chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: strings.Repeat("a", 400)}}},
-				chat.Message{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c", Parts: []chat.Part{img}}}})
+			msgs = withShot(msgs, fmt.Sprintf("t%d-s%d", t, s), 765, 400)
 		}
 	}
 	return float64(total) / float64(requests), left
