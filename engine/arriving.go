@@ -23,6 +23,8 @@ type Arriving struct {
 	prev     resumed
 	known    int // leading bytes equal to the previous request's
 	diverged bool
+	inPlace  bool       // the body is read into the previous request's memory (Take)
+	spans    *spanCache // where prev is kept
 	once     sync.Once
 	done     func()
 }
@@ -39,7 +41,7 @@ func (e *Engine) Arriving(tenant string, d *wire.Dialect, h http.Header, head []
 		done()
 		return nil
 	}
-	a := &Arriving{key: k, prev: prev, done: done}
+	a := &Arriving{key: k, prev: prev, spans: e.spans, done: done}
 	a.Compare(0, head)
 	return a
 }
@@ -58,6 +60,52 @@ func (a *Arriving) Compare(off int, b []byte) {
 	n := wire.CommonPrefix(p[off:off+m], b[:m])
 	a.known += n
 	a.diverged = n < len(b)
+}
+
+// Take hands over the previous request's memory for this body, n bytes
+// long, to be read into where it stands: the bytes the two share are there
+// already, and a conversation holds one body instead of two while its next
+// one arrives. The caller must then read in order, each read compared
+// before it is written (Matches), and write only what differs. It returns
+// nil unless the body's first bytes were the previous request's and its
+// memory is a buffer that holds n bytes, at most an eighth more (a history
+// cut short by a compaction gets a buffer of its size), which nothing but
+// its resume reads (no other scan of it, no reader upstream, the request
+// done); the conversation's resume is gone then, and the buffer is the
+// caller's.
+func (a *Arriving) Take(n int) []byte {
+	if a == nil || a.diverged || a.inPlace {
+		return nil
+	}
+	b := a.prev.res.Body
+	if cap(b) < n || cap(b) > n+n/8 || !a.spans.take(a.key, a.prev) {
+		return nil
+	}
+	a.inPlace = true
+	return b[:n]
+}
+
+// Matches reports whether the bytes read at off are still to be compared:
+// every byte before off was the previous request's, which goes on past it.
+// In a taken buffer (Take) such bytes are read aside and written only
+// from the first that differs.
+func (a *Arriving) Matches(off int) bool {
+	return a != nil && !a.diverged && a.known == off && off < len(a.prev.res.Body)
+}
+
+// InPlace reports whether the body is read into the previous request's
+// memory (Take).
+func (a *Arriving) InPlace() bool { return a != nil && a.inPlace }
+
+// resume is what the scan resumes from. In a taken buffer only the bytes
+// found equal are still the previous request's: the rest is this body's.
+func (a *Arriving) resume() resumed {
+	r := a.prev
+	if a.inPlace && a.known < len(r.res.Body) {
+		p := r.res
+		r.res = &wire.Resume{Body: p.Body[:a.known], Messages: p.Messages, Slots: p.Slots, Marks: p.Marks}
+	}
+	return r
 }
 
 // Known is how many leading bytes of the body are the previous request's,
@@ -121,7 +169,7 @@ func (a *Arriving) Release() {
 // that conversation's.
 func (e *Engine) resumeFrom(k resumeKey, arriving *Arriving) (r resumed, known int, done func()) {
 	if arriving != nil && arriving.key == k {
-		return arriving.prev, arriving.known, arriving.Release
+		return arriving.resume(), arriving.known, arriving.Release
 	}
 	arriving.Release()
 	r, done = e.spans.resumeFor(k)

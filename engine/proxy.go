@@ -51,8 +51,9 @@ type ProxyCall struct {
 	// the images the conversation's next request would get.
 	Keep, Side bool
 	// Readers, when set, counts the upstream's readers of Body, so that its
-	// memory is reused only once they are done.
-	Readers *sync.WaitGroup
+	// memory is reused only once they are done; a Handover's may be taken
+	// over by the conversation's next request (Arriving.Take).
+	Readers wire.Readers
 	// Arriving, when set, compared Body with the conversation's previous
 	// request as it was read (Engine.Arriving); Proxy releases it.
 	Arriving *Arriving
@@ -334,7 +335,20 @@ func holdResume(c *ProxyCall, sp *wire.Spliced) (*wire.Resume, *heldBody) {
 		return res, nil
 	}
 	c.Readers.Add(1)
-	return res, &heldBody{release: c.Readers.Done}
+	h := &heldBody{release: c.Readers.Done}
+	if o, ok := c.Readers.(Handover); ok {
+		h.take = func() bool { return o.Take(res.Body) }
+	}
+	return res, h
+}
+
+// Handover is Readers whose buffer the conversation's next request may
+// read its own body into (Arriving.Take): Take succeeds when b starts the
+// buffer and the one reader left is the resume holding it; the buffer is
+// the taker's from then on, and the resume's Done is never called.
+type Handover interface {
+	wire.Readers
+	Take(b []byte) bool
 }
 
 // Streams reports whether the answer is a stream, to Relay event by event.

@@ -281,6 +281,7 @@ type heldBody struct {
 	users   int // scans reading it; under the cache's lock
 	dropped bool
 	release func()
+	take    func() bool // Handover.Take, when the memory may be taken over
 }
 
 func (h *heldBody) free() {
@@ -288,6 +289,22 @@ func (h *heldBody) free() {
 		h.release()
 		h.release = nil
 	}
+}
+
+// take forgets the resume r of conversation k and hands its memory over,
+// when r is still the conversation's, the one scan reading it is the
+// caller's, and nothing else reads it (heldBody.take).
+func (c *spanCache) take(k resumeKey, r resumed) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := r.held
+	if cur, ok := c.resumes[k]; !ok || cur.held != h || h == nil || h.take == nil || h.users != 1 || h.dropped || !h.take() {
+		return false
+	}
+	delete(c.resumes, k)
+	c.held -= r.res.Bytes()
+	h.dropped, h.release = true, nil
+	return true
 }
 
 // forgetResumes lets go of every conversation's held request.

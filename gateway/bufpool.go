@@ -175,3 +175,26 @@ func (p *bodyPool) release(b []byte) {
 	p.held.Add(-int64(cap(b)))
 	unmapBuffer(b)
 }
+
+// bodyRef counts the readers of one request's body buffer — the handler,
+// the upstream's readers of it, the conversation's resume —; the last one
+// done puts the buffer back in the pool, unless the conversation's next
+// request took it over to read its own body into (engine.Handover).
+type bodyRef struct {
+	b    []byte // the pool's buffer; nil when the body is not pooled
+	refs atomic.Int64
+}
+
+func (r *bodyRef) Add(n int) { r.refs.Add(int64(n)) }
+
+func (r *bodyRef) Done() {
+	if r.refs.Add(-1) == 0 && r.b != nil {
+		bodyBuffers.put(r.b)
+	}
+}
+
+// Take hands the buffer over when b starts it and the caller's reference
+// is the last: no reader is left to see it change.
+func (r *bodyRef) Take(b []byte) bool {
+	return r.b != nil && unsafe.SliceData(b) == unsafe.SliceData(r.b) && r.refs.CompareAndSwap(1, 0)
+}

@@ -28,6 +28,7 @@ type Metrics struct {
 	requestLogRows    prometheus.Gauge
 	requestLogDropped prometheus.Counter
 	files             *prometheus.CounterVec
+	bodiesInPlace     prometheus.Counter
 }
 
 // NewMetrics registers the families on reg.
@@ -68,11 +69,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Request log lines not written: the writer's queue was full or the store refused them."})
 	m.files = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imgctx_provider_files_total",
 		Help: "Images sent by a provider's Files API (upstreams[].file_ids), by event: sent (by file id), uploaded, fallback (an upload failed: base64 instead), missing (the provider no longer had it: uploaded again, request replayed), off (a request while a quota has uploads off for its credential)."}, []string{"event"})
+	m.bodiesInPlace = prometheus.NewCounter(prometheus.CounterOpts{Name: "imgctx_bodies_in_place_total",
+		Help: "Proxied bodies read into their conversation's previous request's buffer: the bytes the two share not written again, one buffer held instead of two."})
 	buffers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "imgctx_body_buffer_bytes",
 		Help: "Bytes of the buffers proxied request bodies are read into, in use or idle (at most 32 MB or one buffer, and a minute, idle): memory outside the Go heap."},
 		func() float64 { return float64(bodyBuffers.held.Load()) })
 	reg.MustRegister(buffers, m.requests, m.images, m.imageBytes, m.upstream, m.tokens, m.compactions, m.overflow, m.latency, m.scanned,
-		m.dollars, m.upstreamTime, m.firstByte, m.breaks, m.requestLogRows, m.requestLogDropped, m.files)
+		m.dollars, m.upstreamTime, m.firstByte, m.breaks, m.requestLogRows, m.requestLogDropped, m.files, m.bodiesInPlace)
 	return m
 }
 

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
@@ -30,32 +29,36 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	// The body's buffer goes back to the pool once this handler and every
 	// upstream reader of it are done (the engine's view and the request
 	// share its memory), read whole or not: it is outside the heap, and
-	// nothing else would free it.
-	var readers sync.WaitGroup
+	// nothing else would free it. The conversation's next request may
+	// take it over instead (bodyRef.Take).
+	readers := &bodyRef{}
+	readers.Add(1)
+	defer readers.Done()
 	var early *upstream.Early
 	defer func() { early.Abandon() }() // unless the engine took it
-	var pooled []byte
-	defer func() {
-		if pooled != nil {
-			go func() {
-				readers.Wait()
-				bodyBuffers.put(pooled)
-			}()
-		}
-	}()
 	get := func(n int) []byte {
 		b, ok := bodyBuffers.get(n)
 		if ok {
-			pooled = b
+			readers.b = b
 		}
 		return b
 	}
-	body, arriving, err := s.readBodyInto(r, get, func(buf []byte, head int) (*engine.Arriving, *upstream.Early) {
-		a := s.engine.Arriving(tenant, d, r.Header, buf[:head])
-		if changes, ok := a.Sent(len(buf)); ok && !side {
-			early = s.startEarly(r, d, up, buf, changes, &readers)
+	body, arriving, err := s.readBodyInto(r, get, func(head []byte, n int) ([]byte, *engine.Arriving, *upstream.Early) {
+		a := s.engine.Arriving(tenant, d, r.Header, head)
+		buf := a.Take(n)
+		if buf != nil {
+			s.metrics.bodiesInPlace.Inc()
+			readers.b = buf
+			k := a.Known()
+			copy(buf[k:len(head)], head[k:])
+		} else {
+			buf = get(n)
+			copy(buf, head)
 		}
-		return a, early
+		if changes, ok := a.Sent(len(buf)); ok && !side {
+			early = s.startEarly(r, d, up, buf, changes, readers)
+		}
+		return buf, a, early
 	})
 	if err != nil {
 		rec.Error = clip(err.Error())
@@ -64,7 +67,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	ctx := r.Context()
 	p, err := s.engine.Proxy(ctx, engine.ProxyCall{Tenant: tenant, Wire: d, Body: body, Header: r.Header, Upstream: up,
-		Routes: s.upstreams(), Keep: s.keepFor(r), Recall: s.recallFor(r), Side: side, Readers: &readers, Arriving: arriving, Early: early,
+		Routes: s.upstreams(), Keep: s.keepFor(r), Recall: s.recallFor(r), Side: side, Readers: readers, Arriving: arriving, Early: early,
 		MaxMessages: s.cfg.MaxMessages, MaxParts: s.cfg.MaxParts, MaxResponseBytes: s.cfg.MaxResponseBytes})
 	if err != nil {
 		rec.Error = clip(err.Error())
@@ -88,7 +91,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 		if p.Response != nil {
 			rec.UpstreamID = upstreamID(p.Response.Header)
 		}
-		s.closeBehind(ctx, p)
+		s.closeBehind(ctx, p, readers)
 	}()
 	s.metrics.proxied(p.Counts)
 	if p.Reply != nil {
@@ -159,7 +162,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 // behind answers; past that a request writes before it returns, so a
 // stalled store slows requests down rather than piling up goroutines.
 // waitBehind waits for them.
-func (s *Server) closeBehind(ctx context.Context, p *engine.Proxied) {
+func (s *Server) closeBehind(ctx context.Context, p *engine.Proxied, readers wire.Readers) {
 	ctx = context.WithoutCancel(ctx)
 	closeIt := func() {
 		if err := p.Close(ctx); err != nil {
@@ -172,8 +175,10 @@ func (s *Server) closeBehind(ctx context.Context, p *engine.Proxied) {
 	}
 	select {
 	case s.behind <- struct{}{}:
+		readers.Add(1) // what is written behind may still read the body
 		go func() {
 			defer func() { <-s.behind }()
+			defer readers.Done()
 			closeIt()
 		}()
 	default:
@@ -198,7 +203,7 @@ func (s *Server) waitBehind() {
 // one upstream for the client's own wire (a translation or a flat backend
 // rewrites every body), and neither a Files API nor a trace of imgctx's
 // own adds to the headers; nil otherwise.
-func (s *Server) startEarly(r *http.Request, d *wire.Dialect, up upstream.Request, buf []byte, changes []wire.Change, readers *sync.WaitGroup) *upstream.Early {
+func (s *Server) startEarly(r *http.Request, d *wire.Dialect, up upstream.Request, buf []byte, changes []wire.Change, readers wire.Readers) *upstream.Early {
 	routes := s.upstreams()
 	if len(routes) != 1 || routes[0].Client.Wire() != d || routes[0].Client.Format.Flat() || routes[0].Files || s.cfg.Tracer != nil {
 		return nil

@@ -573,11 +573,13 @@ const arrivingFrom = 64 << 10
 
 // readBodyInto is readBody with the buffer of a known-size body from
 // alloc. With arriving, a large body of known size is compared, as it
-// comes, with what arriving returns for its first bytes (engine.Arriving,
-// returned with the body; released on an error), and what matched is
-// handed to the request arriving may have started upstream
-// (upstream.Early).
-func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arriving func(buf []byte, head int) (*engine.Arriving, *upstream.Early)) ([]byte, *engine.Arriving, error) {
+// comes, with its conversation's previous request: arriving is handed the
+// body's first bytes and its length, and returns the buffer to read it
+// into (the first bytes in it), the engine.Arriving comparing it (returned
+// with the body; released on an error) and the request it may have started
+// upstream with what matched (upstream.Early). A buffer the previous
+// request's memory (engine.Arriving.Take) is read into in place.
+func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arriving func(head []byte, n int) ([]byte, *engine.Arriving, *upstream.Early)) ([]byte, *engine.Arriving, error) {
 	var rd io.Reader = r.Body
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
 		d, err := decompress(enc, r.Body)
@@ -591,12 +593,17 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 	var err error
 	switch n := r.ContentLength; {
 	case rd == r.Body && n >= arrivingFrom && n <= s.cfg.MaxBodyBytes && arriving != nil:
-		b = alloc(int(n))
-		head := min(len(b), engine.ArrivingHead)
-		if _, err = io.ReadFull(rd, b[:head]); err == nil {
+		aside := asideBuffers.Get().(*[asideSize]byte)
+		defer asideBuffers.Put(aside)
+		head := aside[:min(int(n), engine.ArrivingHead)]
+		if _, err = io.ReadFull(rd, head); err == nil {
 			var early *upstream.Early
-			a, early = arriving(b, head)
-			err = readComparing(rd, b, head, a, early)
+			b, a, early = arriving(head, int(n))
+			var into []byte
+			if a.InPlace() {
+				into = aside[:]
+			}
+			err = readComparing(rd, b, len(head), a, early, into)
 		}
 	case rd == r.Body && n > 0 && n <= s.cfg.MaxBodyBytes:
 		// Known size: one exact allocation instead of a doubling buffer.
@@ -620,15 +627,32 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 	return b, a, nil
 }
 
+// asideSize is the reads of a body arriving into its conversation's
+// previous request (engine.Arriving.Take): each is compared before it is
+// written, so it lands aside first, in a buffer that stays in the cache.
+const asideSize = 128 << 10
+
+var asideBuffers = sync.Pool{New: func() any { return new([asideSize]byte) }}
+
 // readComparing fills b from rd past its first off bytes, as io.ReadFull
 // does, handing each read to a to compare while the rest is on the way,
 // and what matched the previous request to early to send (both may be
-// nil).
-func readComparing(rd io.Reader, b []byte, off int, a *engine.Arriving, early *upstream.Early) error {
+// nil). With aside, b is the previous request's memory (Take): while the
+// bytes still match they are read into aside, and only those that differ
+// are written to b.
+func readComparing(rd io.Reader, b []byte, off int, a *engine.Arriving, early *upstream.Early, aside []byte) error {
 	early.Advance(a.Known())
 	for off < len(b) {
-		n, err := rd.Read(b[off:])
-		a.Compare(off, b[off:off+n])
+		dst := b[off:]
+		compared := aside != nil && a.Matches(off)
+		if compared {
+			dst = aside[:min(len(aside), len(dst))]
+		}
+		n, err := rd.Read(dst)
+		a.Compare(off, dst[:n])
+		if k := a.Known(); compared && k < off+n {
+			copy(b[k:off+n], dst[k-off:n])
+		}
 		off += n
 		early.Advance(a.Known())
 		if err != nil && off < len(b) {

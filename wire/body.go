@@ -13,15 +13,22 @@ import (
 type Body struct {
 	pieces []piece
 	n      int
-	open   *sync.WaitGroup // counts readers not closed yet, when tracked
+	open   Readers // counts readers not closed yet, when tracked
 }
 
-// Tracked returns the body with its readers counted on wg: each
+// Readers counts the readers of a buffer (a *sync.WaitGroup does), so
+// that whoever owns it reuses it only once every reader is done.
+type Readers interface {
+	Add(delta int)
+	Done()
+}
+
+// Tracked returns the body with its readers counted on r: each
 // ReadCloser adds one and its Close marks it done, so a caller whose buffer
-// the pieces point into can reuse it once wg.Wait returns — the HTTP
+// the pieces point into can reuse it once they all are — the HTTP
 // transport may still be reading a request body after the response came.
-func (b Body) Tracked(wg *sync.WaitGroup) Body {
-	b.open = wg
+func (b Body) Tracked(r Readers) Body {
+	b.open = r
 	return b
 }
 

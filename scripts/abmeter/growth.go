@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"log"
@@ -87,32 +88,42 @@ func memory(c int, d time.Duration) {
 	ic := startImgctx(bin, dir, up.url)
 	defer stop(ic, rp, up)
 	agent, _, _ := agentBody(ic.url)
+	// Each client its own conversation, as sixteen agents are: the same
+	// body but for a first message of its own.
+	own := make([][]byte, c)
+	for k := range own {
+		own[k] = bytes.Replace(agent, []byte(`"messages":[`), fmt.Appendf(nil, `"messages":[{"role":"user","content":"agent %d"},`, k), 1)
+	}
 	fmt.Printf("## Peak RSS, %d clients sending the agent body (%d bytes) for %s\n\n", c, len(agent), d)
-	var rows []string
-	for _, p := range []*proc{rp, ic} {
-		before := p.status("VmRSS")
-		var wg sync.WaitGroup
-		deadline := time.Now().Add(d)
-		for range c {
-			wg.Go(func() {
-				for time.Now().Before(deadline) {
-					if _, err := post(p.url, "/v1/chat/completions", agent); err != nil {
-						log.Fatal(err)
-					}
+	fmt.Println("| process | clients | RSS before | peak RSS |")
+	fmt.Println("|---|---|---|---|")
+	for _, mode := range []string{"in one conversation", "each in its own conversation"} {
+		for _, p := range []*proc{rp, ic} {
+			before := p.status("VmRSS")
+			p.resetPeak()
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(d)
+			for k := range c {
+				body := agent
+				if mode != "in one conversation" {
+					body = own[k]
 				}
-			})
+				wg.Go(func() {
+					for time.Now().Before(deadline) {
+						if _, err := post(p.url, "/v1/chat/completions", body); err != nil {
+							log.Fatal(err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			fmt.Printf("| %s | %s | %s | %s |\n", p.name, mode, mb(before), mb(p.status("VmHWM")))
 		}
-		wg.Wait()
-		rows = append(rows, fmt.Sprintf("| %s | %s | %s |", p.name, mb(before), mb(p.status("VmHWM"))))
 	}
 	// Idle memory goes back (imgctx's body buffers after a minute idle).
 	fmt.Fprintln(os.Stderr, "idle for 70 s…")
 	time.Sleep(70 * time.Second)
-	fmt.Println("| process | RSS before | peak RSS | RSS after 70 s idle |")
-	fmt.Println("|---|---|---|---|")
-	for i, p := range []*proc{rp, ic} {
-		fmt.Printf("%s %s |\n", rows[i], mb(p.status("VmRSS")))
-	}
+	fmt.Printf("\nRSS after 70 s idle: %s %s, %s %s\n", rp.name, mb(rp.status("VmRSS")), ic.name, mb(ic.status("VmRSS")))
 }
 
 // startImgctx runs imgctx serve in front of the upstream.
@@ -143,6 +154,13 @@ func (p *proc) status(field string) int64 {
 		}
 	}
 	return 0
+}
+
+// resetPeak starts the process's peak RSS (VmHWM) again from its RSS now.
+func (p *proc) resetPeak() {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.cmd.Process.Pid), []byte("5"), 0); err != nil {
+		log.Printf("the peak RSS of %s is since its start: %v", p.name, err)
+	}
 }
 
 func mb(kb int64) string { return fmt.Sprintf("%.0f MB", float64(kb)/1024) }
