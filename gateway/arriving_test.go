@@ -25,17 +25,9 @@ import (
 func TestArrivingBodiesForwardAsSent(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	_, b64 := samplePNG(t)
+	screen := `{"role":"user","content":[{"type":"text","text":"this screen"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}`
 	history := func(rounds int, edit string) []byte {
-		msgs := []string{`{"role":"system","content":"you write code` + strings.Repeat(" carefully", 800) + `"}`,
-			`{"role":"user","content":[{"type":"text","text":"this screen"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}`}
-		for k := range rounds {
-			text := fmt.Sprintf("step %03d %s", k, strings.Repeat("x", 600))
-			if k == 30 && edit != "" {
-				text = edit + text[len(edit):]
-			}
-			msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"%s"}`, text), fmt.Sprintf(`{"role":"assistant","content":"done %03d"}`, k))
-		}
-		return []byte(`{"model":"gpt-4o","messages":[` + strings.Join(msgs, ",") + `]}`)
+		return chatHistory("you write code"+strings.Repeat(" carefully", 800), rounds, 30, edit, screen)
 	}
 	bodies := [][]byte{history(100, ""), history(100, ""), history(100, "EDITED"), history(101, "EDITED")}
 	if len(bodies[0]) < arrivingFrom {
@@ -50,6 +42,21 @@ func TestArrivingBodiesForwardAsSent(t *testing.T) {
 			t.Fatalf("request %d: the upstream got %d bytes, not the %d sent", i, len(last), len(body))
 		}
 	}
+}
+
+// chatHistory is an OpenAI chat body: the system message, the opening
+// messages, then rounds of a user's step and the assistant's answer, the
+// step of round edited starting with edit.
+func chatHistory(system string, rounds, edited int, edit string, opening ...string) []byte {
+	msgs := append([]string{`{"role":"system","content":"` + system + `"}`}, opening...)
+	for k := range rounds {
+		text := fmt.Sprintf("step %03d %s", k, strings.Repeat("x", 900))
+		if k == edited {
+			text = edit + text[len(edit):]
+		}
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"%s"}`, text), fmt.Sprintf(`{"role":"assistant","content":"done %03d"}`, k))
+	}
+	return []byte(`{"model":"gpt-4o","messages":[` + strings.Join(msgs, ",") + `]}`)
 }
 
 // readComparing fills the body whatever the reads' sizes, and a body
@@ -179,15 +186,7 @@ func TestTheNextBodyIsReadIntoTheOneBefore(t *testing.T) {
 func TestTwoNextBodiesAtOnce(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	history := func(rounds int, edit string) []byte {
-		msgs := []string{`{"role":"system","content":"two at once` + strings.Repeat(" quickly", 800) + `"}`}
-		for k := range rounds {
-			text := fmt.Sprintf("step %03d %s", k, strings.Repeat("y", 900))
-			if k == 10 {
-				text = edit + text[len(edit):]
-			}
-			msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"%s"}`, text), fmt.Sprintf(`{"role":"assistant","content":"done %03d"}`, k))
-		}
-		return []byte(`{"model":"gpt-4o","messages":[` + strings.Join(msgs, ",") + `]}`)
+		return chatHistory("two at once"+strings.Repeat(" quickly", 800), rounds, 10, edit)
 	}
 	post := func(b []byte) error {
 		resp, err := http.Post(g.srv.URL+"/v1/chat/completions", "application/json", bytes.NewReader(b))
@@ -229,18 +228,8 @@ func TestTwoNextBodiesAtOnce(t *testing.T) {
 // buffer: the other scan finds every byte where it was.
 func TestABufferAnotherScanReadsIsNotTaken(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
-	history := func(edit string) []byte {
-		msgs := []string{`{"role":"system","content":"held` + strings.Repeat(" still", 800) + `"}`}
-		for k := range 80 {
-			text := fmt.Sprintf("step %03d %s", k, strings.Repeat("z", 900))
-			if k == 10 {
-				text = edit + text[len(edit):]
-			}
-			msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"%s"}`, text), fmt.Sprintf(`{"role":"assistant","content":"done %03d"}`, k))
-		}
-		return []byte(`{"model":"gpt-4o","messages":[` + strings.Join(msgs, ",") + `]}`)
-	}
-	first, edited := history("first"), history("other")
+	system := "held" + strings.Repeat(" still", 800)
+	first, edited := chatHistory(system, 80, 10, "first"), chatHistory(system, 80, 10, "other")
 	for _, b := range [][]byte{first, edited} {
 		if resp, answer := g.do(t, "POST", "/v1/chat/completions", "", b); resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, answer)

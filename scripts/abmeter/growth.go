@@ -85,29 +85,29 @@ func measure(bases []string, n int, body func(j, i int) []byte) [][]time.Duratio
 func memory(c int, d time.Duration) {
 	dir, bin, up, rp := setup()
 	defer os.RemoveAll(dir)
-	ic := startImgctx(bin, dir, up.url)
-	defer stop(ic, rp, up)
-	agent, _, _ := agentBody(ic.url)
-	// Each client its own conversation, as sixteen agents are: the same
-	// body but for a first message of its own.
-	own := make([][]byte, c)
-	for k := range own {
-		own[k] = bytes.Replace(agent, []byte(`"messages":[`), fmt.Appendf(nil, `"messages":[{"role":"user","content":"agent %d"},`, k), 1)
-	}
-	fmt.Printf("## Peak RSS, %d clients sending the agent body (%d bytes) for %s\n\n", c, len(agent), d)
+	defer stop(rp, up)
+	fmt.Printf("## Peak RSS, %d clients sending the agent body for %s\n\n", c, d)
 	fmt.Println("| process | clients | RSS before | peak RSS |")
 	fmt.Println("|---|---|---|---|")
-	for _, mode := range []string{"in one conversation", "each in its own conversation"} {
+	var ic *proc
+	for i, mode := range []string{"in one conversation", "each in its own conversation"} {
+		// A fresh imgctx for each, its data apart: the peak is the run's own.
+		ic = startImgctx(bin, filepath.Join(dir, fmt.Sprint(i)), up.url)
+		agent, _, _ := agentBody(ic.url)
+		bodies := make([][]byte, c)
+		for k := range bodies {
+			bodies[k] = agent
+			if i > 0 {
+				// Sixteen agents: the same body but for a first message of its own.
+				bodies[k] = bytes.Replace(agent, []byte(`"messages":[`), fmt.Appendf(nil, `"messages":[{"role":"user","content":"agent %d"},`, k), 1)
+			}
+		}
 		for _, p := range []*proc{rp, ic} {
 			before := p.status("VmRSS")
 			p.resetPeak()
 			var wg sync.WaitGroup
 			deadline := time.Now().Add(d)
-			for k := range c {
-				body := agent
-				if mode != "in one conversation" {
-					body = own[k]
-				}
+			for _, body := range bodies {
 				wg.Go(func() {
 					for time.Now().Before(deadline) {
 						if _, err := post(p.url, "/v1/chat/completions", body); err != nil {
@@ -117,9 +117,13 @@ func memory(c int, d time.Duration) {
 				})
 			}
 			wg.Wait()
-			fmt.Printf("| %s | %s | %s | %s |\n", p.name, mode, mb(before), mb(p.status("VmHWM")))
+			fmt.Printf("| %s | %s (%d bytes) | %s | %s |\n", p.name, mode, len(bodies[0]), mb(before), mb(p.status("VmHWM")))
+		}
+		if i == 0 {
+			stop(ic)
 		}
 	}
+	defer stop(ic)
 	// Idle memory goes back (imgctx's body buffers after a minute idle).
 	fmt.Fprintln(os.Stderr, "idle for 70 s…")
 	time.Sleep(70 * time.Second)
