@@ -66,7 +66,7 @@ func (a *Arriving) Compare(off int, b []byte) {
 // long, to be read into where it stands: the bytes the two share are there
 // already, and a conversation holds one body instead of two while its next
 // one arrives. The caller must then read in order, each read compared
-// before it is written (Matches), and write only what differs. It returns
+// before it is written (ReadsAside), and write only what differs. It returns
 // nil unless the body's first bytes were the previous request's and its
 // memory is a buffer that holds n bytes, at most an eighth more (a history
 // cut short by a compaction gets a buffer of its size), which nothing but
@@ -74,7 +74,7 @@ func (a *Arriving) Compare(off int, b []byte) {
 // done); the conversation's resume is gone then, and the buffer is the
 // caller's.
 func (a *Arriving) Take(n int) []byte {
-	if a == nil || a.diverged || a.inPlace {
+	if a == nil || a.diverged {
 		return nil
 	}
 	b := a.prev.res.Body
@@ -85,17 +85,14 @@ func (a *Arriving) Take(n int) []byte {
 	return b[:n]
 }
 
-// Matches reports whether the bytes read at off are still to be compared:
-// every byte before off was the previous request's, which goes on past it.
-// In a taken buffer (Take) such bytes are read aside and written only
-// from the first that differs.
-func (a *Arriving) Matches(off int) bool {
-	return a != nil && !a.diverged && a.known == off && off < len(a.prev.res.Body)
+// ReadsAside reports whether the bytes at off are to be read aside and
+// compared before they are written: the body is read into the previous
+// request's memory (Take), and every byte before off was found equal to
+// it, which goes on past off. Only from the first that differs are they
+// written there.
+func (a *Arriving) ReadsAside(off int) bool {
+	return a != nil && a.inPlace && !a.diverged && a.known == off && off < len(a.prev.res.Body)
 }
-
-// InPlace reports whether the body is read into the previous request's
-// memory (Take).
-func (a *Arriving) InPlace() bool { return a != nil && a.inPlace }
 
 // resume is what the scan resumes from. In a taken buffer only the bytes
 // found equal are still the previous request's: the rest is this body's.

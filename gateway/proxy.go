@@ -45,12 +45,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, tenant string, d 
 	}
 	body, arriving, err := s.readBodyInto(r, get, func(head []byte, n int) ([]byte, *engine.Arriving, *upstream.Early) {
 		a := s.engine.Arriving(tenant, d, r.Header, head)
-		buf := a.Take(n)
+		buf := a.Take(n) // its first bytes are head's already
 		if buf != nil {
 			s.metrics.bodiesInPlace.Inc()
 			readers.b = buf
-			k := a.Known()
-			copy(buf[k:len(head)], head[k:])
 		} else {
 			buf = get(n)
 			copy(buf, head)

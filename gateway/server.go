@@ -599,11 +599,7 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 		if _, err = io.ReadFull(rd, head); err == nil {
 			var early *upstream.Early
 			b, a, early = arriving(head, int(n))
-			var into []byte
-			if a.InPlace() {
-				into = aside[:]
-			}
-			err = readComparing(rd, b, len(head), a, early, into)
+			err = readComparing(rd, b, len(head), a, early, aside[:])
 		}
 	case rd == r.Body && n > 0 && n <= s.cfg.MaxBodyBytes:
 		// Known size: one exact allocation instead of a doubling buffer.
@@ -637,14 +633,14 @@ var asideBuffers = sync.Pool{New: func() any { return new([asideSize]byte) }}
 // readComparing fills b from rd past its first off bytes, as io.ReadFull
 // does, handing each read to a to compare while the rest is on the way,
 // and what matched the previous request to early to send (both may be
-// nil). With aside, b is the previous request's memory (Take): while the
-// bytes still match they are read into aside, and only those that differ
-// are written to b.
+// nil). Where b is the previous request's memory (Take), the bytes that
+// still match are read into aside (engine.Arriving.ReadsAside), and only
+// those that differ are written to b.
 func readComparing(rd io.Reader, b []byte, off int, a *engine.Arriving, early *upstream.Early, aside []byte) error {
 	early.Advance(a.Known())
 	for off < len(b) {
 		dst := b[off:]
-		compared := aside != nil && a.Matches(off)
+		compared := a.ReadsAside(off)
 		if compared {
 			dst = aside[:min(len(aside), len(dst))]
 		}
