@@ -254,6 +254,11 @@ func redact(raw string) string {
 // serve listens until ctx ends, then shuts down gracefully: requests in
 // flight finish (within server.shutdown_timeout), nothing is half written.
 func (a *app) serve(ctx context.Context) error {
+	// A line a request: the server's log is written in batches (bufferedLog),
+	// closed last so that the shutdown's lines are in it.
+	out := newBufferedLog(a.stderr, logFlushEvery)
+	defer out.Close()
+	a.log = slog.New(flushing{newLogger(out, a.cfg.Log).Handler(), out})
 	srv, closeAll, err := a.buildServer(ctx)
 	if err != nil {
 		return err
