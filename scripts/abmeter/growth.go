@@ -20,8 +20,9 @@ import (
 // growth measures what each proxy adds as the history grows: agent
 // histories of 50, 200, 800 and 3,200 messages with no screenshot, then
 // 3,200 messages with 6, 30 and 100, each growing by one round a request
-// (the last ten sizes in turn). Its column to read is imgctx's added p50
-// minus ReverseProxy's: flat when imgctx's own work follows what is new.
+// (the last ten sizes in turn), and the 3,200-message text history re-sent
+// unchanged. Its column to read is imgctx's added p50 minus
+// ReverseProxy's: flat when imgctx's own work follows what is new.
 func growth(n int) {
 	dir, bin, up, rp := setup()
 	defer os.RemoveAll(dir)
@@ -46,10 +47,17 @@ func growth(n int) {
 		if got := strings.Count(string(grow[9]), "data:image/png"); got != c.screenshots {
 			log.Printf("%d messages hold %d of the %d screenshots asked", c.messages, got, c.screenshots)
 		}
-		lat := measure([]string{up.url, rp.url, ic.url}, n, func(_, i int) []byte { return grow[i%len(grow)] })
-		p50 := func(j int) time.Duration { return lat[j][len(lat[j])/2] }
-		fmt.Printf("| %d | %d | %d | %s | %s | %s | %s |\n", c.messages, c.screenshots, len(grow[9]), ms(p50(0)),
-			ms(p50(1)-p50(0)), ms(p50(2)-p50(0)), ms(p50(2)-p50(1)))
+		row := func(label string, lat [][]time.Duration) {
+			p50 := func(j int) time.Duration { return lat[j][len(lat[j])/2] }
+			fmt.Printf("| %s | %d | %d | %s | %s | %s | %s |\n", label, c.screenshots, len(grow[9]), ms(p50(0)),
+				ms(p50(1)-p50(0)), ms(p50(2)-p50(0)), ms(p50(2)-p50(1)))
+		}
+		bases := []string{up.url, rp.url, ic.url}
+		row(strconv.Itoa(c.messages), measure(bases, n, func(_, i int) []byte { return grow[i%len(grow)] }))
+		if c.messages == 3200 && c.screenshots == 0 {
+			// The other case: the same history re-sent unchanged.
+			row("3200, re-sent", measure(bases, n, func(int, int) []byte { return grow[9] }))
+		}
 	}
 }
 
