@@ -13,9 +13,9 @@ import (
 // are written.
 const logFlushEvery = 100 * time.Millisecond
 
-// bufferedLog gathers a server's log lines and writes them in one call at
-// most every logFlushEvery, when its buffer fills, when a line at warn or
-// above comes (flushing, below), and at Close. serve writes one line a
+// bufferedLog gathers a server's log lines and writes them in one call on
+// its tick, when its buffer fills, when a line at warn or above comes
+// (flushing, below), and at Close. serve writes one line a
 // request: written one by one, each line was a system call on the request
 // path, 4% of imgctx's CPU under 1 KB requests on a 2-core VM.
 type bufferedLog struct {
@@ -25,8 +25,7 @@ type bufferedLog struct {
 	done chan struct{}
 }
 
-// newBufferedLog writes to w at most every interval (logFlushEvery in
-// serve).
+// newBufferedLog writes to w every interval (logFlushEvery in serve).
 func newBufferedLog(w io.Writer, every time.Duration) *bufferedLog {
 	b := &bufferedLog{w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
 	go b.tick(every)
@@ -63,10 +62,9 @@ func (b *bufferedLog) Flush() error {
 
 // Close writes what is left and stops the ticker; lines written after it
 // wait for nothing but the buffer to fill, so the caller closes last.
-func (b *bufferedLog) Close() error {
+func (b *bufferedLog) Close() {
 	close(b.stop)
 	<-b.done
-	return nil
 }
 
 // flushing is a handler whose warnings and errors reach the log at once:
