@@ -91,7 +91,8 @@ func TestConcurrentLogLinesArriveWhole(t *testing.T) {
 	seen := map[string]bool{}
 	for _, l := range strings.Split(strings.TrimSuffix(dst.String(), "\n"), "\n") {
 		var w, i int
-		if _, err := fmt.Sscanf(l[strings.Index(l, "writer="):], "writer=%d i=%d", &w, &i); err != nil || !strings.HasSuffix(l, strings.Repeat("x", 200)) {
+		_, fields, _ := strings.Cut(l, " writer=")
+		if _, err := fmt.Sscanf(fields, "%d i=%d", &w, &i); err != nil || !strings.HasSuffix(l, strings.Repeat("x", 200)) {
 			t.Fatalf("a line arrived broken: %q", l)
 		}
 		key := fmt.Sprint(w, " ", i)
