@@ -7,6 +7,7 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/imgctx/imgctx/blob"
@@ -73,6 +74,12 @@ type Message struct {
 	// "anthropic"; "" for imgctx's own). Extra, and the Extra of its parts,
 	// hold that wire's fields: an encoder for another wire leaves them out.
 	Wire string
+	// ImagelessBefore, set by a scan, is how many messages right before
+	// this one hold no image, nested or not: the engine's passes over a
+	// long history step over them (Imaged). Zero says nothing. It holds
+	// for the history the scan read, so an image may only be put where the
+	// scan found one, and messages moved elsewhere lose it (Unlinked).
+	ImagelessBefore int
 }
 
 // Part is one piece of a message. The set is closed: Text, Image, Document,
@@ -378,6 +385,40 @@ func HasImage(parts []Part) bool {
 		}
 	}
 	return false
+}
+
+// Imaged returns the indices of the messages of msgs that hold an image,
+// in order. It walks back from the last message and steps over the runs a
+// scan marked as holding none (Message.ImagelessBefore), so on an agent's
+// long history, mostly text, it reads the few messages that matter. msgs
+// may be part of a longer history: a step past its start ends the walk.
+func Imaged(msgs []Message) []int {
+	var at []int
+	for i := len(msgs) - 1; i >= 0; i -= 1 + msgs[i].ImagelessBefore {
+		if HasImage(msgs[i].Parts) {
+			at = append(at, i)
+		}
+	}
+	slices.Reverse(at)
+	return at
+}
+
+// LinkImageless sets msgs[i].ImagelessBefore from the message before it:
+// a scan calls it on each message it reads, in order.
+func LinkImageless(msgs []Message, i int) {
+	msgs[i].ImagelessBefore = 0
+	if i > 0 && !HasImage(msgs[i-1].Parts) {
+		msgs[i].ImagelessBefore = 1 + msgs[i-1].ImagelessBefore
+	}
+}
+
+// Unlinked returns msgs without what a scan marked (ImagelessBefore), for
+// messages that do not stand after the ones they stood after when read.
+func Unlinked(msgs []Message) []Message {
+	for i := range msgs {
+		msgs[i].ImagelessBefore = 0
+	}
+	return msgs
 }
 
 // Images returns every image of the message, nested ones included, in order.

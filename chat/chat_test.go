@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -205,6 +206,53 @@ func TestHasImageIsWhatWalkFinds(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Imaged finds what HasImage finds, message by message, in any stretch
+// of a history a scan marked (LinkImageless), and in one it did not.
+func TestImagedIsWhatHasImageFinds(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := genConversation(t)
+		if rapid.Bool().Draw(t, "scanned") {
+			for i := range c {
+				LinkImageless(c, i)
+			}
+		}
+		for k := range c {
+			var want []int
+			for i, m := range c[k:] {
+				if HasImage(m.Parts) {
+					want = append(want, i)
+				}
+			}
+			if got := Imaged(c[k:]); !slices.Equal(got, want) {
+				t.Fatalf("Imaged(c[%d:]) = %v; the messages holding an image are %v", k, got, want)
+			}
+		}
+	})
+}
+
+// Imaged steps over what a scan marked instead of reading it: an image put
+// where the scan found none, against the rule, is not seen — which is why
+// the rule is there (Message.ImagelessBefore), and what makes the walk
+// cheap.
+func TestImagedStepsOverWhatAScanMarked(t *testing.T) {
+	text := Message{Role: User, Parts: []Part{Text{Text: "t"}}}
+	shot := Message{Role: Tool, Parts: []Part{ToolResult{CallID: "c", Parts: []Part{Image{Ref: blob.Of([]byte("s"))}}}}}
+	msgs := []Message{shot, text, text, text, shot, text, text}
+	for i := range msgs {
+		LinkImageless(msgs, i)
+	}
+	if got := Imaged(msgs); !slices.Equal(got, []int{0, 4}) {
+		t.Fatalf("Imaged = %v; want [0 4]", got)
+	}
+	msgs[2] = shot.Clone() // not where the scan found an image
+	if got := Imaged(msgs); !slices.Equal(got, []int{0, 4}) {
+		t.Fatalf("Imaged = %v: it read a message the scan marked as holding no image", got)
+	}
+	if got := Imaged(Unlinked(msgs)); !slices.Equal(got, []int{0, 2, 4}) {
+		t.Fatalf("Imaged of the unlinked history = %v; want [0 2 4]", got)
+	}
 }
 
 // Equal says what the JSON says: a message and its clone are equal, and a

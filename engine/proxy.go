@@ -527,9 +527,7 @@ func (p *Proxied) countSent(rules []policy.Removal, shrunk int) {
 	}
 	p.Counts.Shrunk = shrunk
 	sent := 0
-	for _, m := range p.fw.Messages {
-		sent += len(m.Images())
-	}
+	eachImage(p.fw.Messages, func(wire.Pos, chat.Image) { sent++ })
 	p.Counts.Sent = sent - len(rules)
 }
 

@@ -170,16 +170,14 @@ func (e *Engine) decide(ctx context.Context, r proxyRequest) (*proxyTurn, error)
 
 // eachImage calls fn with every image of msgs and its place (the nested
 // index -1 when it is not in a tool result). Messages that hold no image
-// are skipped without a call: most of a long agent history is text.
+// are not read (chat.Imaged): most of a long agent history is text.
 func eachImage(msgs []chat.Message, fn func(wire.Pos, chat.Image)) {
-	for i, m := range msgs {
-		if chat.HasImage(m.Parts) {
-			partsOf(i, m, func(at wire.Pos, p chat.Part) {
-				if img, ok := p.(chat.Image); ok {
-					fn(at, img)
-				}
-			})
-		}
+	for _, i := range chat.Imaged(msgs) {
+		partsOf(i, msgs[i], func(at wire.Pos, p chat.Part) {
+			if img, ok := p.(chat.Image); ok {
+				fn(at, img)
+			}
+		})
 	}
 }
 

@@ -477,6 +477,9 @@ func TestCompactRestoresTheLatestImages(t *testing.T) {
 			chat.Message{Role: chat.Assistant, Parts: []chat.Part{chat.Text{Text: fmt.Sprint("answer ", i, strings.Repeat("a", 2000))}}})
 	}
 	msgs = append(msgs, chat.Message{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "now?"}}})
+	for i := range msgs {
+		chat.LinkImageless(msgs, i) // as a scan reads them
+	}
 	res, err := Compact(context.Background(), msgs, CompactConfig{RestoreImages: 2, PreserveFraction: 0.05}, &recorder{})
 	if err != nil {
 		t.Fatal(err)
@@ -490,6 +493,11 @@ func TestCompactRestoresTheLatestImages(t *testing.T) {
 	}
 	if len(res.Removed) != 3 {
 		t.Fatalf("%d removed; want a, b, c", len(res.Removed))
+	}
+	// The messages after the summary no longer stand after what they
+	// stood after: what the scan marked must not hide the restored images.
+	if n := KeptCost(res.Messages); n != 100 {
+		t.Fatalf("the compacted history keeps images costing %d; want d's 100", n)
 	}
 }
 

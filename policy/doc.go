@@ -13,6 +13,8 @@
 package policy
 
 import (
+	"slices"
+
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/reason"
@@ -34,30 +36,41 @@ type Removal struct {
 // something changed, so msgs is never modified and comes back as the very
 // same slice when nothing did.
 func edit(msgs []chat.Message, fn func(msg int, p chat.Part, depth int) ([]chat.Part, bool)) []chat.Message {
-	return editWhere(msgs, nil, fn)
+	var out []chat.Message
+	for i := range msgs {
+		out = editAt(out, msgs, i, fn)
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }
 
 // editImages is edit for the images of msgs alone: fn sees each image with
 // the index of its message, and a message that holds none is not walked
 // (most of a long agent history is text).
 func editImages(msgs []chat.Message, fn func(msg int, img chat.Image) ([]chat.Part, bool)) []chat.Message {
-	return editWhere(msgs, chat.HasImage, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
-		if img, ok := p.(chat.Image); ok {
-			return fn(i, img)
-		}
-		return nil, false
-	})
+	var out []chat.Message
+	for _, i := range chat.Imaged(msgs) {
+		out = editAt(out, msgs, i, func(i int, p chat.Part, _ int) ([]chat.Part, bool) {
+			if img, ok := p.(chat.Image); ok {
+				return fn(i, img)
+			}
+			return nil, false
+		})
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }
 
 // eachImage calls fn with every image of msgs, nested ones included, in
 // order, and the index of its message; a message that holds none is not
 // walked.
 func eachImage(msgs []chat.Message, fn func(msg int, img chat.Image)) {
-	for i, m := range msgs {
-		if !chat.HasImage(m.Parts) {
-			continue
-		}
-		chat.Walk(m.Parts, func(p chat.Part, _ int) bool {
+	for _, i := range chat.Imaged(msgs) {
+		chat.Walk(msgs[i].Parts, func(p chat.Part, _ int) bool {
 			if img, ok := p.(chat.Image); ok {
 				fn(i, img)
 			}
@@ -66,28 +79,17 @@ func eachImage(msgs []chat.Message, fn func(msg int, img chat.Image)) {
 	}
 }
 
-// editWhere is edit over the messages whose parts pass holds (all of them
-// when holds is nil).
-func editWhere(msgs []chat.Message, holds func([]chat.Part) bool, fn func(msg int, p chat.Part, depth int) ([]chat.Part, bool)) []chat.Message {
-	var out []chat.Message
-	for i, m := range msgs {
-		if holds != nil && !holds(m.Parts) {
-			continue
-		}
-		parts, changed := editParts(m.Parts, func(p chat.Part, depth int) ([]chat.Part, bool) { return fn(i, p, depth) }, 0)
-		if !changed {
-			continue
-		}
-		if out == nil {
-			out = make([]chat.Message, len(msgs))
-			copy(out, msgs)
-		}
-		m.Parts = parts
-		out[i] = m
+// editAt edits msgs[i] with fn into out, a copy of msgs made at the first
+// change (nil until then), and returns out.
+func editAt(out, msgs []chat.Message, i int, fn func(msg int, p chat.Part, depth int) ([]chat.Part, bool)) []chat.Message {
+	parts, changed := editParts(msgs[i].Parts, func(p chat.Part, depth int) ([]chat.Part, bool) { return fn(i, p, depth) }, 0)
+	if !changed {
+		return out
 	}
 	if out == nil {
-		return msgs
+		out = slices.Clone(msgs)
 	}
+	out[i].Parts = parts
 	return out
 }
 

@@ -49,9 +49,7 @@ type Shrunk struct {
 // comes back as is when everything fits.
 func CheckProviderRules(ctx context.Context, msgs []chat.Message, lim tokens.Limits, sh Shrinker) ([]chat.Message, []Removal, []Shrunk) {
 	total := 0
-	for _, m := range msgs {
-		total += len(m.Images())
-	}
+	eachImage(msgs, func(int, chat.Image) { total++ })
 	drop := 0
 	if lim.MaxImages > 0 && total > lim.MaxImages {
 		drop = total - lim.MaxImages
@@ -65,13 +63,11 @@ func CheckProviderRules(ctx context.Context, msgs []chat.Message, lim tokens.Lim
 	if planner, ok := sh.(Planner); ok {
 		var plans []Plan
 		seen := 0
-		for _, m := range msgs {
-			for _, img := range m.Images() {
-				if seen++; seen > drop && violation(img, maxEdge, lim.MaxImageBytes) != "" {
-					plans = append(plans, Plan{Image: img, MaxEdge: maxEdge, MaxBytes: lim.MaxImageBytes})
-				}
+		eachImage(msgs, func(_ int, img chat.Image) {
+			if seen++; seen > drop && violation(img, maxEdge, lim.MaxImageBytes) != "" {
+				plans = append(plans, Plan{Image: img, MaxEdge: maxEdge, MaxBytes: lim.MaxImageBytes})
 			}
-		}
+		})
 		if len(plans) > 0 {
 			planner.Plan(ctx, plans)
 		}

@@ -207,11 +207,14 @@ func WalkMessages(s *Spliced, at int, element func(vs int) (int, error)) (int, e
 		if len(s.Marks) >= s.limits.maxMessages() {
 			return vs, &TooMany{What: "messages", Limit: s.limits.maxMessages()}
 		}
-		slots := len(s.Slots)
+		slots, read := len(s.Slots), len(s.Messages)
 		s.compaction = false
 		ve, err := element(vs)
 		if err == nil {
 			s.Marks = append(s.Marks, Mark{Start: vs, End: ve, Slots: slots, Compaction: s.compaction})
+			for i := read; i < len(s.Messages); i++ {
+				chat.LinkImageless(s.Messages, i)
+			}
 		}
 		return ve, err
 	})

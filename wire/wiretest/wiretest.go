@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,6 +79,19 @@ func CheckSpliced(t testing.TB, sp *wire.Spliced) {
 			t.Fatalf("slot %d at %+v names no media part of the view", i, s.Pos)
 		}
 	}
+	// What the scan marked as holding no image holds none, seen from any
+	// message on (chat.Imaged steps over it).
+	for k := 0; k < len(sp.Messages); k += 1 + len(sp.Messages)/500 {
+		var want []int
+		for i, m := range sp.Messages[k:] {
+			if chat.HasImage(m.Parts) {
+				want = append(want, i)
+			}
+		}
+		if got := chat.Imaged(sp.Messages[k:]); !slices.Equal(got, want) {
+			t.Fatalf("from message %d, the messages holding an image are %v; the scan's marks say %v", k, want, got)
+		}
+	}
 	out, err := wire.Splice(sp.Body, nil)
 	if err != nil || !bytes.Equal(out.Bytes(), sp.Body) {
 		t.Fatalf("a splice without edits changed the body: %v", err)
@@ -143,6 +157,7 @@ func CheckResume(t *testing.T, scan func([]byte, wire.ScanOptions) (*wire.Splice
 		if err1 != nil {
 			return
 		}
+		CheckSpliced(t, got)
 		if !reflect.DeepEqual(want.Messages, got.Messages) || !reflect.DeepEqual(want.Slots, got.Slots) || got.Resumed > len(got.Marks) ||
 			!reflect.DeepEqual(want.Marks, got.Marks) || !reflect.DeepEqual(want.Top, got.Top) || want.End != got.End {
 			t.Fatalf("%s: a resumed scan differs from a full one", what)
