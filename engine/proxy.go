@@ -437,28 +437,42 @@ func (p *Proxied) Images() []session.ImageFate {
 	if p.fw == nil {
 		return p.flat
 	}
-	return fatesOf(p.sent, p.profile)
+	if len(p.sent) != len(p.fw.r.Messages) {
+		return fatesOf(p.sent, p.profile) // nothing sent
+	}
+	// What was sent holds an image or its marker only where the client's
+	// request held an image: only those messages are read.
+	var out []session.ImageFate
+	for _, i := range chat.Imaged(p.fw.r.Messages) {
+		partsOf(i, p.sent[i], fateOf(&out, p.profile))
+	}
+	return out
 }
 
 // fatesOf lists the images of messages as they are sent: each image with
 // its cost, and each image marker with its reason and caption.
 func fatesOf(msgs []chat.Message, profile tokens.Profile) []session.ImageFate {
 	var out []session.ImageFate
-	eachPart(msgs, func(at wire.Pos, part chat.Part) {
+	eachPart(msgs, fateOf(&out, profile))
+	return out
+}
+
+// fateOf is the fatesOf of one part, appended to out.
+func fateOf(out *[]session.ImageFate, profile tokens.Profile) func(wire.Pos, chat.Part) {
+	return func(at wire.Pos, part chat.Part) {
 		switch q := part.(type) {
 		case chat.Image:
 			f := session.ImageFate{Ref: q.Ref, Msg: at.Msg, Sent: true, Keep: string(q.Keep), Width: q.Width, Height: q.Height, Tokens: q.Cost}
 			if f.Tokens == 0 {
 				f.Tokens, _ = tokens.ImageTokens(profile, q.Width, q.Height, q.Detail)
 			}
-			out = append(out, f)
+			*out = append(*out, f)
 		case chat.Marker:
 			if q.Of == "image" {
-				out = append(out, session.ImageFate{Ref: q.Ref, Msg: at.Msg, Reason: reason.Code(q.Reason), Caption: q.Caption})
+				*out = append(*out, session.ImageFate{Ref: q.Ref, Msg: at.Msg, Reason: reason.Code(q.Reason), Caption: q.Caption})
 			}
 		}
-	})
-	return out
+	}
 }
 
 // outlineOf folds the messages of a scanned request from the first one on:
