@@ -131,16 +131,17 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		slot, ok = file, isFile && file.Via != "url" // file data inline or by ref; a file_id is the provider's own
 		slot.Kind = "document"
 	}
-	if !ok {
-		// Not a slot: any base64 read in passing gets the check decoding
-		// would have given it.
-		for _, u := range []wire.Slot{img, file} {
-			if u.Via == "base64" {
-				if err := jsonspan.Check(b, u.Source.Start, u.Source.End); err != nil {
-					return nil, end, err
-				}
+	// Base64 read in passing that is not the slot (a part carrying both
+	// members) goes upstream as it came: it gets the check decoding would
+	// have given it.
+	for _, u := range []wire.Slot{img, file} {
+		if u.Via == "base64" && (!ok || u.Source != slot.Source) {
+			if err := jsonspan.Check(b, u.Source.Start, u.Source.End); err != nil {
+				return nil, end, err
 			}
 		}
+	}
+	if !ok {
 		return chat.Opaque{Wire: Wire}, end, nil
 	}
 	slot.Pos, slot.Part = pos, sp

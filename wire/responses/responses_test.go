@@ -39,13 +39,14 @@ func TestScanWithoutItems(t *testing.T) {
 
 // Refused: duplicate or case-variant managed keys, at the top level and in
 // an item or a part, and invalid base64 characters in a part that is not a
-// slot.
+// slot or in the member of a slot's part that is not its source.
 func TestScanRefusals(t *testing.T) {
 	for _, body := range []string{
 		`{"model":"m","input":[],"Input":[{"role":"user","content":[{"type":"input_image","image_url":"http://169.254.169.254/"}]}]}`,
 		`{"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AAAA","Image_url":"http://x/"}]}]}`,
 		`{"model":"m","input":[{"type":"function_call_output","call_id":"a","output":[],"Output":[]}]}`,
 		`{"model":"m","input":[{"type":"reasoning","content":[{"type":"input_image","image_url":"data:image/png;base64,` + "\x01" + `"}]}]}`,
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AAAA","file_data":"data:a/b;base64,` + "\x01" + `"}]}]}`,
 	} {
 		if _, err := Scan([]byte(body), wire.ScanOptions{}); err == nil {
 			t.Errorf("accepted %s", body)

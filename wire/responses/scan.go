@@ -191,16 +191,17 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 	if err != nil {
 		return nil, end, err
 	}
-	if !ok {
-		// Not a slot: base64 read in passing gets the check decoding would
-		// have given it.
-		for _, u := range []wire.Span{imageURL, fileData} {
-			if u.End > 0 {
-				if err := jsonspan.Check(b, u.Start, u.End); err != nil {
-					return nil, end, err
-				}
+	// What was read in passing as base64 and is not the slot (not a slot
+	// at all, or the other member of a part carrying both) goes upstream
+	// as it came: it gets the check decoding would have given it.
+	for _, u := range []wire.Span{imageURL, fileData} {
+		if u.End > 0 && (!ok || u != slot.Source) {
+			if err := jsonspan.Check(b, u.Start, u.End); err != nil {
+				return nil, end, err
 			}
 		}
+	}
+	if !ok {
 		return chat.Opaque{Wire: Wire}, end, nil
 	}
 	slot.Detail, _ = jsonspan.String(b, detail.Start, detail.End)
