@@ -78,7 +78,7 @@ type Message struct {
 	// this one hold no image, nested or not: the engine's passes over a
 	// long history step over them (Imaged). Zero says nothing. It holds
 	// for the history the scan read, so an image may only be put where the
-	// scan found one, and messages moved elsewhere lose it (Unlinked).
+	// scan found one, and messages moved elsewhere lose it (Unlink).
 	ImagelessBefore int
 }
 
@@ -412,13 +412,12 @@ func LinkImageless(msgs []Message, i int) {
 	}
 }
 
-// Unlinked returns msgs without what a scan marked (ImagelessBefore), for
+// Unlink forgets what a scan marked on msgs (ImagelessBefore), for
 // messages that do not stand after the ones they stood after when read.
-func Unlinked(msgs []Message) []Message {
+func Unlink(msgs []Message) {
 	for i := range msgs {
 		msgs[i].ImagelessBefore = 0
 	}
-	return msgs
 }
 
 // Images returns every image of the message, nested ones included, in order.

@@ -270,7 +270,7 @@ func Compact(ctx context.Context, msgs []chat.Message, cfg CompactConfig, s Summ
 	out = append(out, msgs[:start]...)
 	out = append(out, chat.Message{Role: chat.User, Parts: parts})
 	out = append(out, msgs[split:]...)
-	chat.Unlinked(out[start+1:]) // they stand after the summary now
+	chat.Unlink(out[start+1:]) // they stand after the summary now
 	total, prefix := sum(counts[start:]), sum(counts[start:split])
 	return Compacted{
 		Messages: out,
