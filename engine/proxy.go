@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -160,7 +159,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		return e.flat(ctx, c, key, sp.Model, route, counts)
 	}
 	ictx, ingested := startSpan(ctx, "imgctx.ingest")
-	msgs, verbatim, keys, err := e.ingestSlots(ictx, c.Tenant, sp, keys, &counts)
+	msgs, filled, verbatim, keys, err := e.ingestSlots(ictx, c.Tenant, sp, keys, prev.filled, &counts)
 	ingested.SetAttributes(attribute.Int("imgctx.images.stored", counts.Stored), attribute.Int64("imgctx.images.stored_bytes", counts.StoredBytes),
 		attribute.Int("imgctx.images.deduplicated", counts.Deduplicated))
 	ingested.End()
@@ -175,7 +174,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	res, held := holdResume(&c, sp)
 	sent := new(atomic.Pointer[sentAs])
-	e.spans.keepResume(rk, resumed{res: res, held: held, keys: keys, convKey: key, convID: id, opening: opening, sent: sent})
+	e.spans.keepResume(rk, resumed{res: res, held: held, keys: keys, filled: filled, convKey: key, convID: id, opening: opening, sent: sent})
 	profile := e.ProfileWith(sp.Model, route.Hints)
 	files := e.fileSenderFor(c, route, &counts)
 	dctx, decided := startSpan(ctx, "imgctx.decide")
@@ -670,11 +669,13 @@ func slotsBefore(sp *wire.Spliced, n int) int {
 // one only recognised, a new one decoded and checked, in parallel (that
 // work is CPU-bound and independent per image) — and, once every one is
 // accepted, stores the new ones by ref: a refused request stores nothing.
-// It returns the view with each slot filled in, for each slot whether its
-// bytes can go upstream as they came (inline standard base64), and each
-// slot's span key (nil where it has none) for the conversation's next
-// request.
-func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey, counts *ProxyCounts) ([]chat.Message, []bool, []*spanKey, error) {
+// It returns the view with each slot filled in, the same with the room
+// behind it for the conversation's next request to extend (nil with no
+// slot), for each slot whether its bytes can go upstream as they came
+// (inline standard base64), and each slot's span key (nil where it has
+// none) for the next request. prev is the previous request's filled view,
+// which this one extends when its scan extends that request's.
+func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey, prev []chat.Message, counts *ProxyCounts) (msgs, filled []chat.Message, verbatim []bool, found []*spanKey, err error) {
 	read := make([]checked, len(sp.Slots))
 	errs := make([]error, len(sp.Slots))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -692,36 +693,45 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	// The view's messages are shared with the conversation's next scan:
-	// only a message a slot is put in is copied (slots come in message
-	// order), the rest of the history is not; with no slot the view is
-	// taken as it is (the policies copy what they change), capped so that
-	// nothing appends into the next scan's room.
+	// with no slot the view is taken as it is (the policies copy what they
+	// change), capped so that nothing appends into the next scan's room.
 	if len(sp.Slots) == 0 {
-		return sp.Messages[:len(sp.Messages):len(sp.Messages)], nil, nil, nil
+		return sp.Messages[:len(sp.Messages):len(sp.Messages)], nil, nil, nil, nil
 	}
-	msgs := slices.Clone(sp.Messages)
+	// The slots are filled in a copy: only a message a slot is put in is
+	// copied whole (slots come in message order). A scan that extends the
+	// previous request's view in place (the one scan that may) extends
+	// that request's filled view the same way, past what its readers read:
+	// its messages are those bytes, filled in with the same images, and
+	// the history is not copied. Any other request copies the view.
+	filled, from := prev, len(prev)
+	if !sp.Extends || from != sp.Resumed || from == 0 {
+		// Room for a few more rounds, as append would leave.
+		filled, from = append(make([]chat.Message, 0, len(sp.Messages)+len(sp.Messages)/4+16), sp.Messages...), 0
+	} else {
+		filled = append(filled, sp.Messages[from:]...)
+	}
 	owned := -1
 	own := func(i int) {
 		if i > owned {
-			msgs[i], owned = msgs[i].Clone(), i
+			filled[i], owned = filled[i].Clone(), i
 		}
 	}
 	// Images first, origins after: whether a user message only carries a
 	// tool's images depends on all of its parts.
 	var toolEcho []int
-	verbatim := make([]bool, len(sp.Slots))
-	found := make([]*spanKey, len(sp.Slots))
+	verbatim = make([]bool, len(sp.Slots))
+	found = make([]*spanKey, len(sp.Slots))
 	for i, slot := range sp.Slots {
-		own(slot.Pos.Msg)
 		in := read[i].in
 		stored, err := e.commit(ctx, tenant, read[i])
 		switch {
 		case err != nil:
 			if slot.Pos.Nested < 0 || slot.Kind != "image" || !read[i].canonical {
-				return nil, nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
+				return nil, nil, nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
 			}
 			// Seed keep-turn-images, "rangement refusé": a tool image the
 			// store refuses goes on as it came, ephemeral (relaying it
@@ -734,29 +744,35 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 			counts.Deduplicated++ // re-sent: recognised, not stored again
 		}
 		verbatim[i], found[i] = read[i].canonical, read[i].key
+		if slot.Pos.Msg < from {
+			continue // filled in by the previous request, with these bytes
+		}
+		own(slot.Pos.Msg)
 		if slot.Kind == "document" {
-			wire.Put(msgs, slot.Pos, chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages})
+			wire.Put(filled, slot.Pos, chat.Document{Ref: in.Ref, MediaType: in.MediaType, Pages: in.Pages})
 			continue
 		}
 		origin := chat.FromUser
-		if slot.Pos.Nested >= 0 || msgs[slot.Pos.Msg].Role == chat.Tool {
+		if slot.Pos.Nested >= 0 || filled[slot.Pos.Msg].Role == chat.Tool {
 			// Inside a tool result, or beside one in the tools' answer
 			// (gemini-cli puts a screenshot next to its functionResponse).
 			origin = chat.FromTool
 		} else {
 			toolEcho = append(toolEcho, i)
 		}
-		wire.Put(msgs, slot.Pos, chat.Image{Ref: in.Ref, MediaType: in.MediaType, Bytes: in.Bytes, Width: in.Width, Height: in.Height,
+		wire.Put(filled, slot.Pos, chat.Image{Ref: in.Ref, MediaType: in.MediaType, Bytes: in.Bytes, Width: in.Width, Height: in.Height,
 			Detail: slot.Detail, Origin: origin})
 	}
 	for _, i := range toolEcho {
-		if at := sp.Slots[i].Pos; chat.RelaysTool(msgs, at.Msg) {
-			img := wire.At(msgs, at).(chat.Image)
+		// RelaysTool reads the messages before: a filled message's origins
+		// never change as the history grows.
+		if at := sp.Slots[i].Pos; chat.RelaysTool(filled, at.Msg) {
+			img := wire.At(filled, at).(chat.Image)
 			img.Origin = chat.FromTool
-			wire.Put(msgs, at, img)
+			wire.Put(filled, at, img)
 		}
 	}
-	return msgs, verbatim, found, nil
+	return filled[:len(filled):len(filled)], filled, verbatim, found, nil
 }
 
 // foldRelays returns the edits that write the markers of a message

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/imgctx/imgctx/blob"
+	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/wire"
 )
@@ -203,6 +204,9 @@ type resumed struct {
 	kept uint64    // when it was kept, in keepResume calls: the oldest goes first
 	at   time.Time // and the time then
 	keys []*spanKey
+	// filled is the request's view with its slots filled in, and room
+	// behind it for the next request that extends it (ingestSlots).
+	filled []chat.Message
 	// The conversation key, the identity it was made with and the opening
 	// messages its fingerprint read: a request that takes those over byte
 	// for byte has the same key, without decoding them again.

@@ -344,3 +344,112 @@ func TestAQuietConversationLetsItsRequestGo(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A conversation's request that extends the previous one takes over that
+// request's filled view and appends to it, past what the previous
+// request's readers read: the history is not copied, each request's view
+// is exactly what filling in a fresh scan gives (tool images relayed in a
+// user message included), and the previous request's view is left as it
+// was. A request that changes an earlier message copies.
+func TestAGrowingConversationExtendsItsFilledView(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
+	}))
+	defer up.Close()
+	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
+	e := &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
+	// Each round: the user's screenshot, a tool call, its answer, and the
+	// tool's screenshot relayed in the user message after it.
+	history := func(rounds int, first string) []byte {
+		msgs := []string{`{"role":"system","content":"you drive a browser` + strings.Repeat(" carefully", 500) + `"}`}
+		for k := range rounds {
+			text := fmt.Sprintf("step %d", k)
+			if k == 0 {
+				text = first
+			}
+			msgs = append(msgs,
+				fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":%q},{"type":"image_url","image_url":{"url":"%s"}}]}`, text, screenshot(32, 24, uint8(2*k))),
+				fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":"c%d","type":"function","function":{"name":"look","arguments":"{}"}}]}`, k),
+				fmt.Sprintf(`{"role":"tool","tool_call_id":"c%d","content":"here"}`, k),
+				fmt.Sprintf(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"%s"}}]}`, screenshot(32, 24, uint8(2*k+1))),
+				fmt.Sprintf(`{"role":"assistant","content":"done %d"}`, k))
+		}
+		return []byte(`{"model":"gpt-4o","messages":[` + strings.Join(msgs, ",") + `]}`)
+	}
+	send := func(body []byte) []chat.Message {
+		t.Helper()
+		p, err := e.Proxy(t.Context(), ProxyCall{Tenant: "a", Wire: openai.Dialect, Body: body, Header: http.Header{},
+			Upstream: upstream.Request{Path: "/v1/chat/completions"}, Routes: []*Route{{Name: "up", Client: client}}, Keep: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Close(t.Context())
+		got := p.fw.r.Messages
+		sp, err := openai.Dialect.Scan(body, wire.ScanOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _, _, _, err := e.ingestSlots(t.Context(), "a", sp, nil, nil, &ProxyCounts{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d messages filled in, a fresh scan has %d", len(got), len(want))
+		}
+		for i := range want {
+			if !chat.Equal(got[i], want[i]) {
+				t.Fatalf("message %d: %+v, filled in from a fresh scan %+v", i, got[i], want[i])
+			}
+		}
+		if img := got[4].Parts[0].(chat.Image); img.Origin != chat.FromTool {
+			t.Fatalf("the relayed tool screenshot's origin is %q", img.Origin)
+		}
+		return got
+	}
+	deepCopy := func(msgs []chat.Message) []chat.Message {
+		out := make([]chat.Message, len(msgs))
+		for i, m := range msgs {
+			out[i] = m.Clone()
+		}
+		return out
+	}
+	shares := func(a, b []chat.Message) bool { return &a[0] == &b[0] }
+	// room is how many messages the conversation's filled view has room
+	// for: past it, appending copies, once in a while as append does.
+	room := func() int {
+		kept, done := e.spans.resumeFor(e.spans.resumeKeyOf("a", openai.Dialect.Name, http.Header{}, history(1, "open the page")))
+		defer done()
+		return cap(kept.filled)
+	}
+	prev := send(history(2, "open the page"))
+	extended := 0
+	for rounds := 3; rounds <= 12; rounds++ {
+		was, fits := deepCopy(prev), room() >= 1+5*rounds
+		cur := send(history(rounds, "open the page"))
+		if fits {
+			if !shares(cur, prev) {
+				t.Fatalf("round %d: the request extending the previous one copied its history", rounds)
+			}
+			extended++
+		}
+		for i := range was {
+			if !chat.Equal(prev[i], was[i]) {
+				t.Fatalf("round %d: the previous request's message %d changed", rounds, i)
+			}
+		}
+		prev = cur
+	}
+	if extended < 6 {
+		t.Fatalf("%d of 10 requests extended the previous filled view in place", extended)
+	}
+	// Re-sent unchanged, it takes the same view over as it is.
+	if again := send(history(12, "open the page")); !shares(again, prev) || len(again) != len(prev) {
+		t.Fatal("the same history re-sent did not take its filled view over")
+	}
+	// The first message changed: nothing to take over, a copy.
+	if edited := send(history(13, "open the other page")); shares(edited, prev) {
+		t.Fatal("a request that changed the first message extended the previous view")
+	}
+}

@@ -409,14 +409,22 @@ func (discardSpans) Shutdown(context.Context) error                             
 
 // BenchmarkGatewayLongHistory: a text-only agent history of 3,201
 // messages (800 rounds with tool calls), re-sent as it is and growing by
-// one round a request, beside httputil.ReverseProxy.
+// one round a request, beside httputil.ReverseProxy; and the same growing
+// with six screenshots in its tool results, whose B/op says whether the
+// engine copies the history a request.
 func BenchmarkGatewayLongHistory(b *testing.B) {
 	up := benchUpstream(b)
 	gw, _ := benchGateway(b, up.URL)
 	const rounds = 800
 	growing := make([][]byte, 64)
+	shots := make([]string, 6)
+	for i := range shots {
+		shots[i] = "data:image/png;base64," + base64.StdEncoding.EncodeToString(bodies.Screenshot(uint64(100+i)))
+	}
+	withShots := make([][]byte, 64)
 	for i := range growing {
 		growing[i] = bodies.AgentRounds(nil, rounds+i)
+		withShots[i] = bodies.AgentRounds(shots, rounds+i)
 	}
 	body := growing[0]
 	b.Logf("history %d bytes", len(body))
@@ -424,5 +432,8 @@ func BenchmarkGatewayLongHistory(b *testing.B) {
 	b.Run("gateway-resent", func(b *testing.B) { p50(b, gw.URL+chatPath, body) })
 	b.Run("gateway-growing", func(b *testing.B) {
 		p50Of(b, gw.URL+chatPath, func(i int) []byte { return growing[i%len(growing)] })
+	})
+	b.Run("gateway-growing-6-screenshots", func(b *testing.B) {
+		p50Of(b, gw.URL+chatPath, func(i int) []byte { return withShots[i%len(withShots)] })
 	})
 }

@@ -39,8 +39,12 @@ type Spliced struct {
 	// Marks are the messages' extents and hashes, for the next scan
 	// (Resume); Resumed is how many messages this scan took over from the
 	// previous one.
-	Marks      []Mark
-	Resumed    int
+	Marks   []Mark
+	Resumed int
+	// Extends: the scan took the previous one's views over whole and
+	// appends to them in place. Only one scan of a Resume does, so what
+	// its caller built on that request's views it may extend the same way.
+	Extends    bool
 	prev       *Resume
 	limits     ScanOptions
 	compaction bool // the message being scanned holds a compaction block
@@ -194,6 +198,7 @@ func WalkMessages(s *Spliced, at int, element func(vs int) (int, error)) (int, e
 				// do so appends in place, past what p's readers read; the
 				// history is not copied.
 				s.Messages, s.Slots, s.Marks = p.Messages, p.Slots, p.Marks
+				s.Extends = true
 			} else {
 				s.Messages = append(s.Messages[:0:0], p.Messages[:n]...)
 				s.Slots = append(s.Slots[:0:0], p.Slots[:slotsUpTo(p, n)]...)
