@@ -3,18 +3,13 @@ package engine
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/imgctx/imgctx/imagestore"
-	"github.com/imgctx/imgctx/session"
-	"github.com/imgctx/imgctx/tokens"
 	"github.com/imgctx/imgctx/upstream"
 	"github.com/imgctx/imgctx/wire"
 	"github.com/imgctx/imgctx/wire/openai"
@@ -63,17 +58,12 @@ func TestArrivingKnowsExactlyWhatMatches(t *testing.T) {
 func TestProxyResumesFromWhatArrived(t *testing.T) {
 	var mu sync.Mutex
 	var got [][]byte
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
+	client := okUpstream(t, func(b []byte) {
 		mu.Lock()
 		got = append(got, b)
 		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
-	}))
-	defer up.Close()
-	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
-	e := &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
+	})
+	e := proxyEngine(client)
 	history := func(rounds int, edit string) []byte {
 		msgs := []string{`{"role":"system","content":"you write code` + strings.Repeat(" carefully", 500) + `"}`}
 		for k := range rounds {

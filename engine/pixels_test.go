@@ -3,9 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -83,18 +81,13 @@ func TestMemorySlotsAreFairBetweenTenants(t *testing.T) {
 // answers 503 with Retry-After) instead of losing its image, and goes
 // through once the memory is free.
 func TestAProxiedRequestWithoutDecodeMemoryIsBusy(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
-	}))
-	defer up.Close()
 	edge := tokens.Profile{Name: "edge", Match: []string{"edge-*"}, Family: "openai", ContextWindow: 100_000, Vision: true,
 		Tokenizer: "chars4", Image: tokens.ImageRule{Rule: "openai_tile", BaseTokens: 85, TileTokens: 170}, Limits: tokens.Limits{MaxEdge: 400}}
 	table, err := tokens.Default().With(edge)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
+	client := okUpstream(t, nil)
 	e := &Engine{Config: Config{ShrinkWait: 50 * time.Millisecond}, Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{},
 		Profiles: table, Upstream: client, Shrinker: &media.Shrinker{}}
 	e.once.Do(e.init)

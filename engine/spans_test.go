@@ -107,13 +107,8 @@ func TestTheEncodingCacheHoldsOnlyWhatWasExpanded(t *testing.T) {
 // it was read: ingestion fills in the images of a copy (only the messages
 // holding them are copied), never of the scan itself.
 func TestProxyLeavesTheResumedScanAsRead(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
-	}))
-	defer up.Close()
-	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
-	e := &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
+	client := okUpstream(t, nil)
+	e := proxyEngine(client)
 	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"open the page"},{"role":"assistant","content":"done"},` +
 		`{"role":"user","content":[{"type":"text","text":"this one"},{"type":"image_url","image_url":{"url":"` + screenshot(64, 48, 1) + `"}}]}]}`)
 	p, err := e.Proxy(t.Context(), ProxyCall{Tenant: "a", Wire: openai.Dialect, Body: body, Header: http.Header{},
@@ -210,14 +205,8 @@ func TestResumesPastTheBoundForgetTheOldest(t *testing.T) {
 // never see each other's messages (each gets exactly a full scan's view),
 // and every held body is let go once nothing holds it (run with -race).
 func TestConcurrentResumesOfOneConversation(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
-	}))
-	defer up.Close()
-	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
-	e := &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
+	client := okUpstream(t, nil)
+	e := proxyEngine(client)
 	// Rounds past the second carry images of their own request: a view
 	// holding another request's messages shows another image.
 	seed := func(req, k int) uint8 {
@@ -352,14 +341,8 @@ func TestAQuietConversationLetsItsRequestGo(t *testing.T) {
 // user message included), and the previous request's view is left as it
 // was. A request that changes an earlier message copies.
 func TestAGrowingConversationExtendsItsFilledView(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
-	}))
-	defer up.Close()
-	client := &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
-	e := &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
+	client := okUpstream(t, nil)
+	e := proxyEngine(client)
 	// Each round: the user's screenshot, a tool call, its answer, and the
 	// tool's screenshot relayed in the user message after it.
 	history := func(rounds int, first string) []byte {
@@ -452,4 +435,25 @@ func TestAGrowingConversationExtendsItsFilledView(t *testing.T) {
 	if edited := send(history(13, "open the other page")); shares(edited, prev) {
 		t.Fatal("a request that changed the first message extended the previous view")
 	}
+}
+
+// okUpstream is an OpenAI upstream that answers every request "ok",
+// handing each body it reads to seen when that is not nil.
+func okUpstream(t *testing.T, seen func(body []byte)) *upstream.Client {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if seen != nil {
+			seen(b)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
+	}))
+	t.Cleanup(up.Close)
+	return &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
+}
+
+// proxyEngine is an engine on memory stores, with the built-in profiles,
+// in front of client.
+func proxyEngine(client *upstream.Client) *Engine {
+	return &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
 }
