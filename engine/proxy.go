@@ -159,7 +159,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		return e.flat(ctx, c, key, sp.Model, route, counts)
 	}
 	ictx, ingested := startSpan(ctx, "imgctx.ingest")
-	msgs, filled, verbatim, keys, err := e.ingestSlots(ictx, c.Tenant, sp, keys, prev.filled, &counts)
+	in, err := e.ingestSlots(ictx, c.Tenant, sp, keys, prev.filled, &counts)
 	ingested.SetAttributes(attribute.Int("imgctx.images.stored", counts.Stored), attribute.Int64("imgctx.images.stored_bytes", counts.StoredBytes),
 		attribute.Int("imgctx.images.deduplicated", counts.Deduplicated))
 	ingested.End()
@@ -174,12 +174,13 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	res, held := holdResume(&c, sp)
 	sent := new(atomic.Pointer[sentAs])
-	e.spans.keepResume(rk, resumed{res: res, held: held, keys: keys, filled: filled, convKey: key, convID: id, opening: opening, sent: sent})
+	applied := new(atomic.Pointer[[]chat.Message])
+	e.spans.keepResume(rk, resumed{res: res, held: held, keys: in.keys, filled: in.filled, applied: applied, convKey: key, convID: id, opening: opening, sent: sent})
 	profile := e.ProfileWith(sp.Model, route.Hints)
 	files := e.fileSenderFor(c, route, &counts)
 	dctx, decided := startSpan(ctx, "imgctx.decide")
 	fw, err := e.decide(dctx, proxyRequest{Tenant: c.Tenant, Key: key,
-		Model: sp.Model, Profile: profile, Messages: msgs, Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
+		Model: sp.Model, Profile: profile, Messages: in.msgs, Prior: prev.appliedTo(in.from), Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp), Files: files != nil})
 	if fw != nil {
 		decided.SetAttributes(attribute.Int("imgctx.images.not_sent", len(fw.NotSent)))
@@ -187,6 +188,9 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	decided.End()
 	if err != nil {
 		return nil, err
+	}
+	if fw.applied != nil {
+		applied.Store(&fw.applied)
 	}
 	if c.Side {
 		fw.Discard()
@@ -218,7 +222,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 			out = fw.recallable(ctx, out)
 		}
 		p.sent = out
-		body, err := e.splice(ctx, c.Tenant, d, sp, verbatim, msgs, out, edits, files, fw.FilesFrom())
+		body, err := e.splice(ctx, c.Tenant, d, sp, in.verbatim, in.msgs, out, edits, files, fw.FilesFrom())
 		if err != nil {
 			return nil, err
 		}
@@ -665,17 +669,28 @@ func slotsBefore(sp *wire.Spliced, n int) int {
 	return len(sp.Slots)
 }
 
+// ingested is a request's slots read, checked and filled in.
+type ingested struct {
+	msgs []chat.Message // the view with each slot filled in
+	// filled is msgs with room behind it for the conversation's next
+	// request to extend (nil with no slot); its first from messages are
+	// the previous request's, taken over.
+	filled []chat.Message
+	from   int
+	// verbatim says for each slot whether its bytes can go upstream as
+	// they came (inline standard base64); keys are the slots' span keys
+	// (nil where there is none), for the next request.
+	verbatim []bool
+	keys     []*spanKey
+}
+
 // ingestSlots reads every image and document of the request — a re-sent
 // one only recognised, a new one decoded and checked, in parallel (that
 // work is CPU-bound and independent per image) — and, once every one is
 // accepted, stores the new ones by ref: a refused request stores nothing.
-// It returns the view with each slot filled in, the same with the room
-// behind it for the conversation's next request to extend (nil with no
-// slot), for each slot whether its bytes can go upstream as they came
-// (inline standard base64), and each slot's span key (nil where it has
-// none) for the next request. prev is the previous request's filled view,
-// which this one extends when its scan extends that request's.
-func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey, prev []chat.Message, counts *ProxyCounts) (msgs, filled []chat.Message, verbatim []bool, found []*spanKey, err error) {
+// prev is the previous request's filled view, which this one extends
+// when its scan extended that request's view.
+func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Spliced, keys []*spanKey, prev []chat.Message, counts *ProxyCounts) (ingested, error) {
 	read := make([]checked, len(sp.Slots))
 	errs := make([]error, len(sp.Slots))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -693,13 +708,13 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, nil, nil, err
+		return ingested{}, err
 	}
 	// The view's messages are shared with the conversation's next scan:
 	// with no slot the view is taken as it is (the policies copy what they
 	// change), capped so that nothing appends into the next scan's room.
 	if len(sp.Slots) == 0 {
-		return sp.Messages[:len(sp.Messages):len(sp.Messages)], nil, nil, nil, nil
+		return ingested{msgs: sp.Messages[:len(sp.Messages):len(sp.Messages)]}, nil
 	}
 	// The slots are filled in a copy: only a message a slot is put in is
 	// copied whole (slots come in message order). A scan that extends the
@@ -723,15 +738,15 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	// Images first, origins after: whether a user message only carries a
 	// tool's images depends on all of its parts.
 	var toolEcho []int
-	verbatim = make([]bool, len(sp.Slots))
-	found = make([]*spanKey, len(sp.Slots))
+	verbatim := make([]bool, len(sp.Slots))
+	found := make([]*spanKey, len(sp.Slots))
 	for i, slot := range sp.Slots {
 		in := read[i].in
 		stored, err := e.commit(ctx, tenant, read[i])
 		switch {
 		case err != nil:
 			if slot.Pos.Nested < 0 || slot.Kind != "image" || !read[i].canonical {
-				return nil, nil, nil, nil, reason.Wrap(reason.Refused, "the image store refused an image", err)
+				return ingested{}, reason.Wrap(reason.Refused, "the image store refused an image", err)
 			}
 			// Seed keep-turn-images, "rangement refusé": a tool image the
 			// store refuses goes on as it came, ephemeral (relaying it
@@ -772,7 +787,7 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 			wire.Put(filled, at, img)
 		}
 	}
-	return filled[:len(filled):len(filled)], filled, verbatim, found, nil
+	return ingested{msgs: filled[:len(filled):len(filled)], filled: filled, from: from, verbatim: verbatim, keys: found}, nil
 }
 
 // foldRelays returns the edits that write the markers of a message

@@ -207,6 +207,9 @@ type resumed struct {
 	// filled is the request's view with its slots filled in, and room
 	// behind it for the next request that extends it (ingestSlots).
 	filled []chat.Message
+	// applied: the same with the request's decisions put back, once they
+	// are, for the next request that extends it (proxyRequest.Prior).
+	applied *atomic.Pointer[[]chat.Message]
 	// The conversation key, the identity it was made with and the opening
 	// messages its fingerprint read: a request that takes those over byte
 	// for byte has the same key, without decoding them again.
@@ -215,6 +218,18 @@ type resumed struct {
 	// sent: how the request went upstream (set once it is spliced), so
 	// the next may be sent the same way as it arrives (upstream.Early).
 	sent *atomic.Pointer[sentAs]
+}
+
+// appliedTo is the request's messages with its decisions put back, for a
+// request that took its first from messages over in place, or nil.
+func (r resumed) appliedTo(from int) []chat.Message {
+	if from == 0 || r.applied == nil {
+		return nil
+	}
+	if a := r.applied.Load(); a != nil && len(*a) == from {
+		return *a
+	}
+	return nil
 }
 
 // resumeKey names a conversation cheaply: the tenant, the wire, the

@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -374,10 +376,11 @@ func TestAGrowingConversationExtendsItsFilledView(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _, _, _, err := e.ingestSlots(t.Context(), "a", sp, nil, nil, &ProxyCounts{})
+		in, err := e.ingestSlots(t.Context(), "a", sp, nil, nil, &ProxyCounts{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		want := in.msgs
 		if len(got) != len(want) {
 			t.Fatalf("%d messages filled in, a fresh scan has %d", len(got), len(want))
 		}
@@ -440,13 +443,21 @@ func TestAGrowingConversationExtendsItsFilledView(t *testing.T) {
 // okUpstream is an OpenAI upstream that answers every request "ok",
 // handing each body it reads to seen when that is not nil.
 func okUpstream(t *testing.T, seen func(body []byte)) *upstream.Client {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
+	return meteredUpstream(t, func(b []byte) int {
 		if seen != nil {
 			seen(b)
 		}
+		return 10
+	})
+}
+
+// meteredUpstream is okUpstream reporting the prompt tokens prompt says
+// the body it read holds.
+func meteredUpstream(t *testing.T, prompt func(body []byte) int) *upstream.Client {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1}}`)
+		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":1}}`, prompt(b))
 	}))
 	t.Cleanup(up.Close)
 	return &upstream.Client{Format: upstream.OpenAI, BaseURL: up.URL, MaxRetries: -1}
@@ -456,4 +467,100 @@ func okUpstream(t *testing.T, seen func(body []byte)) *upstream.Client {
 // in front of client.
 func proxyEngine(client *upstream.Client) *Engine {
 	return &Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tokens.Default(), Upstream: client}
+}
+
+// A request that takes its conversation's previous messages over with
+// their decisions put back (proxyRequest.Prior) sends what deciding them
+// afresh sends. Two engines take the same growing conversation — rounds
+// of text, rounds bringing a tool's screenshot, turns of the human with
+// their own, a window of 8,000 tokens that has one removed —
+// one of them made to forget each request's filled and decided views:
+// every request goes upstream byte for byte the same, with the same images
+// not sent. Requests after text rounds take the history over; one after a
+// round that brought an image cannot (its decision came after), nor one
+// after a removal.
+func TestTakingTheDecidedHistoryOverSendsWhatDecidingAfreshSends(t *testing.T) {
+	edge := tokens.Profile{Name: "edge", Match: []string{"edge-*"}, Family: "openai", ContextWindow: 8_000, Vision: true,
+		Tokenizer: "chars4", Image: tokens.ImageRule{Rule: "openai_tile", BaseTokens: 85, TileTokens: 170}}
+	table, err := tokens.Default().With(edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rig struct {
+		e      *Engine
+		client *upstream.Client
+		sent   [][]byte
+	}
+	newRig := func() *rig {
+		r := &rig{}
+		// The prompt as the profile prices it: its images, and its text.
+		r.client = meteredUpstream(t, func(b []byte) int {
+			r.sent = append(r.sent, b)
+			return 255*bytes.Count(b, []byte(`"image_url"`)) + len(b)/4
+		})
+		r.e = proxyEngine(r.client)
+		r.e.Profiles = table
+		return r
+	}
+	taking, afresh := newRig(), newRig()
+	history := func(rounds int) []byte {
+		msgs := []string{`{"role":"system","content":"you drive a browser` + strings.Repeat(" carefully", 100) + `"}`}
+		for k := range rounds {
+			if k%6 == 0 {
+				msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":"now this, %d"},{"type":"image_url","image_url":{"url":"%s"}}]}`, k, screenshot(32, 24, uint8(100+k))))
+			}
+			msgs = append(msgs,
+				fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":"c%d","type":"function","function":{"name":"look","arguments":"{}"}}]}`, k),
+				fmt.Sprintf(`{"role":"tool","tool_call_id":"c%d","content":"here"}`, k))
+			if k%3 == 1 {
+				msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"%s"}}]}`, screenshot(32, 24, uint8(k))))
+			}
+		}
+		return []byte(`{"model":"edge-1","messages":[` + strings.Join(msgs, ",") + `]}`)
+	}
+	send := func(r *rig, body []byte) *Proxied {
+		t.Helper()
+		p, err := r.e.Proxy(t.Context(), ProxyCall{Tenant: "a", Wire: openai.Dialect, Body: body, Header: http.Header{},
+			Upstream: upstream.Request{Path: "/v1/chat/completions"}, Routes: []*Route{{Name: "up", Client: r.client}}, Keep: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, _ := io.ReadAll(p.Response.Body)
+		p.Read(answer)
+		if err := p.Settle(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var was []chat.Message
+	took, removed := 0, 0
+	for rounds := 1; rounds <= 36; rounds++ {
+		body := history(rounds)
+		p, q := send(taking, body), send(afresh, body)
+		afresh.e.spans.mu.Lock()
+		for k, r := range afresh.e.spans.resumes {
+			r.filled, r.applied = nil, nil
+			afresh.e.spans.resumes[k] = r
+		}
+		afresh.e.spans.mu.Unlock()
+		if got, want := taking.sent[len(taking.sent)-1], afresh.sent[len(afresh.sent)-1]; !bytes.Equal(got, want) {
+			t.Fatalf("%d rounds: sent\n%s\ndecided afresh\n%s", rounds, got, want)
+		}
+		if !slices.Equal(p.fw.NotSent, q.fw.NotSent) {
+			t.Fatalf("%d rounds: not sent %v, decided afresh %v", rounds, p.fw.NotSent, q.fw.NotSent)
+		}
+		if a := p.fw.applied; a != nil {
+			if was != nil && &a[0] == &was[0] {
+				took++
+			}
+			was = a
+		}
+		removed = max(removed, len(p.fw.NotSent))
+	}
+	if took < 10 || removed < 1 {
+		t.Fatalf("%d of 35 requests took the decided history over, at most %d images were left out: the test no longer shows it", took, removed)
+	}
 }

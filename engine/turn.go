@@ -29,6 +29,11 @@ type proxyRequest struct {
 	// image inside a tool result with Origin FromTool), everything else
 	// opaque.
 	Messages []chat.Message
+	// Prior is the conversation's previous request with its decisions put
+	// back (proxyTurn.applied), when this request's view extends that
+	// request's in place: its messages are Messages[:len(Prior)], and the
+	// room behind them is this request's to append to.
+	Prior []chat.Message
 	// Text counts what messages[from:] bill as text, framing included (the
 	// view carries no text). It is called only to measure a request.
 	Text func(from int) int
@@ -75,6 +80,10 @@ type proxyTurn struct {
 	// request left there ("image", "expired", "other"); "" when it did not.
 	Break     string
 	filesFrom int // FilesFrom before this request's removals
+	// applied is the view with the decisions put back and room behind it,
+	// for the conversation's next request (proxyRequest.Prior); nil where
+	// they changed nothing.
+	applied   []chat.Message
 	closed    bool
 	settled   bool // the decisions are the conversation's (Settle)
 	unwritten bool // and still to be written to the store (Close)
@@ -230,12 +239,17 @@ func editParts(msgs []chat.Message, fn func(wire.Pos, chat.Part) (chat.Part, boo
 type editor struct {
 	in, out []chat.Message
 	copied  map[int]bool
+	room    bool // the copy has room for a few more rounds behind it
 }
 
 func (ed *editor) put(at wire.Pos, q chat.Part) {
 	if !ed.copied[at.Msg] {
 		if ed.copied == nil {
-			ed.out, ed.copied = append([]chat.Message(nil), ed.in...), map[int]bool{}
+			n := len(ed.in)
+			if ed.room {
+				n += n/4 + 16
+			}
+			ed.out, ed.copied = append(make([]chat.Message, 0, n), ed.in...), map[int]bool{}
 		}
 		ed.copied[at.Msg] = true
 		ed.out[at.Msg] = ed.out[at.Msg].Clone()
@@ -277,36 +291,77 @@ func humanTurn(msgs []chat.Message) int {
 // not sent), the open turn's relays with their occurrence. A decision whose
 // place now holds another image (the client rewrote its history) is
 // dropped. Images before a provider compaction block are not sent.
+//
+// Where the previous request's messages come out as they did there
+// (r.Prior: each of their images stands as it stood), this request takes
+// them over and appends its own, and the history is not copied. That
+// fails where the previous request brought an image: its decision was
+// made after that request put the earlier ones back.
 func (f *proxyTurn) applyDecisions() []chat.Message {
 	decided := make(map[wire.Pos]session.Decided, len(f.st.Images))
 	for _, d := range f.st.Images {
 		decided[wire.Pos{Msg: d.Msg, Part: d.Part, Nested: d.Nested}] = d
 	}
-	return editImages(f.r.Messages, func(at wire.Pos, img chat.Image) (chat.Part, bool) {
-		d, ok := decided[at]
-		if ok && d.Ref != img.Ref {
-			ok = false
+	type change struct {
+		at wire.Pos
+		q  chat.Part
+	}
+	var changes []change
+	prior := f.r.Prior
+	eachImage(f.r.Messages, func(at wire.Pos, img chat.Image) {
+		q, ok := f.decisionAt(decided, at, img)
+		if at.Msg < len(prior) {
+			if was := wire.At(prior, at); ok && was != q || !ok && was != chat.Part(img) {
+				prior = nil
+			}
 		}
-		if at.Msg < f.r.Compacted && (!ok || d.Keep != chat.Removed) {
-			f.removed([]policy.Removal{{Ref: img.Ref, Of: "image", Reason: reason.Compaction, Message: at.Msg}})
-			mk, _ := chat.MarkerFor(img, string(reason.Compaction))
-			return mk, true
+		if ok {
+			changes = append(changes, change{at, q})
 		}
-		if !ok {
-			return nil, false
-		}
-		switch d.Keep {
-		case chat.Removed:
-			f.NotSent = append(f.NotSent, policy.Removal{Ref: img.Ref, Of: "image", Reason: d.Reason, Message: at.Msg})
-			mk, _ := chat.MarkerFor(img, string(d.Reason))
-			return mk, true
-		case chat.Kept:
-			img.Keep, img.Cost, img.Occ = chat.Kept, d.Cost, d.Occ
-		default:
-			img.Keep, img.Occ = d.Keep, d.Occ
-		}
-		return img, true
 	})
+	ed := editor{in: f.r.Messages, room: true}
+	if len(prior) > 0 {
+		out := append(prior, f.r.Messages[len(prior):]...)
+		ed = editor{in: out, out: out, copied: map[int]bool{}}
+	}
+	for _, c := range changes {
+		if c.at.Msg >= len(prior) {
+			ed.put(c.at, c.q)
+		}
+	}
+	if ed.out == nil {
+		return f.r.Messages
+	}
+	f.applied = ed.out
+	return ed.out[:len(ed.out):len(ed.out)]
+}
+
+// decisionAt is what the conversation's decisions put at an image of the
+// request, and whether that differs from the image as it came.
+func (f *proxyTurn) decisionAt(decided map[wire.Pos]session.Decided, at wire.Pos, img chat.Image) (chat.Part, bool) {
+	d, ok := decided[at]
+	if ok && d.Ref != img.Ref {
+		ok = false
+	}
+	if at.Msg < f.r.Compacted && (!ok || d.Keep != chat.Removed) {
+		f.removed([]policy.Removal{{Ref: img.Ref, Of: "image", Reason: reason.Compaction, Message: at.Msg}})
+		mk, _ := chat.MarkerFor(img, string(reason.Compaction))
+		return mk, true
+	}
+	if !ok {
+		return nil, false
+	}
+	switch d.Keep {
+	case chat.Removed:
+		f.NotSent = append(f.NotSent, policy.Removal{Ref: img.Ref, Of: "image", Reason: d.Reason, Message: at.Msg})
+		mk, _ := chat.MarkerFor(img, string(d.Reason))
+		return mk, true
+	case chat.Kept:
+		img.Keep, img.Cost, img.Occ = chat.Kept, d.Cost, d.Occ
+	default:
+		img.Keep, img.Occ = d.Keep, d.Occ
+	}
+	return img, true
 }
 
 // adopt takes the tool images of earlier turns that have no decision (a
