@@ -724,8 +724,7 @@ func (e *Engine) ingestSlots(ctx context.Context, tenant string, sp *wire.Splice
 	// the history is not copied. Any other request copies the view.
 	filled, from := prev, len(prev)
 	if !sp.Extends || from != sp.Resumed || from == 0 {
-		// Room for a few more rounds, as append would leave.
-		filled, from = append(make([]chat.Message, 0, len(sp.Messages)+len(sp.Messages)/4+16), sp.Messages...), 0
+		filled, from = withRoom(sp.Messages), 0
 	} else {
 		filled = append(filled, sp.Messages[from:]...)
 	}

@@ -245,16 +245,23 @@ type editor struct {
 func (ed *editor) put(at wire.Pos, q chat.Part) {
 	if !ed.copied[at.Msg] {
 		if ed.copied == nil {
-			n := len(ed.in)
+			ed.copied = map[int]bool{}
 			if ed.room {
-				n += n/4 + 16
+				ed.out = withRoom(ed.in)
+			} else {
+				ed.out = append([]chat.Message(nil), ed.in...)
 			}
-			ed.out, ed.copied = append(make([]chat.Message, 0, n), ed.in...), map[int]bool{}
 		}
 		ed.copied[at.Msg] = true
 		ed.out[at.Msg] = ed.out[at.Msg].Clone()
 	}
 	wire.Put(ed.out, at, q)
+}
+
+// withRoom is a copy of msgs with room behind it for a few more rounds,
+// as append would leave: the conversation's next request extends it.
+func withRoom(msgs []chat.Message) []chat.Message {
+	return append(make([]chat.Message, 0, len(msgs)+len(msgs)/4+16), msgs...)
 }
 
 func (ed *editor) result() []chat.Message {
