@@ -97,6 +97,56 @@ func corpusPassesThrough(t *testing.T, name string, body []byte, recall string) 
 	}
 }
 
+// The corpus grown request by request, as an agent sends it: each round
+// appends messages carrying block types and members imgctx does not
+// manage (thinking with a signature, a block type from next year, an
+// unknown member) beside a new screenshot. The requests are taken over
+// from the ones before them (the engine then extends what it built for
+// those) and each still reaches the upstream byte for byte.
+func TestAGrowingCorpusPassesThroughByteForByte(t *testing.T) {
+	_, b64 := samplePNG(t)
+	rounds := map[upstream.Format][]string{
+		upstream.Anthropic: {
+			`{"role":"assistant","content":[{"type":"thinking","thinking":"look again","signature":"c2lnbmVk"},{"type":"text","text":"Looking."},{"type":"future_block_2027","x":[1,2]}]}`,
+			`{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}},{"type":"text","text":"and now?","citations_v9":true}]}`,
+		},
+		upstream.OpenAI: {
+			`{"role":"assistant","content":"Looking.","reasoning_content":"look again","audio":{"id":"a1"}}`,
+			`{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}},{"type":"text","text":"and now?"}]}`,
+		},
+	}
+	for name, body := range corpus(t) {
+		t.Run(name, func(t *testing.T) {
+			format, path := formatOf(name)
+			g := newGW(t, format, nil)
+			marks := scanAs(t, format, body).Marks
+			end := marks[len(marks)-1].End // where the messages array closes
+			grown := func(n int) []byte {
+				var more strings.Builder
+				for range n {
+					for _, m := range rounds[format] {
+						more.WriteString("," + m)
+					}
+				}
+				return []byte(string(body[:end]) + more.String() + string(body[end:]))
+			}
+			for n := range 4 {
+				b := grown(n)
+				if resp, answer := g.do(t, "POST", path, "", b); resp.StatusCode != 200 {
+					t.Fatalf("round %d: status %d: %s", n, resp.StatusCode, answer)
+				}
+				got := g.up.received()
+				if !bytes.Equal(got[len(got)-1], b) {
+					t.Fatalf("round %d: the upstream body differs from the client's:\n%s", n, firstDiff(b, got[len(got)-1]))
+				}
+			}
+			if m := metric(t, g, "imgctx_proxy_messages_total"); !strings.Contains(m, `how="resumed"`) || strings.Contains(m, `how="resumed"} 0`) {
+				t.Fatalf("no request was taken over from the previous one: %s", m)
+			}
+		})
+	}
+}
+
 // The same requests naming their images and documents by imgctx: ref: the
 // upstream body equals the client's outside the managed parts, and each
 // managed part carries the exact stored bytes.
