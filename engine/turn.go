@@ -344,7 +344,9 @@ func (f *proxyTurn) applyDecisions() []chat.Message {
 }
 
 // decisionAt is what the conversation's decisions put at an image of the
-// request, and whether that differs from the image as it came.
+// request, and whether that differs from the image as it came. It counts
+// the image as not sent where that is a marker, so it is asked once an
+// image.
 func (f *proxyTurn) decisionAt(decided map[wire.Pos]session.Decided, at wire.Pos, img chat.Image) (chat.Part, bool) {
 	d, ok := decided[at]
 	if ok && d.Ref != img.Ref {
