@@ -138,7 +138,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	d := c.Wire
 	_, scanned := startSpan(ctx, "imgctx.scan")
 	sp, keys, rk, prev, err := e.scan(c)
-	if sp != nil {
+	if sp != nil && scanned.IsRecording() {
 		scanned.SetAttributes(attribute.Int("imgctx.messages", len(sp.Marks)), attribute.Int("imgctx.messages.resumed", sp.Resumed),
 			attribute.Int("imgctx.slots", len(sp.Slots)))
 	}
@@ -160,8 +160,10 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	ictx, ingested := startSpan(ctx, "imgctx.ingest")
 	in, err := e.ingestSlots(ictx, c.Tenant, sp, keys, prev.filled, &counts)
-	ingested.SetAttributes(attribute.Int("imgctx.images.stored", counts.Stored), attribute.Int64("imgctx.images.stored_bytes", counts.StoredBytes),
-		attribute.Int("imgctx.images.deduplicated", counts.Deduplicated))
+	if ingested.IsRecording() {
+		ingested.SetAttributes(attribute.Int("imgctx.images.stored", counts.Stored), attribute.Int64("imgctx.images.stored_bytes", counts.StoredBytes),
+			attribute.Int("imgctx.images.deduplicated", counts.Deduplicated))
+	}
 	ingested.End()
 	if err != nil {
 		e.sink(Event{Kind: "refused", Reason: reason.Of(err)})
@@ -182,7 +184,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	fw, err := e.decide(dctx, proxyRequest{Tenant: c.Tenant, Key: key,
 		Model: sp.Model, Profile: profile, Messages: in.msgs, Prior: prev.appliedTo(in.from), Compacted: sp.Compacted(), Keep: c.Keep, Bytes: int64(len(c.Body)),
 		Text: textOf(d, sp, profile), Estimate: estimateOf(sp), Files: files != nil})
-	if fw != nil {
+	if fw != nil && decided.IsRecording() {
 		decided.SetAttributes(attribute.Int("imgctx.images.not_sent", len(fw.NotSent)))
 	}
 	decided.End()
@@ -245,9 +247,13 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		var we *wire.Error
 		switch {
 		case err == nil:
-			call.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+			if call.IsRecording() {
+				call.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+			}
 		case errors.As(err, &we):
-			call.SetAttributes(attribute.Int("http.response.status_code", we.Status))
+			if call.IsRecording() {
+				call.SetAttributes(attribute.Int("http.response.status_code", we.Status))
+			}
 			call.SetStatus(codes.Error, http.StatusText(we.Status))
 		default:
 			call.SetStatus(codes.Error, "upstream unreachable")

@@ -21,6 +21,9 @@ var incoming = propagation.TraceContext{}
 // traceparent; the engine's spans are its children.
 func (s *Server) startRequest(r *http.Request, route, id string) (context.Context, trace.Span) {
 	ctx := incoming.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	if !s.traced {
+		return s.tracer.Start(ctx, "") // a no-op span: nothing built for it
+	}
 	name := r.Pattern
 	if name == "" {
 		name = r.Method + " " + route
@@ -34,11 +37,15 @@ func (s *Server) startRequest(r *http.Request, route, id string) (context.Contex
 // upstream, its line: the GenAI semantic conventions' model and usage,
 // and imgctx's images, bytes and cache break.
 func endRequest(span trace.Span, status int, rec *session.Request) {
+	if !span.IsRecording() {
+		span.End() // untraced: no attributes built for it
+		return
+	}
 	span.SetAttributes(attribute.Int("http.response.status_code", status))
 	if status >= 500 {
 		span.SetStatus(codes.Error, http.StatusText(status))
 	}
-	if rec == nil || !span.IsRecording() {
+	if rec == nil {
 		span.End()
 		return
 	}
