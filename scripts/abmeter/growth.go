@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/base64"
 	"fmt"
 	"log"
@@ -102,13 +101,9 @@ func memory(c int, d time.Duration) {
 		// A fresh imgctx for each, its data apart: the peak is the run's own.
 		ic = startImgctx(bin, filepath.Join(dir, fmt.Sprint(i)), up.url)
 		agent, _, _ := agentBody(ic.url)
-		bodies := make([][]byte, c)
-		for k := range bodies {
-			bodies[k] = agent
-			if i > 0 {
-				// Sixteen agents: the same body but for a first message of its own.
-				bodies[k] = bytes.Replace(agent, []byte(`"messages":[`), fmt.Appendf(nil, `"messages":[{"role":"user","content":"agent %d"},`, k), 1)
-			}
+		bodies := slices.Repeat([][]byte{agent}, c)
+		if i > 0 {
+			bodies = ownConversations(agent, c) // sixteen agents
 		}
 		for _, p := range []*proc{rp, ic} {
 			before := p.status("VmRSS")

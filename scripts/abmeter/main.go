@@ -5,7 +5,8 @@
 // the same agent-shaped requests to each in turn (direct, via the
 // ReverseProxy, via imgctx; the order rotates every request), then reports
 // the p50/p99 each adds over direct, the CPU each proxy process spends per
-// request (from /proc), and requests/s under concurrent load.
+// request (from /proc), and requests/s under concurrent load: every client
+// re-sending one body (one conversation), and each a conversation of its own.
 //
 //	go run ./scripts/abmeter              # the full run, about two minutes
 //	go run ./scripts/abmeter -n 100 -load 3s
@@ -327,26 +328,45 @@ func run(n int, load time.Duration) {
 		fmt.Printf("| %s | %d | %s | %s | %s | %s | %s |\n", sh.name, len(gw), ms(q(lat[0], 0.5)), added(1), added(2), perReq(1), perReq(2))
 	}
 	fmt.Printf("\n## Requests/s, 1 KB text requests, %s per run\n\n", load)
-	fmt.Println("| clients | direct | ReverseProxy | imgctx | imgctx / ReverseProxy |")
-	fmt.Println("|---|---|---|---|---|")
+	fmt.Println("| clients | conversations | direct | ReverseProxy | imgctx | imgctx / ReverseProxy |")
+	fmt.Println("|---|---|---|---|---|---|")
 	for _, c := range []int{16, 64} {
-		// Short rounds, each in the other order: a VM's speed drifts (here
-		// ReverseProxy's own requests/s ranged from 7,900 to 13,500 over
-		// ten runs), and two rounds of half the run each let the ratio
-		// move by a fifth between runs.
-		var rates [3]float64
-		for round := range throughputRounds {
-			order := []int{0, 1, 2}
-			if round%2 == 1 {
-				slices.Reverse(order)
+		// Every client re-sending one body is one conversation, whose
+		// decisions imgctx takes one at a time; agents are a conversation
+		// each.
+		for _, own := range []bool{false, true} {
+			sent, mode := slices.Repeat([][]byte{bodies.Small()}, c), "one"
+			if own {
+				sent, mode = ownConversations(bodies.Small(), c), "one a client"
 			}
-			for _, j := range order {
-				base := []string{up.url, rp.url, ic.url}[j]
-				rates[j] += throughput(base, bodies.Small(), c, load/throughputRounds)
+			// Short rounds, each in the other order: a VM's speed drifts
+			// (here ReverseProxy's own requests/s ranged from 7,900 to
+			// 13,500 over ten runs), and two rounds of half the run each
+			// let the ratio move by a fifth between runs.
+			var rates [3]float64
+			for round := range throughputRounds {
+				order := []int{0, 1, 2}
+				if round%2 == 1 {
+					slices.Reverse(order)
+				}
+				for _, j := range order {
+					base := []string{up.url, rp.url, ic.url}[j]
+					rates[j] += throughput(base, sent, load/throughputRounds)
+				}
 			}
+			fmt.Printf("| %d | %s | %.0f | %.0f | %.0f | %.2f |\n", c, mode, rates[0]/throughputRounds, rates[1]/throughputRounds, rates[2]/throughputRounds, rates[2]/rates[1])
 		}
-		fmt.Printf("| %d | %.0f | %.0f | %.0f | %.2f |\n", c, rates[0]/throughputRounds, rates[1]/throughputRounds, rates[2]/throughputRounds, rates[2]/rates[1])
 	}
+}
+
+// ownConversations is body once for each of n clients, each a conversation
+// of its own: the same body but for a first message naming the client.
+func ownConversations(body []byte, n int) [][]byte {
+	out := make([][]byte, n)
+	for k := range out {
+		out[k] = bytes.Replace(body, []byte(`"messages":[`), fmt.Appendf(nil, `"messages":[{"role":"user","content":"agent %d"},`, k), 1)
+	}
+	return out
 }
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
@@ -375,13 +395,14 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) 
 // measured in, its share of -load each.
 const throughputRounds = 6
 
-// throughput runs c clients for d and returns completed requests per second.
-func throughput(base string, body []byte, c int, d time.Duration) float64 {
+// throughput runs a client for each body for d, each sending its body,
+// and returns completed requests per second.
+func throughput(base string, bodies [][]byte, d time.Duration) float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var done atomic.Int64
 	var wg sync.WaitGroup
-	for range c {
+	for _, body := range bodies {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				if _, err := post(base, "/v1/chat/completions", body); err == nil && ctx.Err() == nil {
