@@ -235,8 +235,12 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		if c.Readers != nil {
 			req.Body = body.Tracked(c.Readers)
 		}
-		uctx, call := startSpan(ctx, "imgctx.upstream", trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("imgctx.upstream", route.Name), attribute.Int("http.request.body.size", body.Len())))
+		var opts []trace.SpanStartOption
+		if trace.SpanFromContext(ctx).IsRecording() { // built only for a span that keeps them
+			opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient),
+				trace.WithAttributes(attribute.String("imgctx.upstream", route.Name), attribute.Int("http.request.body.size", body.Len()))}
+		}
+		uctx, call := startSpan(ctx, "imgctx.upstream", opts...)
 		defer call.End()
 		if call.SpanContext().SpanID() != trace.SpanContextFromContext(ctx).SpanID() {
 			// A span of ours (untraced, the client's traceparent passes as it came).
@@ -245,18 +249,18 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		}
 		resp, err := route.Client.Send(uctx, req)
 		var we *wire.Error
+		status := 0
 		switch {
 		case err == nil:
-			if call.IsRecording() {
-				call.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-			}
+			status = resp.StatusCode
 		case errors.As(err, &we):
-			if call.IsRecording() {
-				call.SetAttributes(attribute.Int("http.response.status_code", we.Status))
-			}
+			status = we.Status
 			call.SetStatus(codes.Error, http.StatusText(we.Status))
 		default:
 			call.SetStatus(codes.Error, "upstream unreachable")
+		}
+		if status != 0 && call.IsRecording() {
+			call.SetAttributes(attribute.Int("http.response.status_code", status))
 		}
 		return resp, err
 	}

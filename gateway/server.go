@@ -130,7 +130,6 @@ type Server struct {
 	draining atomic.Bool
 	reqlog   *requestLog // nil when off
 	tracer   trace.Tracer
-	traced   bool // a provider was configured: spans are built with their attributes
 
 	behind chan struct{} // a slot for each write behind an answer (closeBehind)
 }
@@ -189,7 +188,7 @@ func New(cfg Config, e *engine.Engine, reg *prometheus.Registry, log *slog.Logge
 		log = slog.New(idHandler{log.Handler()})
 	}
 	s := &Server{cfg: cfg, engine: e, metrics: NewMetrics(reg), log: log, reg: reg,
-		perTenant: map[string]tenantLoad{}, tracer: tracerOf(cfg.Tracer), traced: cfg.Tracer != nil, behind: make(chan struct{}, cfg.MaxConcurrent)}
+		perTenant: map[string]tenantLoad{}, tracer: tracerOf(cfg.Tracer), behind: make(chan struct{}, cfg.MaxConcurrent)}
 	if cfg.RequestLog {
 		s.reqlog = newRequestLog(e.Sessions, cfg.RequestRetention, cfg.RequestMaxRows, log, s.metrics)
 	}

@@ -21,7 +21,7 @@ var incoming = propagation.TraceContext{}
 // traceparent; the engine's spans are its children.
 func (s *Server) startRequest(r *http.Request, route, id string) (context.Context, trace.Span) {
 	ctx := incoming.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	if !s.traced {
+	if s.cfg.Tracer == nil {
 		return s.tracer.Start(ctx, "") // a no-op span: nothing built for it
 	}
 	name := r.Pattern
