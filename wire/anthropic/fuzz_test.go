@@ -15,16 +15,8 @@ import (
 //
 //	go test ./wire/anthropic -run XXX -fuzz FuzzDecodeRequest -fuzztime 60s
 
-func seed(f *testing.F, names ...string) {
-	for _, n := range names {
-		if b, err := os.ReadFile("testdata/" + n); err == nil {
-			f.Add(b)
-		}
-	}
-}
-
 func FuzzDecodeRequest(f *testing.F) {
-	seed(f, "request.json")
+	wiretest.Seed(f, "request.json")
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRequest(b)
@@ -42,12 +34,12 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 func FuzzDecodeResponse(f *testing.F) {
-	seed(f, "response.json")
+	wiretest.Seed(f, "response.json")
 	f.Fuzz(func(t *testing.T, b []byte) { DecodeResponse(b) })
 }
 
 func FuzzStream(f *testing.F) {
-	seed(f, "stream.sse", "stream-window.sse", "stream-error.sse")
+	wiretest.Seed(f, "stream.sse", "stream-window.sse", "stream-error.sse")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sr := wire.NewSSEReader(bytes.NewReader(b))
 		var s Stream
@@ -66,7 +58,7 @@ func FuzzStream(f *testing.F) {
 }
 
 func FuzzDecodeError(f *testing.F) {
-	seed(f, "error-prompt.json", "error-overloaded.json")
+	wiretest.Seed(f, "error-prompt.json", "error-overloaded.json")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if e := DecodeError(400, http.Header{}, b); e.Kind == "" {
 			t.Fatal("unclassified")
@@ -79,7 +71,7 @@ func FuzzDecodeError(f *testing.F) {
 //
 //	go test ./wire/anthropic -run XXX -fuzz FuzzScan -fuzztime 60s
 func FuzzScan(f *testing.F) {
-	seed(f, "request.json", "../../../testdata/requests/anthropic-agent.json")
+	wiretest.Seed(f, "request.json", "../../../testdata/requests/anthropic-agent.json")
 	// Small bodies of every block shape that holds images, so a short
 	// fuzzing budget (CI's) mutates them many times a second.
 	for _, block := range []string{

@@ -16,16 +16,8 @@ import (
 //
 //	go test ./wire/openai -run XXX -fuzz FuzzDecodeRequest -fuzztime 60s
 
-func seed(f *testing.F, names ...string) {
-	for _, n := range names {
-		if b, err := os.ReadFile("testdata/" + n); err == nil {
-			f.Add(b)
-		}
-	}
-}
-
 func FuzzDecodeRequest(f *testing.F) {
-	seed(f, "request.json")
+	wiretest.Seed(f, "request.json")
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRequest(b)
@@ -44,7 +36,7 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 func FuzzDecodeResponse(f *testing.F) {
-	seed(f, "response.json")
+	wiretest.Seed(f, "response.json")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeResponse(b)
 		if err == nil && r.Message.Role == "" {
@@ -54,7 +46,7 @@ func FuzzDecodeResponse(f *testing.F) {
 }
 
 func FuzzStream(f *testing.F) {
-	seed(f, "stream.sse", "stream-cut.sse")
+	wiretest.Seed(f, "stream.sse", "stream-cut.sse")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sr := wire.NewSSEReader(bytes.NewReader(b))
 		var s Stream
@@ -73,7 +65,7 @@ func FuzzStream(f *testing.F) {
 }
 
 func FuzzDecodeError(f *testing.F) {
-	seed(f, "error-context.json", "error-ratelimit.json", "error-server.html")
+	wiretest.Seed(f, "error-context.json", "error-ratelimit.json", "error-server.html")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e := DecodeError(400, http.Header{}, b)
 		if e.Kind == "" || e.Status != 400 {
@@ -87,7 +79,7 @@ func FuzzDecodeError(f *testing.F) {
 //
 //	go test ./wire/openai -run XXX -fuzz FuzzScan -fuzztime 60s
 func FuzzScan(f *testing.F) {
-	seed(f, "request.json", "../../../testdata/requests/openai-agent.json")
+	wiretest.Seed(f, "request.json", "../../../testdata/requests/openai-agent.json")
 	wiretest.FuzzScan(f, Scan)
 }
 

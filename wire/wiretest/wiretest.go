@@ -19,6 +19,20 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
+// Seed adds the files of a codec's testdata folder to a fuzz target's
+// corpus; a file named and missing fails the target rather than shrink
+// what it starts from unseen.
+func Seed(f *testing.F, names ...string) {
+	f.Helper()
+	for _, n := range names {
+		b, err := os.ReadFile("testdata/" + n)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}
+
 // Golden compares got with the file at path, or rewrites the file when the
 // test runs with -update.
 func Golden(t *testing.T, path string, got []byte) {
