@@ -6,14 +6,19 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/internal/config"
 	"github.com/imgctx/imgctx/session"
+	"github.com/imgctx/imgctx/session/sqlite"
+	"github.com/imgctx/imgctx/wire"
+	"github.com/imgctx/imgctx/wire/openai"
 )
 
 // lineWriter hands the first line matching re to found.
@@ -35,6 +40,32 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// startServe runs serve on a config over up and returns its base URL and
+// a stop that cancels it and returns what serve returned.
+func startServe(t *testing.T, up, dataDir string) (base string, stop func() error) {
+	t.Helper()
+	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, map[string]any{
+		"data_dir": dataDir, "upstream.base_url": up, "server.addr": "127.0.0.1:0", "log.level": "error"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The channel is kept here: the writer clears its own field under its lock.
+	found := make(chan string, 1)
+	out := &lineWriter{re: regexp.MustCompile(`listening on (http://\S+)`), found: found}
+	a := &app{stdout: out, stderr: io.Discard, cfg: cfg, log: newLogger(io.Discard, cfg.Log)}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.serve(ctx) }()
+	select {
+	case base = <-found:
+	case err := <-served:
+		t.Fatalf("serve ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	return base, func() error { cancel(); return <-served }
+}
+
 // A stop signal while a request is in flight: the request finishes, then
 // serve returns cleanly.
 func TestServeShutsDownGracefully(t *testing.T) {
@@ -43,29 +74,10 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		arrived <- struct{}{}
 		time.Sleep(400 * time.Millisecond) // in flight when the stop comes
-		io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`)
+		io.WriteString(w, completionDone)
 	}))
 	defer up.Close()
-	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, map[string]any{
-		"data_dir": t.TempDir(), "upstream.base_url": up.URL, "server.addr": "127.0.0.1:0", "log.level": "error"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The channel is kept here: the writer clears its own field under its lock.
-	found := make(chan string, 1)
-	out := &lineWriter{re: regexp.MustCompile(`listening on (http://\S+)`), found: found}
-	a := &app{stdout: out, stderr: io.Discard, cfg: cfg, log: newLogger(io.Discard, cfg.Log)}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- a.serve(ctx) }()
-	var base string
-	select {
-	case base = <-found:
-	case err := <-served:
-		t.Fatalf("serve ended: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not start")
-	}
+	base, stop := startServe(t, up.URL, t.TempDir())
 	result := make(chan string, 1)
 	go func() {
 		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
@@ -79,15 +91,85 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		result <- string(b)
 	}()
 	<-arrived // the request is in flight at the upstream: now stop
-	stop()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
 	if got := <-result; !strings.Contains(got, `"content":"done"`) {
 		t.Fatalf("the in-flight request did not finish: %s", got)
 	}
-	if err := <-served; err != nil {
+	if err := <-stopped; err != nil {
 		t.Fatalf("serve: %v", err)
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Fatal("still serving after shutdown")
+	}
+}
+
+const completionDone = `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`
+
+// A request that decides nothing leaves its conversation's measurement
+// base and activity time to the flush serve runs every second; stopped
+// before the next tick, serve still writes them (every's last run).
+func TestServeWritesWhatRequestsLeftForLaterAtShutdown(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, completionDone)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	base, stop := startServe(t, up.URL, dir)
+	opening := `{"model":"gpt-4o","messages":[{"role":"user","content":"look at the page"}]}`
+	// The same turn a tool step later: no image, no new human message.
+	step := `{"model":"gpt-4o","messages":[{"role":"user","content":"look at the page"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"look","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"an empty page"}]}`
+	for _, body := range []string{opening, step} {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	store, err := sqlite.Open(filepath.Join(dir, "imgctx.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	sp, err := openai.Scan([]byte(step), wire.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := store.LoadProxied(context.Background(), "default", engine.ConversationKey("default", openai.Dialect, http.Header{}, sp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Messages != 3 {
+		t.Fatalf("the stored conversation ends at its first request (%d messages): the second's base was lost at shutdown", p.Messages)
+	}
+}
+
+// every runs its function on each tick and once more when stopped, and
+// stop returns once that last run has ended.
+func TestEveryRunsOnceMoreWhenStopped(t *testing.T) {
+	var mu sync.Mutex
+	runs, ended := 0, false
+	stop := every(time.Hour, func() {
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		runs, ended = runs+1, true
+		mu.Unlock()
+	})
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 1 || !ended {
+		t.Fatalf("%d runs before stop returned, want the last one", runs)
 	}
 }
 
