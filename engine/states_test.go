@@ -2,6 +2,8 @@ package engine
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/imgctx/imgctx/chat"
@@ -54,5 +56,43 @@ func TestHeldStateFollowsTheStore(t *testing.T) {
 	last := r.up.requests[len(r.up.requests)-1]
 	if bytes.Contains(last, []byte("turn one")) || !bytes.Contains(last, []byte("anew once more")) {
 		t.Fatalf("the made-again session's turn started from the old one's state:\n%s", last)
+	}
+}
+
+// appendThenFail is a session store whose next Append writes and then
+// reports an error, as a commit whose answer was lost does.
+type appendThenFail struct {
+	session.Store
+	armed bool
+}
+
+func (s *appendThenFail) Append(ctx context.Context, tenant string, id session.ID, entries []session.Entry, st session.State) ([]session.Entry, error) {
+	out, err := s.Store.Append(ctx, tenant, id, entries, st)
+	if err == nil && s.armed {
+		s.armed = false
+		return nil, errors.New("connection reset after the commit")
+	}
+	return out, err
+}
+
+// A turn whose write was reported failed may have been written: the next
+// turn starts from what the store holds, not from what the engine held
+// before it — here the turn that was written after all, and once.
+func TestATurnWrittenButReportedFailedIsReadBack(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 200_000, reply{text: "answer one"}, reply{text: "answer two"}, reply{text: "answer three"})
+	store := &appendThenFail{Store: r.engine.Sessions}
+	r.engine.Sessions = store
+	id := r.session(t, true)
+	r.call(t, id, user("turn one"))
+	store.armed = true
+	if _, err := r.engine.Call(t.Context(), "acme", id, user("turn two")); err == nil {
+		t.Fatal("a turn the store reported failed answered without an error")
+	}
+	r.call(t, id, user("turn three"))
+	third := r.up.requests[2]
+	for _, want := range []string{"turn one", "answer one", "turn two", "answer two", "turn three"} {
+		if bytes.Count(third, []byte(want)) != 1 {
+			t.Fatalf("the third turn's request holds %q %d times, want once:\n%s", want, bytes.Count(third, []byte(want)), third)
+		}
 	}
 }

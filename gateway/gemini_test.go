@@ -358,3 +358,59 @@ func TestGeminiErrorsInGooglesShape(t *testing.T) {
 		}
 	}
 }
+
+// An image over the provider's edge goes shrunk on Gemini's wire too: an
+// inlineData of the smaller copy where the original was, the resize note
+// as a text part after it, the same bytes on every request.
+func TestGeminiShrunkImageCarriesAResizeNote(t *testing.T) {
+	p := agentProfile(200_000)
+	p.Limits = tokens.Limits{MaxEdge: 400}
+	up := newGeminiUpstream(t, p)
+	tbl, _ := tokens.Default().With(p)
+	e := &engine.Engine{Images: imagestore.Verified{Store: &imagestore.Mem{}}, Sessions: &session.Mem{}, Profiles: tbl, Shrinker: &media.Shrinker{}}
+	ups := []*Upstream{{Name: "gemini", Client: &upstream.Client{Format: upstream.Gemini, BaseURL: up.srv.URL, APIKey: "k", MaxRetries: -1}}}
+	s := New(Config{MaxBodyBytes: 64 << 20, Upstreams: ups}, e, prometheus.NewRegistry(), discardLogger())
+	t.Cleanup(s.Close)
+	srv := httptest.NewServer(finish(s))
+	t.Cleanup(srv.Close)
+	_, b64 := samplePNG(t)
+	body := `{"contents":[{"role":"user","parts":[{"text":"click the button"},{"inlineData":{"mimeType":"image/png","data":"` + b64 + `"}}]}]}`
+	for range 2 {
+		resp, err := http.Post(srv.URL+"/v1beta/models/agent-1:generateContent", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, answer)
+		}
+	}
+	up.mu.Lock()
+	got := up.bodies
+	up.mu.Unlock()
+	var sent struct {
+		Contents []struct{ Parts []geminiPart } `json:"contents"`
+	}
+	if err := json.Unmarshal(got[0], &sent); err != nil || len(sent.Contents) != 1 || len(sent.Contents[0].Parts) != 3 {
+		t.Fatalf("want the text, the image and its note: %v\n%.300s", err, got[0])
+	}
+	parts := sent.Contents[0].Parts
+	if parts[1].InlineData == nil || parts[1].InlineData.Data == b64 {
+		t.Fatalf("the original went, or no inlineData: %.300s", got[0])
+	}
+	shrunk, err := base64.StdEncoding.DecodeString(parts[1].InlineData.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := media.Inspect(shrunk, parts[1].InlineData.MimeType, media.Limits{})
+	if err != nil || info.Width != 400 || info.Height != 250 || info.MediaType != parts[1].InlineData.MimeType {
+		t.Fatalf("the copy sent: %+v (%v) as %s; want a 400x250 image of its MIME type", info, err, parts[1].InlineData.MimeType)
+	}
+	if want := "[imgctx: the image above was resized from 1280x800 to 400x250 to meet the provider's limits; multiply its coordinates by 3.2 to get coordinates in the original]"; parts[2].Text != want {
+		t.Fatalf("the note after it: %q", parts[2].Text)
+	}
+	if !bytes.Equal(got[0], got[1]) {
+		t.Fatal("the shrunk request differs between two identical requests")
+	}
+}

@@ -55,6 +55,31 @@ func TestModelsMergedAcrossUpstreams(t *testing.T) {
 	}
 }
 
+// An Anthropic client's list (anthropic-version) merges the Anthropic
+// upstreams' pages into one in Anthropic's shape: every model, no more
+// pages, named by its first and last.
+func TestAnthropicModelsMergedAcrossUpstreams(t *testing.T) {
+	g, _ := twoUpstreams(t)
+	second := newFake(t, upstream.Anthropic)
+	second.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"data":[{"type":"model","id":"claude-haiku-4-5","display_name":"Claude Haiku 4.5","created_at":"2026-01-01T00:00:00Z"}],"has_more":false,"first_id":"claude-haiku-4-5","last_id":"claude-haiku-4-5"}`)
+	})
+	g.server.cfg.Upstreams = append(g.server.cfg.Upstreams, &Upstream{Name: "haiku", Client: &upstream.Client{Format: upstream.Anthropic, BaseURL: second.srv.URL}, Models: []string{"claude-haiku-*"}})
+	resp, body := g.do(t, "GET", "/v1/models", "", nil, "anthropic-version", "2023-06-01")
+	var page struct {
+		Data []struct {
+			ID, Type string
+		} `json:"data"`
+		HasMore *bool   `json:"has_more"`
+		FirstID *string `json:"first_id"`
+		LastID  *string `json:"last_id"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(body, &page) != nil || len(page.Data) != 2 || page.Data[0].Type != "model" ||
+		page.HasMore == nil || *page.HasMore || page.FirstID == nil || *page.FirstID != "claude-sonnet-4-6" || page.LastID == nil || *page.LastID != "claude-haiku-4-5" {
+		t.Fatalf("merged Anthropic models: %d %s", resp.StatusCode, body)
+	}
+}
+
 // Unknown routes and methods answer JSON in the client's shape, counted.
 func TestUnknownRoutesAnswerProviderJSON(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
