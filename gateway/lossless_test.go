@@ -412,3 +412,31 @@ func readTestFile(t *testing.T, name string) []byte {
 	}
 	return b
 }
+
+// A streamed Chat Completions request gets include_usage from imgctx
+// (it measures from usage) beside whatever stream options the client set,
+// and the usage chunk that adds reaches only a client that asked for it.
+func TestStreamOptionsKeepTheClientsAndUsageOnlyIfAsked(t *testing.T) {
+	for _, c := range []struct {
+		options, upstream string
+		usage             bool
+	}{
+		{``, `"stream_options":{"include_usage":true}`, false},
+		{`,"stream_options":{"include_obfuscation":false}`, `"stream_options":{"include_obfuscation":false,"include_usage":true}`, false},
+		{`,"stream_options":{"include_usage":false}`, `"stream_options":{"include_usage":true}`, false},
+		{`,"stream_options":{"include_usage":true}`, `"stream_options":{"include_usage":true}`, true},
+	} {
+		g := newGW(t, upstream.OpenAI, nil)
+		body := `{"model":"gpt-4o","stream":true` + c.options + `,"messages":[{"role":"user","content":"hi"}]}`
+		resp, answer := g.do(t, "POST", "/v1/chat/completions", "", []byte(body))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", c.options, resp.StatusCode, answer)
+		}
+		if sent := g.up.received()[0]; !bytes.Contains(sent, []byte(c.upstream)) {
+			t.Errorf("client options %s: the upstream got %s, want %s in it", c.options, sent, c.upstream)
+		}
+		if got := bytes.Contains(answer, []byte(`"usage":{"prompt_tokens"`)); got != c.usage || !bytes.Contains(answer, []byte("data: [DONE]")) {
+			t.Errorf("client options %s: usage chunk to the client %v, want %v:\n%s", c.options, got, c.usage, answer)
+		}
+	}
+}
