@@ -239,7 +239,18 @@ type Event struct {
 	Reason  reason.Code
 	Tokens  int
 	Detail  string
+	// Compaction is what a "compacted" event ran: CompactedSummary,
+	// CompactedShared (a summary on the live prefix, sharing its cache) or
+	// CompactedMicro; the metrics count by it, never by Detail's words.
+	Compaction string
 }
+
+// The compactions an Event names.
+const (
+	CompactedSummary = "summary"
+	CompactedShared  = "summary_shared"
+	CompactedMicro   = "micro"
+)
 
 // Result is what one call returns.
 type Result struct {
@@ -548,7 +559,7 @@ func (c *call) startOrContinue(incoming []chat.Message) error {
 				c.st.Live = live2
 				c.st.Keep.Base.Valid = false
 				c.removed(stats.Removed)
-				c.emit(Event{Kind: "compacted", Detail: fmt.Sprintf("microcompaction after %s idle: %d tool results, %d media, %d nested media cleared", idle.Round(time.Second), stats.Tool, stats.Media, stats.NestedMedia)})
+				c.emit(Event{Kind: "compacted", Compaction: CompactedMicro, Detail: fmt.Sprintf("microcompaction after %s idle: %d tool results, %d media, %d nested media cleared", idle.Round(time.Second), stats.Tool, stats.Media, stats.NestedMedia)})
 			}
 		}
 		c.turn = policy.StartTurn(c.keepTurn())

@@ -412,7 +412,7 @@ func TestIdleSessionIsMicrocompacted(t *testing.T) {
 	now = now.Add(2 * time.Hour)
 	r.up.replies = append(r.up.replies, reply{text: "back"})
 	r.call(t, id, user("I'm back."))
-	if !hasEvent(r.events, "compacted", "microcompaction") || !hasEvent(r.events, "removed", "idle") {
+	if !hasEvent(r.events, "compacted", "microcompaction") || compactions(r.events) != CompactedMicro || !hasEvent(r.events, "removed", "idle") {
 		t.Fatalf("events %+v", r.events)
 	}
 	// keep_recent 1: one screenshot result keeps its image.
@@ -698,12 +698,12 @@ func TestCompactionSharesTheCacheWhenWarm(t *testing.T) {
 				if warm {
 					p, s := stripCacheControl(messagesArray(t, prev)), stripCacheControl(messagesArray(t, sum))
 					p = p[:bytes.LastIndexByte(p, ']')] // every message of the previous request, then more
-					if !bytes.HasPrefix(s, p) || !hasEvent(r.events, "compacted", "cache-sharing") {
+					if !bytes.HasPrefix(s, p) || !hasEvent(r.events, "compacted", "cache-sharing") || compactions(r.events) != CompactedShared {
 						t.Fatal("the warm summary request does not begin with the previous request")
 					}
 					return
 				}
-				if bytes.Contains(sum, []byte(b64[:200])) || !hasEvent(r.events, "compacted", "slimmed") {
+				if bytes.Contains(sum, []byte(b64[:200])) || !hasEvent(r.events, "compacted", "slimmed") || compactions(r.events) != CompactedSummary {
 					t.Fatal("the cold path is not the slimmed side query")
 				}
 			})

@@ -291,11 +291,11 @@ func (c *call) compact(ctx context.Context, share bool) error {
 	}
 	c.entries = append(c.entries, session.Entry{Compaction: &rec})
 	c.removed(res.Removed)
-	how := "slimmed side query"
+	how, kind := "slimmed side query", CompactedSummary
 	if rec.Shared {
-		how = "cache-sharing, on the live prefix"
+		how, kind = "cache-sharing, on the live prefix", CompactedShared
 	}
-	c.emit(Event{Kind: "compacted", Reason: reason.Compaction, Detail: fmt.Sprintf("summarised messages %d–%d (%d of %d characters; %s; %d images re-attached)",
+	c.emit(Event{Kind: "compacted", Reason: reason.Compaction, Compaction: kind, Detail: fmt.Sprintf("summarised messages %d–%d (%d of %d characters; %s; %d images re-attached)",
 		rec.From, rec.To, rec.PrefixChars, rec.TotalChars, how, rec.Restored)})
 	return nil
 }

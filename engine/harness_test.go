@@ -391,6 +391,17 @@ func keptImages(msgs []chat.Message) []chat.Image {
 	return out
 }
 
+// compactions lists the Compaction of each "compacted" event, by commas.
+func compactions(events []Event) string {
+	var out []string
+	for _, e := range events {
+		if e.Kind == "compacted" {
+			out = append(out, e.Compaction)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
 func hasEvent(events []Event, kind, why string) bool {
 	for _, e := range events {
 		if e.Kind == kind && (why == "" || string(e.Reason) == why || strings.Contains(e.Detail, why)) {

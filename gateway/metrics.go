@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"strings"
-
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
@@ -146,14 +144,7 @@ func (m *Metrics) engineEvent(e engine.Event) {
 	case "refused":
 		m.images.WithLabelValues("refused", string(e.Reason)).Inc()
 	case "compacted":
-		kind := "summary"
-		switch {
-		case strings.HasPrefix(e.Detail, "microcompaction"):
-			kind = "micro"
-		case strings.Contains(e.Detail, "cache-sharing"):
-			kind = "summary_shared"
-		}
-		m.compactions.WithLabelValues(kind).Inc()
+		m.compactions.WithLabelValues(e.Compaction).Inc()
 	case "retried":
 		m.overflow.WithLabelValues(string(e.Reason), "replayed").Inc()
 	}

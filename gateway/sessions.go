@@ -100,6 +100,9 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request, tenant string) {
 		if e.Detail != "" {
 			ev["detail"] = e.Detail
 		}
+		if e.Compaction != "" {
+			ev["compaction"] = e.Compaction
+		}
 		events = append(events, ev)
 	}
 	replyJSON(w, http.StatusOK, map[string]any{"message": json.RawMessage(msg), "usage": res.Usage, "events": events, "turn_end": res.TurnEnd})
