@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -77,6 +79,48 @@ func TestAnthropicModelsMergedAcrossUpstreams(t *testing.T) {
 	if resp.StatusCode != 200 || json.Unmarshal(body, &page) != nil || len(page.Data) != 2 || page.Data[0].Type != "model" ||
 		page.HasMore == nil || *page.HasMore || page.FirstID == nil || *page.FirstID != "claude-sonnet-4-6" || page.LastID == nil || *page.LastID != "claude-haiku-4-5" {
 		t.Fatalf("merged Anthropic models: %d %s", resp.StatusCode, body)
+	}
+}
+
+// With one upstream, a models request is the upstream's answer as it
+// came — status, body, its headers — for the list, one model (the id
+// with slashes a local server names its models by), an unknown one, and
+// Gemini's list with its page query; the configured key goes upstream.
+func TestModelsPassThroughFromOneUpstream(t *testing.T) {
+	type seen struct{ path, query, auth, goog string }
+	var got []seen
+	models := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, seen{r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), r.Header.Get("x-goog-api-key")})
+		w.Header().Set("X-Request-Id", "req-"+r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/nope") {
+			w.WriteHeader(404)
+			io.WriteString(w, `{"error":{"message":"The model 'nope' does not exist","type":"invalid_request_error","code":"model_not_found"}}`)
+			return
+		}
+		io.WriteString(w, `{"object":"list","data":[{"id":"`+r.URL.Path+`"}]}`)
+	}))
+	t.Cleanup(models.Close)
+	for _, c := range []struct {
+		format       upstream.Format
+		path, status string
+		want         seen
+	}{
+		{upstream.OpenAI, "/v1/models", "200", seen{"/v1/models", "", "Bearer upstream-key", ""}},
+		{upstream.OpenAI, "/v1/models/Qwen/Qwen3-VL-8B", "200", seen{"/v1/models/Qwen/Qwen3-VL-8B", "", "Bearer upstream-key", ""}},
+		{upstream.OpenAI, "/v1/models/nope", "404", seen{"/v1/models/nope", "", "Bearer upstream-key", ""}},
+		{upstream.Gemini, "/v1beta/models?pageSize=5", "200", seen{"/v1beta/models", "pageSize=5", "", "upstream-key"}},
+	} {
+		got = nil
+		g := newGW(t, upstream.OpenAI, nil)
+		g.engine.Upstream = &upstream.Client{Format: c.format, BaseURL: models.URL, APIKey: "upstream-key", MaxRetries: -1}
+		resp, body := g.do(t, "GET", c.path, "", nil)
+		if fmt.Sprint(resp.StatusCode) != c.status || len(got) != 1 || got[0] != c.want {
+			t.Fatalf("%s: %d %s; the upstream saw %+v, want %+v", c.path, resp.StatusCode, body, got, c.want)
+		}
+		if resp.Header.Get("X-Request-Id") != "req-"+c.want.path || (c.status == "200") != strings.Contains(string(body), `"id":"`+c.want.path+`"`) {
+			t.Fatalf("%s: not the upstream's answer: %s %s", c.path, resp.Header, body)
+		}
 	}
 }
 
