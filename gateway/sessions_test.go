@@ -315,3 +315,48 @@ func TestSessionsIdempotencyKey(t *testing.T) {
 		t.Fatalf("a new key: %d %s", resp.StatusCode, b)
 	}
 }
+
+// The sessions API refuses what it cannot act on with a clear error in
+// OpenAI's shape and the right status, and creates or changes nothing: a
+// session without a model or with an unknown thread kind, a malformed
+// turn, and every route on a session that does not exist.
+func TestSessionsAPIRefusals(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	resp, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o"}`))
+	if resp.StatusCode != 201 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	id := decodeJSON(t, body)["id"].(string)
+	const none = "s_000000000000000000000000"
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		says               string
+	}{
+		{"POST", "/v1/sessions", `{}`, 400, `body must be {\"model\"`},
+		{"POST", "/v1/sessions", `{"model":`, 400, `body must be {\"model\"`},
+		{"POST", "/v1/sessions", `{"model":"gpt-4o","thread":"side"}`, 400, `thread must be \"main\" or \"sub\"`},
+		{"POST", "/v1/sessions/" + id + "/turn", `{"messages":`, 400, "malformed turn"},
+		{"POST", "/v1/sessions/" + none + "/turn", `{"messages":[{"role":"user","content":"hi"}]}`, 404, ""},
+		{"GET", "/v1/sessions/" + none, ``, 404, ""},
+		{"DELETE", "/v1/sessions/" + none, ``, 404, ""},
+		{"GET", "/v1/sessions/" + none + "/export", ``, 404, ""},
+		{"GET", "/v1/sessions/" + none + "/keepimg", ``, 404, ""},
+		{"POST", "/v1/sessions/" + none + "/keepimg/store", `{"message":{"role":"tool","content":"x"}}`, 404, ""},
+	} {
+		resp, body := g.do(t, c.method, c.path, "", []byte(c.body))
+		var e struct {
+			Error struct{ Message, Type string }
+		}
+		if resp.StatusCode != c.status || json.Unmarshal(body, &e) != nil || e.Error.Message == "" || !strings.Contains(string(body), c.says) {
+			t.Errorf("%s %s %s: %d %s; want %d in OpenAI's error shape saying %q", c.method, c.path, c.body, resp.StatusCode, body, c.status, c.says)
+		}
+	}
+	list, err := g.engine.Sessions.List(t.Context(), "default")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("sessions after the refusals: %d (%v), want the one made", len(list), err)
+	}
+	if len(g.up.received()) != 0 {
+		t.Fatalf("a refused turn reached the upstream: %s", g.up.received()[0])
+	}
+}
