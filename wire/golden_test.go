@@ -61,6 +61,30 @@ func TestSSEReaderKeepsRawEvents(t *testing.T) {
 	}
 }
 
+// An event longer than the reader's buffer — a streamed image, a large
+// tool call — comes whole, its raw bytes as sent, and the stream goes on
+// after it; one past MaxEventBytes is an error, not a stall or a cut.
+func TestSSEReaderLongEvents(t *testing.T) {
+	big := `{"inlineData":{"data":"` + strings.Repeat("QUJD", 50_000) + `"}}` // 200 KB on one line
+	stream := "event: chunk\r\ndata: " + big + "\r\ndata: " + big + "\r\n\r\ndata: [DONE]\n\n"
+	r := NewSSEReader(strings.NewReader(stream))
+	ev, err := r.Next()
+	if err != nil || ev.Name != "chunk" || string(ev.Data) != big+"\n"+big || string(ev.Raw) != stream[:len(stream)-len("data: [DONE]\n\n")] {
+		t.Fatalf("the long event: %v, name %q, %d data bytes, %d raw", err, ev.Name, len(ev.Data), len(ev.Raw))
+	}
+	if ev, err := r.Next(); err != nil || string(ev.Data) != "[DONE]" {
+		t.Fatalf("the event after it: %q, %v", ev.Data, err)
+	}
+	for _, over := range []string{
+		"data: " + strings.Repeat("x", MaxEventBytes+1) + "\n\n",                      // one line
+		strings.Repeat("data: "+strings.Repeat("x", 1<<20)+"\n", MaxEventBytes>>20+1), // many
+	} {
+		if _, err := NewSSEReader(strings.NewReader(over)).Next(); err != io.ErrShortBuffer {
+			t.Fatalf("an event of %d bytes: %v, want io.ErrShortBuffer", len(over), err)
+		}
+	}
+}
+
 func TestRetryAfterAndKinds(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	h := http.Header{}
