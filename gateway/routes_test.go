@@ -124,6 +124,35 @@ func TestModelsPassThroughFromOneUpstream(t *testing.T) {
 	}
 }
 
+// A gateway started with no upstream (serve on its embedded defaults)
+// answers every route that needs one with 502 and how to give it one, in
+// each client's own error shape, and sends and stores nothing.
+func TestNoUpstreamSaysHowToConfigureOne(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	g.engine.Upstream = nil
+	_, b64 := samplePNG(t)
+	const how = "no upstream configured: start imgctx serve with --upstream or IMGCTX_UPSTREAM_BASE_URL"
+	for _, c := range []struct{ path, body, shape string }{
+		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}]}`, `"type":"api_error"`},
+		{"/v1/messages", `{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, `"type":"error"`},
+		{"/v1/responses", `{"model":"gpt-5","input":"hi"}`, `"type":"api_error"`},
+		{"/v1beta/models/gemini-2.5-flash:generateContent", `{"contents":[{"parts":[{"text":"hi"}]}]}`, `"status":"UNAVAILABLE"`},
+		{"/v1/models", ``, `"type":"api_error"`},
+	} {
+		method := "POST"
+		if c.body == "" {
+			method = "GET"
+		}
+		resp, body := g.do(t, method, c.path, "", []byte(c.body))
+		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), how) || !strings.Contains(string(body), c.shape) {
+			t.Errorf("%s: %d %s; want 502 saying %q in the shape %s", c.path, resp.StatusCode, body, how, c.shape)
+		}
+	}
+	if n := g.stored(t, "default"); n != 0 {
+		t.Fatalf("%d images stored for requests that could go nowhere", n)
+	}
+}
+
 // Unknown routes and methods answer JSON in the client's shape, counted.
 func TestUnknownRoutesAnswerProviderJSON(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
