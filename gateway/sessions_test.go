@@ -360,3 +360,32 @@ func TestSessionsAPIRefusals(t *testing.T) {
 		t.Fatalf("a refused turn reached the upstream: %s", g.up.received()[0])
 	}
 }
+
+// A turn the model cannot take even with the older images removed and the
+// history compacted answers 400 context_length_exceeded, saying what was
+// tried and the provider's words, and leaves the session as it was.
+func TestSessionsAPIContextFullLeavesTheSession(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	g.up.maxImages = 1 // prompt too long past one image
+	raw, _ := samplePNG(t)
+	img := func(n int) string {
+		return `{"type":"image_url","image_url":{"url":"data:image/png;base64,` + base64.StdEncoding.EncodeToString(distinctPNG(raw, n)) + `"}}`
+	}
+	_, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o"}`))
+	id := decodeJSON(t, body)["id"].(string)
+	if resp, body := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":[`+img(1)+`]}]}`)); resp.StatusCode != 200 {
+		t.Fatalf("first turn: %d %s", resp.StatusCode, body)
+	}
+	_, before := g.do(t, "GET", "/v1/sessions/"+id, "", nil)
+	resp, body := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":[`+img(2)+`,`+img(3)+`]}]}`))
+	var e struct {
+		Error struct{ Type, Message string }
+	}
+	if resp.StatusCode != 400 || json.Unmarshal(body, &e) != nil || e.Error.Type != "context_length_exceeded" ||
+		!strings.Contains(e.Error.Message, "even after removing images and compacting") || !strings.Contains(e.Error.Message, "maximum context length") {
+		t.Fatalf("%d %s; want 400 context_length_exceeded with what was tried and the provider's words", resp.StatusCode, body)
+	}
+	if _, after := g.do(t, "GET", "/v1/sessions/"+id, "", nil); !bytes.Equal(before, after) {
+		t.Fatalf("the refused turn changed the session:\nbefore %s\nafter  %s", before, after)
+	}
+}
