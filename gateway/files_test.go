@@ -45,8 +45,9 @@ type fileProvider struct {
 	uploads map[string]int
 	deletes []string
 	bodies  [][]byte
-	// refuse answers uploads with this status (0: none).
-	refuse int
+	// refuse answers uploads with this status (0: none), refuseDeletes
+	// deletes.
+	refuse, refuseDeletes int
 	// session holds Gemini's upload sessions: URL path to what was started.
 	session map[string]string
 }
@@ -111,6 +112,10 @@ func (p *fileProvider) handle(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodDelete:
 		id := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
 		p.deletes = append(p.deletes, id)
+		if p.refuseDeletes != 0 {
+			w.WriteHeader(p.refuseDeletes)
+			return
+		}
 		if f, ok := p.files[id]; !ok || f.owner != owner(r) {
 			w.WriteHeader(404)
 			return
@@ -551,6 +556,54 @@ func TestFileIDsSweepDeletesStaleFiles(t *testing.T) {
 				t.Fatalf("the provider still holds %v; deletes %v", p.ids(fw.cred[1]), p.deletes)
 			}
 			if stale, _ := g.engine.Sessions.StaleFiles(t.Context(), time.Now().Add(time.Hour*24)); len(stale) != 0 {
+				t.Fatalf("the store still lists %+v", stale)
+			}
+		})
+	}
+}
+
+// A file the provider would not delete is left, counted, and deleted at
+// the next sweep once it does; a file past the expiry the provider gave
+// it is forgotten without a call — nothing is lost track of either way.
+func TestFileIDsSweepRetriesAndForgetsExpired(t *testing.T) {
+	for _, fw := range fileWires() {
+		t.Run(fw.name, func(t *testing.T) {
+			p := newFileProvider(t, fw.format)
+			g := filesGW(t, p, true)
+			if resp, out := g.do(t, "POST", fw.path, "", fw.body(shots(t, 2), nil), fw.cred...); resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, out)
+			}
+			later := time.Now().Add(3 * time.Hour)
+			g.engine.Now = func() time.Time { return later }
+			p.mu.Lock()
+			p.refuseDeletes = http.StatusServiceUnavailable
+			p.mu.Unlock()
+			if n, left, err := g.engine.SweepFiles(t.Context(), time.Hour, g.server.Routes()); err != nil || n != 0 || left != 2 {
+				t.Fatalf("the provider refusing: swept %d, left %d: %v", n, left, err)
+			}
+			if stale, _ := g.engine.Sessions.StaleFiles(t.Context(), later); len(stale) != 2 || len(p.ids(fw.cred[1])) != 2 {
+				t.Fatalf("files the provider kept were forgotten: the store lists %d, the provider holds %d", len(stale), len(p.ids(fw.cred[1])))
+			}
+			p.mu.Lock()
+			p.refuseDeletes = 0
+			p.mu.Unlock()
+			if n, left, err := g.engine.SweepFiles(t.Context(), time.Hour, g.server.Routes()); err != nil || n != 2 || left != 0 || len(p.ids(fw.cred[1])) != 0 {
+				t.Fatalf("the next sweep: swept %d, left %d (%v); the provider holds %v", n, left, err, p.ids(fw.cred[1]))
+			}
+
+			// Gemini's files expire after 48 hours at the provider.
+			if fw.format != upstream.Gemini {
+				return
+			}
+			if resp, out := g.do(t, "POST", fw.path, "", fw.body(shots(t, 3)[2:], nil), fw.cred...); resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, out)
+			}
+			deletes := len(p.deletes)
+			later = later.Add(49 * time.Hour)
+			if n, left, err := g.engine.SweepFiles(t.Context(), time.Hour, g.server.Routes()); err != nil || n != 1 || left != 0 || len(p.deletes) != deletes {
+				t.Fatalf("an expired file: swept %d, left %d (%v), %d delete calls", n, left, err, len(p.deletes)-deletes)
+			}
+			if stale, _ := g.engine.Sessions.StaleFiles(t.Context(), later.Add(time.Hour)); len(stale) != 0 {
 				t.Fatalf("the store still lists %+v", stale)
 			}
 		})
