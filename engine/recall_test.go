@@ -105,6 +105,23 @@ func TestRecallAnswersTheStoredImage(t *testing.T) {
 	}
 }
 
+// A handle whose image the store has since collected is a clear
+// ErrUnknownHandle saying so, not a store error nor an empty image.
+func TestRecallOfACollectedImage(t *testing.T) {
+	e, h, png := recallEngine(t, 64, 48, "gpt-4o")
+	in, err := media.Inspect(png, "", media.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Images.Delete(context.Background(), "alpha", in.Ref); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Recall(context.Background(), "alpha", h)
+	if !errors.Is(err, ErrUnknownHandle) || !strings.Contains(err.Error(), "no longer holds its image") {
+		t.Fatalf("recall of a collected image: %v", err)
+	}
+}
+
 // An image the conversation's model would refuse as stored comes back
 // shrunk to its rules: Claude takes no edge over 8,000 pixels.
 func TestRecallShrinksToTheModelsRules(t *testing.T) {
