@@ -443,3 +443,40 @@ func TestProxyCacheControlMovedOffTheOpeningKeepsOneConversation(t *testing.T) {
 		t.Fatal("the next turn lost the screenshot")
 	}
 }
+
+// proxy.max_images bounds what a conversation's decisions hold: past it
+// they start over, with a warning, and the conversation goes on — its
+// requests answered, its images decided afresh.
+func TestProxyDecisionsStartOverPastTheirCap(t *testing.T) {
+	rig := newAgentRig(t, 200_000, &session.Mem{})
+	var logs bytes.Buffer
+	rig.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	rig.imageCap = 2
+	rig.restart(t)
+	g := newAgent(t, rig, "Open the login page.")
+	g.start()
+	for range 2 {
+		g.send(reply{tools: 1})
+		g.results(1, false, false)
+	}
+	g.send(reply{})
+	if n := len(g.decisions().Images); n != 2 {
+		t.Fatalf("%d decisions under the cap of 2, want both", n)
+	}
+	g.human("One more.")
+	g.send(reply{tools: 1})
+	g.results(1, false, false)
+	g.send(reply{})
+	if d := g.decisions(); len(d.Images) != 0 || d.TurnAt != -1 {
+		t.Fatalf("past the cap the decisions hold %d images, turn at %d; want none, started over", len(d.Images), d.TurnAt)
+	}
+	rig.done.wait()
+	if !bytes.Contains(logs.Bytes(), []byte(`"msg":"proxied conversation over its decision cap: its decisions start over"`)) || !bytes.Contains(logs.Bytes(), []byte(`"cap":2`)) {
+		t.Fatalf("no warning for the cap:\n%s", logs.Bytes())
+	}
+	g.human("Still there?")
+	g.send(reply{})
+	if n := bytes.Count(g.sent[len(g.sent)-1], []byte(`"type":"image"`)); n != 3 {
+		t.Fatalf("after starting over, %d of the 3 screenshots sent", n)
+	}
+}
