@@ -90,6 +90,42 @@ func TestShrinkAppliesEXIFOrientation(t *testing.T) {
 	}
 }
 
+// Every EXIF orientation turns the stored pixels upright as the EXIF
+// specification says: a mark in the stored top-left corner is shown
+// top-left (1, 5: transposed), top-right (2: mirrored, 6: turned a quarter
+// clockwise), bottom-right (3: half a turn, 7: transverse) or bottom-left
+// (4: flipped, 8: a quarter anticlockwise), and 5 to 8 swap the sides.
+func TestShrinkAppliesEveryEXIFOrientation(t *testing.T) {
+	img := image.NewGray(image.Rect(0, 0, 40, 30)) // black, a white 10×10 mark top-left
+	for y := range 10 {
+		for x := range 10 {
+			img.SetGray(x, y, color.Gray{255})
+		}
+	}
+	stored := encodeJPEG(t, img)
+	for o, corner := range map[uint16]string{1: "top-left", 2: "top-right", 3: "bottom-right", 4: "bottom-left",
+		5: "top-left", 6: "top-right", 7: "bottom-right", 8: "bottom-left"} {
+		got, err := Shrink(withEXIF(stored, o, 0), Target{MaxEdge: 39}, Limits{})
+		if err != nil {
+			t.Fatalf("orientation %d: %v", o, err)
+		}
+		out, _, err := image.Decode(bytes.NewReader(got.Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, h := out.Bounds().Dx(), out.Bounds().Dy()
+		if (o >= 5) != (h > w) || got.Width != w || got.Height != h {
+			t.Fatalf("orientation %d: %d×%d (reported %d×%d); stored 40×30", o, w, h, got.Width, got.Height)
+		}
+		corners := map[string]color.Color{"top-left": out.At(2, 2), "top-right": out.At(w-3, 2), "bottom-right": out.At(w-3, h-3), "bottom-left": out.At(2, h-3)}
+		for name, c := range corners {
+			if white := gray(c) > 200; white != (name == corner) {
+				t.Errorf("orientation %d: the %s corner is %d; the mark belongs %s", o, name, gray(c), corner)
+			}
+		}
+	}
+}
+
 func encodeJPEG(t *testing.T, img image.Image) []byte {
 	var b bytes.Buffer
 	if err := jpegEncode(&b, img); err != nil {
