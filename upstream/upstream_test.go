@@ -103,6 +103,29 @@ func TestCancelledContextStopsRetrying(t *testing.T) {
 	}
 }
 
+// The wait between attempts (a Retry-After of up to a minute) ends when
+// the client goes away: a default client waiting on a 429 returns its
+// context's error, not after the wait.
+func TestRetryWaitEndsWithTheClient(t *testing.T) {
+	var n atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.Header().Set("Retry-After", "3600") // a minute, at most, of waiting
+		w.WriteHeader(429)
+		io.WriteString(w, `{"error":{"message":"slow down","type":"rate_limit_error"}}`)
+		cancel() // the client goes away while imgctx would wait
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{Format: OpenAI, BaseURL: srv.URL}
+	if _, err := c.Do(ctx, []byte(`{}`), nil); !errors.Is(err, context.Canceled) || n.Load() != 1 {
+		t.Fatalf("%v after %d attempts; want context.Canceled after one", err, n.Load())
+	}
+	if err := sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a wait on a cancelled context: %v", err)
+	}
+}
+
 // A Files API call carries the request's credentials and nothing else of
 // the client's (not its other headers), and a configured key replaces the
 // client's; the fingerprint tells credentials apart without holding them.
