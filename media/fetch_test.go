@@ -72,6 +72,18 @@ func imageServer(t *testing.T) *httptest.Server {
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
 		w.Write(make([]byte, 5000))
 	})
+	mux.HandleFunc("/big-declared", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1073741824") // refused on its word, before a byte is read
+		w.WriteHeader(http.StatusOK)
+	})
+	slow := make(chan struct{})
+	t.Cleanup(func() { close(slow) })
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		select { // answers only once the client gave up
+		case <-r.Context().Done():
+		case <-slow:
+		}
+	})
 	mux.HandleFunc("/big-chunked", func(w http.ResponseWriter, r *http.Request) {
 		for range 10 {
 			w.Write(make([]byte, 1000))
@@ -132,6 +144,9 @@ func TestFetchRefusals(t *testing.T) {
 		{"too many redirects", open, srv.URL + "/loop", reason.FetchFailed, "redirects"},
 		{"body over the cap", open, srv.URL + "/big", reason.TooLarge, "4096"},
 		{"chunked body over the cap", open, srv.URL + "/big-chunked", reason.TooLarge, "4096"},
+		{"declared body over the cap", open, srv.URL + "/big-declared", reason.TooLarge, "1073741824"},
+		{"no answer in time", &Fetcher{AllowLoopback: true, AnyPort: true, Timeout: 200 * time.Millisecond}, srv.URL + "/slow", reason.FetchFailed, "no answer within 200ms"},
+		{"no host", open, "http:///x.png", reason.FetchFailed, "no host"},
 		{"not found", open, srv.URL + "/missing", reason.FetchFailed, "404"},
 		{"ftp scheme", open, "ftp://example.com/x.png", reason.FetchFailed, "scheme"},
 		{"credentials", open, "http://user:pw@127.0.0.1/x.png", reason.FetchFailed, "credentials"},
