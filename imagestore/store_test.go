@@ -1,10 +1,12 @@
 package imagestore_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/imgctx/imgctx/blob"
 	. "github.com/imgctx/imgctx/imagestore"
 	"github.com/imgctx/imgctx/imagestore/storetest"
 )
@@ -66,4 +68,48 @@ func TestConformanceEncryptedMem(t *testing.T) {
 			return Verified{e}
 		},
 	})
+}
+
+// racingStore lets something happen between GC's scan and its deletions.
+type racingStore struct {
+	Store
+	afterList func()
+}
+
+func (r racingStore) List(ctx context.Context, tenant string, fn func(Info) error) error {
+	err := r.Store.List(ctx, tenant, fn)
+	r.afterList()
+	return err
+}
+
+// GC deletes only what is still old when it gets to it: an image touched
+// after the scan stays, one deleted meanwhile is passed over without an
+// error, and only the rest is removed and counted.
+func TestGCKeepsWhatChangedSinceItsScan(t *testing.T) {
+	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	mem := &Mem{Now: func() time.Time { return now }}
+	ctx := context.Background()
+	var refs []blob.Ref
+	for _, b := range []string{"touched since", "deleted since", "still old"} {
+		ref := blob.Of([]byte(b))
+		if err := mem.Put(ctx, "acme", ref, []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
+	}
+	s := racingStore{Store: mem, afterList: func() {
+		now = now.Add(2 * time.Hour)
+		mem.Touch(ctx, "acme", refs[0])
+		mem.Delete(ctx, "acme", refs[1])
+	}}
+	st, err := GC(ctx, s, "acme", now.Add(time.Hour), nil, nil)
+	if err != nil || st.Scanned != 3 || st.Removed != 1 || st.Freed != int64(len("still old")) {
+		t.Fatalf("GC: %+v, %v; want 3 scanned, 1 removed", st, err)
+	}
+	if _, err := mem.Stat(ctx, "acme", refs[0]); err != nil {
+		t.Fatalf("the image touched after the scan was deleted: %v", err)
+	}
+	if _, err := mem.Stat(ctx, "acme", refs[2]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the old image stayed: %v", err)
+	}
 }
