@@ -144,6 +144,26 @@ func TestRefusals(t *testing.T) {
 		{"s3 endpoint without scheme", "storage:\n  images: s3\n  s3: {endpoint: 's3.amazonaws.com', bucket: b}\n", nil, `storage.s3.endpoint: "s3.amazonaws.com" is not an http:// or https:// URL`},
 		{"s3 secret without key", "", map[string]string{"IMGCTX_STORAGE_IMAGES": "s3", "IMGCTX_STORAGE_S3_ENDPOINT": "http://127.0.0.1:7070", "IMGCTX_STORAGE_S3_BUCKET": "b", "IMGCTX_STORAGE_S3_SECRET_KEY": "hunter2"}, "set both or neither"},
 		{"duration without unit in the environment", "", map[string]string{"IMGCTX_MEDIA_FETCH_TIMEOUT": "30"}, `media.fetch.timeout: "30" has no unit`},
+		// Each range check names its key and what it takes.
+		{"budget fraction 1", "keep:\n  budget_fraction: 1\n", nil, "keep.budget_fraction: must be between 0 and 1 (got 1)"},
+		{"low water 0", "", map[string]string{"IMGCTX_KEEP_LOW_WATER": "0"}, "keep.low_water: must be between 0 and 1 (got 0)"},
+		{"negative sight", "keep:\n  sight: -0.5\n", nil, "keep.sight: must be 0 or more (got -0.5)"},
+		{"negative per-tenant concurrency", "server:\n  max_concurrent_per_tenant: -1\n", nil, "server.max_concurrent_per_tenant: must not be negative"},
+		{"negative tenant quota", "storage:\n  tenant_max_images: -1\n", nil, "storage.tenant_max_bytes, storage.tenant_max_images: must not be negative"},
+		{"negative drain delay", "server:\n  drain_delay: -1s\n", nil, "server.drain_delay: must not be negative"},
+		{"sample ratio over 1", "trace:\n  sample_ratio: 2\n", nil, "trace.sample_ratio: must be between 0 and 1 (got 2)"},
+		{"empty data dir", "data_dir: ''\n", nil, "data_dir: must not be empty"},
+		{"too many redirects", "media:\n  fetch:\n    max_redirects: 11\n", nil, "media.fetch.max_redirects: must be 0 to 10 (got 11)"},
+		{"vision neither", "", map[string]string{"IMGCTX_UPSTREAM_VISION": "maybe"}, `upstream.vision: "maybe" is not auto, true or false`},
+		{"file ids neither", "", map[string]string{"IMGCTX_UPSTREAM_FILE_IDS": "always"}, `upstream.file_ids: "always" is not off or auto`},
+		{"negative window", "upstream:\n  context_window: -1\n", nil, "upstream.context_window and upstream.max_retries must not be negative"},
+		{"log format", "log:\n  format: xml\n", nil, `log.format: "xml" is not text or json`},
+		{"upstream entry without a name", "upstreams:\n  - {format: openai, base_url: 'http://127.0.0.1:9'}\n", nil, "upstreams[0].name: must be set"},
+		{"upstream entry's vision", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9', vision: maybe}\n", nil, `upstreams[0].vision: "maybe" is not auto, true or false`},
+		{"upstream entry's file ids", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9', file_ids: always}\n", nil, `upstreams[0].file_ids: "always" is not off or auto`},
+		{"upstream entry's window", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9', context_window: -5}\n", nil, "upstreams[0].context_window: must not be negative"},
+		{"upstream entry's model pattern", "upstreams:\n  - {name: a, format: openai, base_url: 'http://127.0.0.1:9', models: ['gpt-[']}\n", nil, `upstreams[0].models: bad pattern "gpt-["`},
+		{"s3 without an endpoint", "storage:\n  images: s3\n  s3: {bucket: b}\n", nil, "storage.s3.endpoint: must be set when storage.images is s3"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
