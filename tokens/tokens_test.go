@@ -105,6 +105,39 @@ func TestParseRefusesBadTables(t *testing.T) {
 	}
 }
 
+// A profile a config file gives is checked for what its rule needs, and
+// the refusal names the profile and the field.
+func TestValidateNamesWhatAProfileLacks(t *testing.T) {
+	ok := Profile{Name: "p", ContextWindow: 1000, Tokenizer: "o200k", Vision: true}
+	for want, edit := range map[string]func(*Profile){
+		"profile without a name":                               func(p *Profile) { p.Name = "" },
+		`profile "p": context_window must be positive`:         func(p *Profile) { p.ContextWindow = 0 },
+		`profile "p": tokenizer "gpt2": want o200k, cl100k or`: func(p *Profile) { p.Tokenizer = "gpt2" },
+		"openai_patch needs multiplier and levels":             func(p *Profile) { p.Image = ImageRule{Rule: "openai_patch"} },
+		`openai_patch auto level "auto" is not among its levels`: func(p *Profile) {
+			p.Image = ImageRule{Rule: "openai_patch", Multiplier: 1, Levels: map[string]PatchLevel{"high": {}}, Auto: "auto"}
+		},
+		"anthropic_area needs max_edge and max_tokens":             func(p *Profile) { p.Image = ImageRule{Rule: "anthropic_area", MaxEdge: 1568} },
+		"fixed needs tokens":                                       func(p *Profile) { p.Image = ImageRule{Rule: "fixed"} },
+		"gemini_tile needs tokens, tile and small_edge":            func(p *Profile) { p.Image = ImageRule{Rule: "gemini_tile", Tokens: 258} },
+		"gemini_media_resolution needs resolutions with a default": func(p *Profile) { p.Image = ImageRule{Rule: "gemini_media_resolution"} },
+		"qwen_smart_resize needs factor, min_pixels and max_pixels ≥ min_pixels": func(p *Profile) {
+			p.Image = ImageRule{Rule: "qwen_smart_resize", Factor: 28, MinPixels: 100, MaxPixels: 10}
+		},
+		`profile "p": a vision model needs an image rule`: func(p *Profile) { p.Image = ImageRule{Rule: "none"} },
+	} {
+		p := ok
+		p.Image = ImageRule{Rule: "fixed", Tokens: 85}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("the valid profile: %v", err)
+		}
+		edit(&p)
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v; want %q", err, want)
+		}
+	}
+}
+
 func TestRuleEdges(t *testing.T) {
 	gpt54 := mustProfile(t, "gpt-5.4")
 	if _, err := ImageTokens(gpt54, 100, 100, "ultra"); !errors.Is(err, ErrUnknownDetail) {
