@@ -153,6 +153,12 @@ func DecodeEntry(seq int64, at time.Time, body []byte) (Entry, error) {
 	if err := json.Unmarshal(body, &b); err != nil {
 		return Entry{}, fmt.Errorf("decode log entry %d: %w", seq, err)
 	}
+	switch {
+	case b.Message == nil && b.Compaction == nil:
+		return Entry{}, fmt.Errorf("decode log entry %d: it holds neither a message nor a compaction", seq)
+	case b.Message != nil && b.Compaction != nil:
+		return Entry{}, fmt.Errorf("decode log entry %d: it holds both a message and a compaction", seq)
+	}
 	return Entry{Seq: seq, At: at, Message: b.Message, Compaction: b.Compaction}, nil
 }
 

@@ -74,9 +74,15 @@ func ImportJSONL(r io.Reader) (Snapshot, error) {
 			}
 			s.Meta = Meta{ID: l.ID, Tenant: l.Tenant, Thread: l.Thread, Settings: chat.Settings{Model: l.Model, KeepTurnImages: l.Keep}}
 			if l.Created != nil {
-				s.Meta.Created, s.Meta.Updated = *l.Created, *l.Updated
+				s.Meta.Created, s.Meta.Updated = *l.Created, *l.Created
+			}
+			if l.Updated != nil {
+				s.Meta.Updated = *l.Updated
 			}
 		case n > 1 && l.Type == "entry" && !sawState:
+			if l.At == nil {
+				return Snapshot{}, fmt.Errorf("line %d: an entry without its time (at)", n)
+			}
 			e, err := DecodeEntry(l.Seq, *l.At, l.Body)
 			if err != nil {
 				return Snapshot{}, fmt.Errorf("line %d: %w", n, err)
