@@ -248,6 +248,23 @@ func FuzzFromFile(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB"}}]}]}`))
 	f.Add([]byte(`{"type":"session","version":1,"id":"s_1","tenant":"default"}` + "\n" + `{"type":"state","state":{"version":1}}`))
 	f.Add([]byte(`{"messages":[{"role":"tool","content":null},{"role":"assistant","tool_calls":[{"id":"c"}]}]}`))
+	// A session export with a turn, a tool call and a screenshot, for the
+	// fuzzer to start its exports from.
+	at := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	shot := chat.Image{Ref: blob.Of([]byte("shot")), MediaType: "image/png", Width: 1280, Height: 800, Bytes: 90_000}
+	msgs := []chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "look"}}},
+		{Role: chat.Assistant, Parts: []chat.Part{chat.ToolCall{ID: "c1", Name: "screenshot", Arguments: "{}"}}},
+		{Role: chat.Tool, Parts: []chat.Part{chat.ToolResult{CallID: "c1", Name: "screenshot", Parts: []chat.Part{shot}}}}}
+	snap := session.Snapshot{Meta: session.Meta{ID: "s_1", Tenant: "default", Settings: chat.Settings{Model: "gpt-4o"}, Created: at, Updated: at},
+		State: session.State{Live: msgs, LastActivity: at}}
+	for i := range msgs {
+		snap.Log = append(snap.Log, session.Entry{Seq: int64(i + 1), At: at.Add(time.Duration(i) * time.Second), Message: &msgs[i]})
+	}
+	var export bytes.Buffer
+	if err := session.ExportJSONL(&export, snap); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(export.Bytes())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		w, err := FromFile(bytes.NewReader(data), time.Second)
 		if err == nil && w == nil {
