@@ -659,11 +659,7 @@ func TestFileIDsInSessions(t *testing.T) {
 	g := filesGW(t, p, false)
 	g.engine.Upstream = &upstream.Client{Format: upstream.Anthropic, BaseURL: p.srv.URL, APIKey: "sk-conf", MaxRetries: -1}
 	imgs := shots(t, 6)
-	resp, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"claude-sonnet-4-6"}`))
-	if resp.StatusCode != 201 {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "", `{"model":"claude-sonnet-4-6"}`)
 	turn := func(i int) []byte {
 		t.Helper()
 		msg := fmt.Sprintf(`{"messages":[{"role":"user","content":[{"type":"text","text":"step %d"},{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`,

@@ -16,11 +16,7 @@ func TestSessionCompactionsAreCounted(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
 	g.engine.Now = func() time.Time { return now }
-	resp, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o"}`))
-	if resp.StatusCode != 201 {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "", `{"model":"gpt-4o"}`)
 	raw, _ := samplePNG(t)
 	page := func(n int) string {
 		return `{"messages":[{"role":"user","content":[{"type":"text","text":"this page"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` +

@@ -220,8 +220,7 @@ func TestRequestLogRetention(t *testing.T) {
 func TestRequestLogHasSessionTurns(t *testing.T) {
 	g, _ := loggedGW(t, upstream.OpenAI, Config{})
 	g.up.toolCalls = []string{"screenshot"}
-	_, body := g.do(t, "POST", "/v1/sessions", "key-a", []byte(`{"model":"gpt-4o","keep_turn_images":true}`))
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "key-a", `{"model":"gpt-4o","keep_turn_images":true}`)
 	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "key-a", []byte(`{"messages":[{"role":"user","content":"Open the login page."}]}`))
 	_, b64 := samplePNG(t)
 	tool := fmt.Sprintf(`{"messages":[{"role":"tool","tool_call_id":"call_1","content":[{"type":"text","text":"captured"},{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`, b64)

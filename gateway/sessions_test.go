@@ -17,6 +17,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// newSession creates a session with the settings in body, as key, and
+// returns its id; any answer but 201 fails the test.
+func (g *gw) newSession(t *testing.T, key, body string) string {
+	t.Helper()
+	resp, b := g.do(t, "POST", "/v1/sessions", key, []byte(body))
+	if resp.StatusCode != 201 {
+		t.Fatalf("creating a session: %d %s", resp.StatusCode, b)
+	}
+	return decodeJSON(t, b)["id"].(string)
+}
+
 func decodeJSON(t *testing.T, b []byte) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -31,12 +42,8 @@ func decodeJSON(t *testing.T, b []byte) map[string]any {
 func TestSessionsAPI(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, map[string]string{"k": "acme"})
 	g.up.toolCalls = []string{"screenshot"}
-	resp, body := g.do(t, "POST", "/v1/sessions", "k", []byte(`{"model":"gpt-4o","keep_turn_images":true}`))
-	if resp.StatusCode != 201 {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	id := decodeJSON(t, body)["id"].(string)
-	resp, body = g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", []byte(`{"messages":[{"role":"user","content":"Open the login page."}]}`))
+	id := g.newSession(t, "k", `{"model":"gpt-4o","keep_turn_images":true}`)
+	resp, body := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", []byte(`{"messages":[{"role":"user","content":"Open the login page."}]}`))
 	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"turn_end":false`)) || !bytes.Contains(body, []byte(`"tool_calls"`)) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
@@ -100,8 +107,7 @@ func TestSessionsAPI(t *testing.T) {
 		t.Fatalf("after delete: %d", resp.StatusCode)
 	}
 	// A turn that does not fit: tool results with no open turn.
-	_, body = g.do(t, "POST", "/v1/sessions", "k", []byte(`{"model":"gpt-4o"}`))
-	id2 := decodeJSON(t, body)["id"].(string)
+	id2 := g.newSession(t, "k", `{"model":"gpt-4o"}`)
 	if resp, body := g.do(t, "POST", "/v1/sessions/"+id2+"/turn", "k", []byte(`{"messages":[{"role":"tool","tool_call_id":"x","content":"?"}]}`)); resp.StatusCode != 409 {
 		t.Fatalf("bad turn: %d %s", resp.StatusCode, body)
 	}
@@ -111,8 +117,7 @@ func TestSessionsAPI(t *testing.T) {
 // byte-exact, refusals, unreadable body, wrong method.
 func TestKeepimgStore(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
-	_, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o"}`))
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "", `{"model":"gpt-4o"}`)
 	path := "/v1/sessions/" + id + "/keepimg/store"
 	raw, b64 := samplePNG(t)
 	msg := func(parts string) []byte {
@@ -184,17 +189,13 @@ func TestKeepimgStore(t *testing.T) {
 // block, byte-exact from the store.
 func TestSessionsAPICrossFormatCarriesOnlyTheUpstreamsFields(t *testing.T) {
 	g := newGW(t, upstream.Anthropic, nil)
-	resp, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"claude-sonnet-4-6"}`))
-	if resp.StatusCode != 201 {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "", `{"model":"claude-sonnet-4-6"}`)
 	const pdf = "JVBERi0xLjQKMSAwIG9iajw8L1R5cGUvQ2F0YWxvZy9QYWdlcyAyIDAgUj4+ZW5kb2JqCjIgMCBvYmo8PC9UeXBlL1BhZ2VzL0tpZHNbMyAwIFJdL0NvdW50IDE+PmVuZG9iagozIDAgb2JqPDwvVHlwZS9QYWdlL1BhcmVudCAyIDAgUi9NZWRpYUJveFswIDAgNjEyIDc5Ml0+PmVuZG9iagp0cmFpbGVyPDwvUm9vdCAxIDAgUj4+CiUlRU9GCg=="
 	turn := `{"messages":[{"role":"user","name":"alice","content":[` +
 		`{"type":"text","text":"Summarise <this> & that.","x_vendor":{"a":1}},` +
 		`{"type":"file","file":{"filename":"spec.pdf","file_data":"data:application/pdf;base64,` + pdf + `"}},` +
 		`{"type":"input_audio","input_audio":{"data":"UklGRiQAAABXQVZF","format":"wav"}}]}]}`
-	resp, body = g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(turn))
+	resp, body := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(turn))
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
@@ -216,8 +217,7 @@ func TestSessionsAPICrossFormatCarriesOnlyTheUpstreamsFields(t *testing.T) {
 func TestPatchTurnsKeepingOffAtTheNextTurn(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	g.up.toolCalls = []string{"screenshot"}
-	_, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o","keep_turn_images":true}`))
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "", `{"model":"gpt-4o","keep_turn_images":true}`)
 	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"Open the login page."}]}`))
 	resp, body := g.do(t, "PATCH", "/v1/sessions/"+id, "", []byte(`{"keep_turn_images":false}`))
 	if resp.StatusCode != 200 || decodeJSON(t, body)["keep_turn_images"] != false {
@@ -250,8 +250,7 @@ func TestPatchTurnsKeepingOffAtTheNextTurn(t *testing.T) {
 func TestSessionsCountARemovalOnce(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	g.up.toolCalls = []string{"screenshot", "screenshot", "screenshot"}
-	_, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"tiny-vl"}`)) // budget 2,000
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "", `{"model":"tiny-vl"}`)
 	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"Go."}]}`))
 	raw, _ := samplePNG(t)
 	for i := range 3 {
@@ -272,8 +271,7 @@ func TestSessionsCountARemovalOnce(t *testing.T) {
 // model is not called twice; the key with other messages is a 422.
 func TestSessionsIdempotencyKey(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, map[string]string{"k": "acme"})
-	_, body := g.do(t, "POST", "/v1/sessions", "k", []byte(`{"model":"gpt-4o"}`))
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "k", `{"model":"gpt-4o"}`)
 	turn := []byte(`{"messages":[{"role":"user","content":"Open the login page."}]}`)
 	resp, first := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "k", turn, "Idempotency-Key", "turn-1")
 	if resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "" {
@@ -322,11 +320,7 @@ func TestSessionsIdempotencyKey(t *testing.T) {
 // turn, and every route on a session that does not exist.
 func TestSessionsAPIRefusals(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
-	resp, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o"}`))
-	if resp.StatusCode != 201 {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "", `{"model":"gpt-4o"}`)
 	const none = "s_000000000000000000000000"
 	for _, c := range []struct {
 		method, path, body string
@@ -371,8 +365,7 @@ func TestSessionsAPIContextFullLeavesTheSession(t *testing.T) {
 	img := func(n int) string {
 		return `{"type":"image_url","image_url":{"url":"data:image/png;base64,` + base64.StdEncoding.EncodeToString(distinctPNG(raw, n)) + `"}}`
 	}
-	_, body := g.do(t, "POST", "/v1/sessions", "", []byte(`{"model":"gpt-4o"}`))
-	id := decodeJSON(t, body)["id"].(string)
+	id := g.newSession(t, "", `{"model":"gpt-4o"}`)
 	if resp, body := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":[`+img(1)+`]}]}`)); resp.StatusCode != 200 {
 		t.Fatalf("first turn: %d %s", resp.StatusCode, body)
 	}
