@@ -610,6 +610,39 @@ func TestFileIDsSweepRetriesAndForgetsExpired(t *testing.T) {
 	}
 }
 
+// Files uploaded by one process are the next one's: a gateway restarted
+// (or another replica) over the same session store sends the images by
+// the same file ids and uploads none of them again.
+func TestFileIDsOutliveTheProcess(t *testing.T) {
+	for _, fw := range fileWires() {
+		t.Run(fw.name, func(t *testing.T) {
+			p := newFileProvider(t, fw.format)
+			g := filesGW(t, p, true)
+			imgs := shots(t, 2)
+			send := func(g *gw) []byte {
+				t.Helper()
+				if resp, out := g.do(t, "POST", fw.path, "", fw.body(imgs, nil), fw.cred...); resp.StatusCode != 200 {
+					t.Fatalf("%d %s", resp.StatusCode, out)
+				}
+				bodies := p.received()
+				return bodies[len(bodies)-1]
+			}
+			first := send(g)
+			restarted := &engine.Engine{Images: g.engine.Images, Sessions: g.engine.Sessions, Profiles: tokens.Default(),
+				Fetcher: &media.Fetcher{Timeout: 2 * time.Second, AnyPort: true, Log: discardLogger()}, Shrinker: &media.Shrinker{}}
+			again := send(filesGW(t, p, true, restarted))
+			for _, img := range imgs {
+				if n := p.uploadCounts()[digest(img)]; n != 1 {
+					t.Errorf("an image uploaded %d times across the restart, want once", n)
+				}
+			}
+			if !bytes.Equal(first, again) {
+				t.Fatalf("the restarted gateway sent another body:\n%.300s\n%.300s", first, again)
+			}
+		})
+	}
+}
+
 // A wire with no file form for images (Chat Completions) sends base64 as
 // ever, file_ids auto or not.
 func TestFileIDsLeaveChatCompletionsAlone(t *testing.T) {
