@@ -77,6 +77,53 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	}
 }
 
+// An image re-sent inline keeps its blob young: once a minute
+// (TouchEvery) a repeat touches it in the store, so the image-store GC,
+// which takes what was not touched within its cutoff, never collects an
+// image a conversation still sends; in between, repeats touch nothing.
+func TestARepeatedSpanKeepsItsBlobYoung(t *testing.T) {
+	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	images := &imagestore.Mem{Now: func() time.Time { return now }}
+	e := &Engine{Images: imagestore.Verified{Store: images}, Sessions: &session.Mem{}}
+	_, b64, _ := strings.Cut(screenshot(64, 48, 1), ",")
+	lift := func() blob.Ref {
+		l, err := e.liftBase64(t.Context(), "default", []byte(b64), "image/png", nil)
+		if err == nil {
+			_, err = e.commit(t.Context(), "default", l)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.in.Ref
+	}
+	ref := lift()
+	dated := func() time.Time {
+		in, err := images.Stat(t.Context(), "default", ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.ModTime
+	}
+	stored := dated()
+	now = now.Add(2 * time.Hour)
+	lift() // within the minute: nothing touched
+	if !dated().Equal(stored) {
+		t.Fatal("a repeat within the minute touched the store")
+	}
+	e.spans.mu.Lock()
+	for k, v := range e.spans.spans {
+		v.touched = time.Now().Add(-TouchEvery)
+		e.spans.spans[k] = v
+	}
+	e.spans.mu.Unlock()
+	if lift() != ref || !dated().Equal(now) {
+		t.Fatalf("a repeat past the minute left the blob dated %v, want %v", dated(), now)
+	}
+	if st, err := imagestore.GC(t.Context(), images, "default", now.Add(-time.Hour), nil, nil); err != nil || st.Removed != 0 {
+		t.Fatalf("GC with a cutoff an hour back removed %d (%v): the image was still being sent", st.Removed, err)
+	}
+}
+
 // The encoding cache holds what was expanded, not every image a client
 // sent inline: a drop-in client's own bytes go upstream as they came, and
 // holding a copy of each (as the cache once did) kept hundreds of
