@@ -163,6 +163,32 @@ func stall(t *testing.T, g *gw, key string, n int) <-chan string {
 	return answer
 }
 
+// server.max_concurrent_per_tenant, when set, is one tenant's share in
+// place of three quarters: past it that tenant's next request is answered
+// 429 at once, and another tenant's still goes through.
+func TestAConfiguredTenantShare(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, map[string]string{"ka": "alpha", "kb": "beta"})
+	g.server.cfg.MaxConcurrent, g.server.cfg.MaxConcurrentPerTenant, g.server.cfg.BodyTimeout, g.server.cfg.MinBodyRate = 8, 2, 300*time.Millisecond, 1<<40
+	var stalled []<-chan string
+	for range 3 {
+		stalled = append(stalled, stall(t, g, "ka", 1000))
+	}
+	time.Sleep(50 * time.Millisecond) // the stalled heads are in
+	ok := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
+	if resp, body := g.do(t, "POST", "/v1/chat/completions", "kb", ok); resp.StatusCode != 200 {
+		t.Fatalf("tenant beta while alpha holds its share: %d %s", resp.StatusCode, body)
+	}
+	refused := 0
+	for _, a := range stalled {
+		if strings.HasPrefix(<-a, "HTTP/1.1 429") {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Fatalf("%d of alpha's three requests refused, want the one past its share of 2", refused)
+	}
+}
+
 // Regression (items 1 and 4): connections that promise a large body and
 // send 8 bytes held every slot for as long as they liked; tenant B got 429
 // the whole time. Now one tenant gets at most three quarters of the slots,
