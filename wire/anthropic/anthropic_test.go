@@ -249,6 +249,29 @@ func TestStreamGolden(t *testing.T) {
 	}
 }
 
+// message_delta carries the final counts (server tools, and the API
+// since 2025, put the whole usage there): what it gives replaces what
+// message_start said, a count it leaves at zero keeps the start's, and a
+// later stop replaces an earlier one.
+func TestStreamUsageFromMessageDelta(t *testing.T) {
+	s := &Stream{}
+	for _, ev := range [][2]string{
+		{"message_start", `{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":1500,"cache_creation_input_tokens":0,"output_tokens":1}}}`},
+		{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":4}}`},
+		{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":25,"cache_read_input_tokens":0,"cache_creation_input_tokens":300,"cache_creation":{"ephemeral_1h_input_tokens":300},"output_tokens":9}}`},
+		{"message_stop", `{"type":"message_stop"}`},
+	} {
+		if err := s.Add(ev[0], []byte(ev[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := s.Response()
+	want := chat.Usage{Prompt: 25 + 1500 + 300, CacheRead: 1500, CacheWrite: 300, CacheWriteHour: 300, Output: 9}
+	if !s.Done() || r.Usage == nil || *r.Usage != want || r.StopReason != "end_turn" {
+		t.Fatalf("usage %+v, stop %q; want %+v, end_turn", r.Usage, r.StopReason, want)
+	}
+}
+
 func TestErrorsGolden(t *testing.T) {
 	cases := []struct {
 		file   string
