@@ -185,6 +185,40 @@ func TestBreakpointsNeverExceedFour(t *testing.T) {
 	}
 }
 
+// An image or document by URL (Anthropic's url source) is read as the
+// URL, and written back as one, the URL unchanged; a source type imgctx
+// does not know is the provider's, kept whole.
+func TestURLSourcesRoundTrip(t *testing.T) {
+	const img, pdf = "https://example.com/screen.png?s=1&t=2", "https://example.com/spec.pdf"
+	in := `{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"` + img + `"}},` +
+		`{"type":"document","source":{"type":"url","url":"` + pdf + `"}},` +
+		`{"type":"image","source":{"type":"container_upload","file_id":"f_1"}}]}]}`
+	r, err := DecodeRequest([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := r.Messages[0].Parts
+	if im, ok := parts[0].(chat.Image); !ok || im.URL != img {
+		t.Fatalf("the image: %+v", parts[0])
+	}
+	if d, ok := parts[1].(chat.Document); !ok || d.URL != pdf {
+		t.Fatalf("the document: %+v", parts[1])
+	}
+	if o, ok := parts[2].(chat.Opaque); !ok || !strings.Contains(o.Raw, `"container_upload"`) {
+		t.Fatalf("an unknown source type: %+v", parts[2])
+	}
+	out, err := r.Encode(r.Messages, func(p chat.Image) (string, string, string, error) { return "", "", p.URL, nil }, Cache{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`{"type":"image","source":{"type":"url","url":"https://example.com/screen.png?s=1&t=2"}}`,
+		`{"type":"document","source":{"type":"url","url":"https://example.com/spec.pdf"}}`, `{"type":"image","source":{"type":"container_upload","file_id":"f_1"}}`} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("%s was not written back: %s", want, out)
+		}
+	}
+}
+
 func TestDecodeRequestRefusals(t *testing.T) {
 	for name, in := range map[string]string{
 		"not json":        `{"model":`,
@@ -193,6 +227,7 @@ func TestDecodeRequestRefusals(t *testing.T) {
 		"image no source": `{"messages":[{"role":"user","content":[{"type":"image"}]}]}`,
 		"empty base64":    `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":""}}]}]}`,
 		"nested result":   `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":[{"type":"tool_result","tool_use_id":"b"}]}]}]}`,
+		"url without url": `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url"}}]}]}`,
 	} {
 		if _, err := DecodeRequest([]byte(in)); err == nil {
 			t.Errorf("%s: accepted", name)
