@@ -28,6 +28,31 @@ func spanEngine(t *testing.T) (*Engine, *imagestore.Mem) {
 	return &Engine{Images: imagestore.Verified{Store: images}, Sessions: &session.Mem{}}, images
 }
 
+// liftSpan takes an inline image as a request's scan does: its ref, and
+// whether it was stored (not a span seen before).
+func liftSpan(t *testing.T, e *Engine, tenant, b64 string) (blob.Ref, bool) {
+	t.Helper()
+	l, err := e.liftBase64(t.Context(), tenant, []byte(b64), "image/png", nil)
+	var stored bool
+	if err == nil {
+		stored, err = e.commit(t.Context(), tenant, l)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.in.Ref, stored
+}
+
+// ageSpans makes every remembered span due for its touch in the store.
+func ageSpans(e *Engine) {
+	e.spans.mu.Lock()
+	defer e.spans.mu.Unlock()
+	for k, v := range e.spans.spans {
+		v.touched = time.Now().Add(-TouchEvery)
+		e.spans.spans[k] = v
+	}
+}
+
 // A span seen before is not decoded or stored again; if its blob has gone
 // (gc), or another tenant sends the same text, it is stored anew.
 func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
@@ -35,18 +60,11 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	_, b64, _ := strings.Cut(screenshot(64, 48, 1), ",")
 	stores := 0
 	lift := func(tenant string) blob.Ref {
-		l, err := e.liftBase64(t.Context(), tenant, []byte(b64), "image/png", nil)
-		var stored bool
-		if err == nil {
-			stored, err = e.commit(t.Context(), tenant, l)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		ref, stored := liftSpan(t, e, tenant, b64)
 		if stored {
 			stores++
 		}
-		return l.in.Ref
+		return ref
 	}
 	first := lift("default")
 	if _, ok := e.seenSpan(t.Context(), e.spans.keyOf("default", []byte(b64))); !ok {
@@ -58,12 +76,7 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 	// Deleted behind its back: once the span is due for its touch (every
 	// minute), the next request finds the blob gone and stores it again.
 	images.Delete(t.Context(), "default", first)
-	e.spans.mu.Lock()
-	for k, v := range e.spans.spans {
-		v.touched = time.Now().Add(-TouchEvery)
-		e.spans.spans[k] = v
-	}
-	e.spans.mu.Unlock()
+	ageSpans(e)
 	if lift("default") != first || stores != 2 {
 		t.Fatalf("a span whose blob was deleted was not stored again (%d stores)", stores)
 	}
@@ -82,20 +95,11 @@ func TestRepeatedSpansAreRememberedPerTenant(t *testing.T) {
 // which takes what was not touched within its cutoff, never collects an
 // image a conversation still sends; in between, repeats touch nothing.
 func TestARepeatedSpanKeepsItsBlobYoung(t *testing.T) {
+	e, images := spanEngine(t)
 	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
-	images := &imagestore.Mem{Now: func() time.Time { return now }}
-	e := &Engine{Images: imagestore.Verified{Store: images}, Sessions: &session.Mem{}}
+	images.Now = func() time.Time { return now }
 	_, b64, _ := strings.Cut(screenshot(64, 48, 1), ",")
-	lift := func() blob.Ref {
-		l, err := e.liftBase64(t.Context(), "default", []byte(b64), "image/png", nil)
-		if err == nil {
-			_, err = e.commit(t.Context(), "default", l)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l.in.Ref
-	}
+	lift := func() blob.Ref { ref, _ := liftSpan(t, e, "default", b64); return ref }
 	ref := lift()
 	dated := func() time.Time {
 		in, err := images.Stat(t.Context(), "default", ref)
@@ -110,12 +114,7 @@ func TestARepeatedSpanKeepsItsBlobYoung(t *testing.T) {
 	if !dated().Equal(stored) {
 		t.Fatal("a repeat within the minute touched the store")
 	}
-	e.spans.mu.Lock()
-	for k, v := range e.spans.spans {
-		v.touched = time.Now().Add(-TouchEvery)
-		e.spans.spans[k] = v
-	}
-	e.spans.mu.Unlock()
+	ageSpans(e)
 	if lift() != ref || !dated().Equal(now) {
 		t.Fatalf("a repeat past the minute left the blob dated %v, want %v", dated(), now)
 	}
