@@ -248,16 +248,20 @@ func (p *fileProvider) received() [][]byte {
 	return append([][]byte(nil), p.bodies...)
 }
 
+// filesEngine is the files tests' engine over its stores: another
+// process's over the same stores is another filesEngine of them.
+func filesEngine(images imagestore.Store, sessions session.Store) *engine.Engine {
+	return &engine.Engine{Images: images, Sessions: sessions, Profiles: tokens.Default(),
+		Fetcher:  &media.Fetcher{Timeout: 2 * time.Second, AnyPort: true, Log: discardLogger()},
+		Shrinker: &media.Shrinker{}}
+}
+
 // filesGW is a gateway whose one upstream is p, with file_ids auto (or
 // not), passing the client's own credentials; given an engine, it serves
 // with that one (another gateway over the same conversations).
 func filesGW(t *testing.T, p *fileProvider, files bool, e ...*engine.Engine) *gw {
 	g := &gw{images: &imagestore.Mem{}}
-	g.engine = &engine.Engine{
-		Images: imagestore.Verified{Store: g.images}, Sessions: &session.Mem{}, Profiles: tokens.Default(),
-		Fetcher:  &media.Fetcher{Timeout: 2 * time.Second, AnyPort: true, Log: discardLogger()},
-		Shrinker: &media.Shrinker{},
-	}
+	g.engine = filesEngine(imagestore.Verified{Store: g.images}, &session.Mem{})
 	if len(e) > 0 {
 		g.engine = e[0]
 	}
@@ -628,9 +632,7 @@ func TestFileIDsOutliveTheProcess(t *testing.T) {
 				return bodies[len(bodies)-1]
 			}
 			first := send(g)
-			restarted := &engine.Engine{Images: g.engine.Images, Sessions: g.engine.Sessions, Profiles: tokens.Default(),
-				Fetcher: &media.Fetcher{Timeout: 2 * time.Second, AnyPort: true, Log: discardLogger()}, Shrinker: &media.Shrinker{}}
-			again := send(filesGW(t, p, true, restarted))
+			again := send(filesGW(t, p, true, filesEngine(g.engine.Images, g.engine.Sessions)))
 			for _, img := range imgs {
 				if n := p.uploadCounts()[digest(img)]; n != 1 {
 					t.Errorf("an image uploaded %d times across the restart, want once", n)
