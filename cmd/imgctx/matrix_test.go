@@ -43,7 +43,9 @@ var (
 var knownLosses = map[string]string{
 	// It removes the user's pasted diagrams, one a request; imgctx never
 	// removes the human's own images by price (only under window
-	// pressure), so its cheapest position still shows all six.
+	// pressure), so its cheapest position still shows all six. Priced
+	// like screenshots they leave in the first turns below a sight of 1
+	// and never above it (BENCHMARKS.md, the Gemini bullet).
 	"doc-review/gemini-2.5-flash/newest-3/1": "removes the user's own images",
 	// On gpt-4o these loops leave nothing where they drop a screenshot;
 	// imgctx leaves a marker, four tokens read on every later request
