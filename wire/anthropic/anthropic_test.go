@@ -375,3 +375,59 @@ func TestResponseUsageMatchesDecode(t *testing.T) {
 		t.Errorf("the usage of response.json went to encoding/json: %s", raw)
 	}
 }
+
+// What other wires bring that this one writes its own way: a document of
+// extracted text only as a text source, one by URL as a url source, an
+// image the provider holds as a file by its id, and a tool call whose
+// arguments are not JSON (a model's cut-off output, kept by OpenAI as a
+// string) with an empty input — Anthropic refuses an input that is not an
+// object.
+func TestPartsFromOtherWiresAreWrittenNatively(t *testing.T) {
+	msgs := []chat.Message{
+		{Role: chat.User, Wire: "openai", Parts: []chat.Part{
+			chat.Document{MediaType: "application/pdf", Name: "notes", Text: "Page one."},
+			chat.Document{URL: "https://example.com/spec.pdf", MediaType: "application/pdf"},
+			chat.Image{URL: wire.FileURL("file_9"), MediaType: "image/png"},
+			chat.Image{URL: "https://example.com/a.png"}}},
+		{Role: chat.Assistant, Wire: "openai", Parts: []chat.Part{chat.ToolCall{ID: "call_1", Name: "look", Arguments: `{"x":`}}},
+	}
+	src := func(img chat.Image) (string, string, string, error) { return "", "", img.URL, nil }
+	out, err := NewRequest("m", 5).Encode(msgs, src, Cache{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[` +
+		`{"type":"document","source":{"type":"text","media_type":"text/plain","data":"Page one."},"title":"notes"},` +
+		`{"type":"document","source":{"type":"url","url":"https://example.com/spec.pdf"}},` +
+		`{"type":"image","source":{"type":"file","file_id":"file_9"}},` +
+		`{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"look","input":{}}]}]}`
+	if string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
+
+// An upstream's stream is read, not trusted: a delta for a block never
+// started, or a block started out of its place, is an error naming the
+// event, and what the stream said before it stands.
+func TestStreamRefusesBlocksOutOfPlace(t *testing.T) {
+	start := `{"type":"message_start","message":{"usage":{"input_tokens":10,"output_tokens":1}}}`
+	for _, c := range []struct{ name, data, want string }{
+		{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}`, "block index 0 out of range"},
+		{"content_block_delta", `{"type":"content_block_delta","index":-1,"delta":{"type":"text_delta","text":"hi"}}`, "block index -1 out of range"},
+		{"content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`, "block 1 started out of order"},
+		{"ping", `{"type":`, "stream event \"ping\""},
+	} {
+		s := &Stream{}
+		if err := s.Add("message_start", []byte(start)); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Add(c.name, []byte(c.data))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v; want one saying %q", c.data, err, c.want)
+		}
+		if r := s.Response(); r.Usage == nil || r.Usage.Prompt != 10 || len(r.Message.Parts) != 0 || s.Done() {
+			t.Errorf("%s: after the refusal %+v, done %v", c.data, r, s.Done())
+		}
+	}
+}

@@ -355,3 +355,60 @@ func TestAnswerReadsUsageAndCut(t *testing.T) {
 		}
 	}
 }
+
+// A turn decoded from Anthropic JSON (a sessions API conversation moved
+// to an OpenAI model, a translated request) carries only fields valid on
+// this wire: every part's and message's extra fields and the other wire's
+// opaque blocks are left out, the parts themselves written as this wire's.
+func TestOtherWiresExtrasAreLeftOut(t *testing.T) {
+	pdf, shot := blob.Of([]byte("%PDF-1.7")), blob.Of([]byte("PNG"))
+	cache := `{"cache_control":{"type":"ephemeral"}}`
+	msgs := []chat.Message{
+		{Role: chat.User, Wire: "anthropic", Extra: map[string]json.RawMessage{"x_anthropic": []byte(`1`)}, Parts: []chat.Part{
+			chat.Text{Text: "read this", Extra: cache},
+			chat.Document{Ref: pdf, MediaType: "application/pdf", Name: "spec.pdf", Extra: `{"citations":{"enabled":true}}`},
+			chat.Image{Ref: shot, MediaType: "image/png", Extra: cache},
+			chat.Opaque{Wire: "anthropic", Raw: `{"type":"search_result","source":"s"}`}}},
+		{Role: chat.Assistant, Wire: "anthropic", Parts: []chat.Part{
+			chat.Opaque{Wire: "anthropic", Raw: `{"type":"thinking","thinking":"hm","signature":"EqQB"}`},
+			chat.ToolCall{ID: "call_1", Name: "look", Arguments: `{}`, Extra: cache}}},
+		{Role: chat.Tool, Wire: "anthropic", Parts: []chat.Part{
+			chat.ToolResult{CallID: "call_1", Name: "look", Extra: cache, Parts: []chat.Part{chat.Text{Text: "done", Extra: cache}}}}},
+	}
+	src := func(p chat.Image) (string, string, string, error) {
+		if p.Ref == pdf {
+			return "application/pdf", "JVBERi0xLjc=", "", nil
+		}
+		return "image/png", "UE5H", "", nil
+	}
+	out, err := NewRequest("m").Encode(msgs, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","messages":[` +
+		`{"role":"user","content":[{"type":"text","text":"read this"},` +
+		`{"type":"file","file":{"filename":"spec.pdf","file_data":"data:application/pdf;base64,JVBERi0xLjc="}},` +
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,UE5H"}}]},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"look","arguments":"{}"}}]},` +
+		`{"role":"tool","content":"done","tool_call_id":"call_1"}]}`
+	if string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
+
+// A document whose bytes were never stored goes out as it came: its
+// extracted text, named, where there is only text; its data URL as the
+// file part's data.
+func TestDocumentsWithoutARef(t *testing.T) {
+	m := chat.Message{Role: chat.User, Parts: []chat.Part{
+		chat.Document{MediaType: "application/pdf", Text: "Page one."},
+		chat.Document{URL: "data:application/pdf;base64,JVBE", MediaType: "application/pdf"}}}
+	b, err := EncodeMessage(m, func(p chat.Image) (string, string, string, error) { return "", "", p.URL, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"role":"user","content":[{"type":"text","text":"[document: application/pdf]\nPage one."},{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBE"}}]}`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+}
