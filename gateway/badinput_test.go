@@ -67,6 +67,7 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 		{"gzip bomb past the limit after decompression", "POST", "/v1/chat/completions", "k-acme", gz.Bytes(), []string{"Content-Encoding", "gzip"}, 413, "8388608 bytes"},
 		{"bad base64", "POST", "/v1/chat/completions", "k-acme", chatBody("data:image/png;base64,iVBO*w0K"), nil, 400, "base64"},
 		{"unknown format", "POST", "/v1/chat/completions", "k-acme", chatBody("data:image/png;base64," + base64.StdEncoding.EncodeToString([]byte("just some text here"))), nil, 415, "not an image"},
+		{"a PDF in an image part", "POST", "/v1/chat/completions", "k-acme", chatBody("data:image/png;base64," + base64.StdEncoding.EncodeToString([]byte("%PDF-1.7\n1 0 obj\n<<>>\nendobj\n%%EOF\n"))), nil, 400, "application/pdf sent as an image"},
 		{"100000x100000 PNG header", "POST", "/v1/chat/completions", "k-acme", chatBody("data:image/png;base64," + pngBomb()), nil, 413, "10000000000 pixels"},
 		{"another tenant's ref", "POST", "/v1/chat/completions", "k-acme", chatBody("imgctx:" + globex.Ref), nil, 404, "unknown image ref"},
 		{"another tenant's image", "GET", "/v1/images/" + globex.Ref, "k-acme", nil, nil, 404, "not found"},
