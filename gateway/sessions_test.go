@@ -317,7 +317,8 @@ func TestSessionsIdempotencyKey(t *testing.T) {
 // The sessions API refuses what it cannot act on with a clear error in
 // OpenAI's shape and the right status, and creates or changes nothing: a
 // session without a model or with an unknown thread kind, a malformed
-// turn, and every route on a session that does not exist.
+// turn, a PDF in an image part, and every route on a session that does
+// not exist.
 func TestSessionsAPIRefusals(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	id := g.newSession(t, "", `{"model":"gpt-4o"}`)
@@ -331,6 +332,8 @@ func TestSessionsAPIRefusals(t *testing.T) {
 		{"POST", "/v1/sessions", `{"model":`, 400, `body must be {\"model\"`},
 		{"POST", "/v1/sessions", `{"model":"gpt-4o","thread":"side"}`, 400, `thread must be \"main\" or \"sub\"`},
 		{"POST", "/v1/sessions/" + id + "/turn", `{"messages":`, 400, "malformed turn"},
+		{"POST", "/v1/sessions/" + id + "/turn", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` +
+			base64.StdEncoding.EncodeToString([]byte("%PDF-1.7\n%%EOF\n")) + `"}}]}]}`, 400, "application/pdf sent as an image"},
 		{"POST", "/v1/sessions/" + none + "/turn", `{"messages":[{"role":"user","content":"hi"}]}`, 404, ""},
 		{"GET", "/v1/sessions/" + none, ``, 404, ""},
 		{"DELETE", "/v1/sessions/" + none, ``, 404, ""},
@@ -352,6 +355,9 @@ func TestSessionsAPIRefusals(t *testing.T) {
 	}
 	if len(g.up.received()) != 0 {
 		t.Fatalf("a refused turn reached the upstream: %s", g.up.received()[0])
+	}
+	if n := g.stored(t, "default"); n != 0 {
+		t.Fatalf("the refused turns stored %d blobs", n)
 	}
 }
 
