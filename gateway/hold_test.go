@@ -217,39 +217,52 @@ func TestProxyOpenAIScreenshotAfterAToolMessageIsTheTools(t *testing.T) {
 // images leave in one batch down to the low-water mark of the limit, so
 // that every request the provider gets fits, however large the agent's own
 // body grows — and the agent's body is accepted past that size: imgctx
-// cuts what it forwards.
+// cuts what it forwards. A batch stops at the mark: with keep.low_water
+// at 0.6 the first leaves a kept image, the request after it under 60% of
+// the limit (a later one may stop above the mark, when what is left is
+// not yet measured).
 func TestProxyKeepsEachRequestUnderTheProviderSize(t *testing.T) {
-	rig, clock := holdRig(t, 200_000)
-	g := newAgent(t, rig, "Fill in the form.")
-	g.start()
-	g.send(reply{tools: 1})
-	g.results(1, false, false)
-	g.send(reply{tools: 1})
-	one := len(g.sent[1]) - len(g.sent[0]) // what a screenshot round adds
-	limit := len(g.sent[1]) + 4*one
-	rig.profile.Limits.MaxRequestBytes = int64(limit)
-	rig.restart(t)
-	for range 12 {
-		clock.advance(5 * time.Second)
-		g.results(1, false, false)
-		g.send(reply{tools: 1})
-	}
-	batches, prev := 0, 0
-	for i, b := range g.sent {
-		if len(b) > limit {
-			t.Fatalf("request %d is %d bytes; the provider takes %d", i, len(b), limit)
-		}
-		n := bytes.Count(b, []byte(`"type":"image"`))
-		if n < prev {
-			batches++
-		}
-		prev = n
-	}
-	if last := g.body(); len(last) <= limit {
-		t.Fatalf("the agent's body (%d bytes) never passed the provider's limit (%d): nothing was tested", len(last), limit)
-	}
-	if removed := rig.counter("removed", "provider_limit"); batches == 0 || batches > 3 || removed < 4 {
-		t.Fatalf("%d batches, %d removed for the request size: want few batches, not one a request", batches, removed)
+	for _, lowWater := range []float64{0, 0.6} {
+		t.Run(fmt.Sprint("low water ", lowWater), func(t *testing.T) {
+			rig, clock := holdRig(t, 200_000)
+			g := newAgent(t, rig, "Fill in the form.")
+			g.start()
+			g.send(reply{tools: 1})
+			g.results(1, false, false)
+			g.send(reply{tools: 1})
+			one := len(g.sent[1]) - len(g.sent[0]) // what a screenshot round adds
+			limit := len(g.sent[1]) + 4*one
+			rig.profile.Limits.MaxRequestBytes = int64(limit)
+			rig.lowWater = lowWater
+			rig.restart(t)
+			for range 12 {
+				clock.advance(5 * time.Second)
+				g.results(1, false, false)
+				g.send(reply{tools: 1})
+			}
+			batches, prev := 0, 0
+			for i, b := range g.sent {
+				if len(b) > limit {
+					t.Fatalf("request %d is %d bytes; the provider takes %d", i, len(b), limit)
+				}
+				n := bytes.Count(b, []byte(`"type":"image"`))
+				if n < prev {
+					batches++
+					// The first batch stops at the mark: under it, with a
+					// kept image left beside the round's new one.
+					if batches == 1 && lowWater > 0 && (n < 2 || float64(len(b)) > lowWater*float64(limit)) {
+						t.Fatalf("request %d, after the first batch: %d bytes, %d images; want at most %.0f bytes and a kept image left", i, len(b), n, lowWater*float64(limit))
+					}
+				}
+				prev = n
+			}
+			if last := g.body(); len(last) <= limit {
+				t.Fatalf("the agent's body (%d bytes) never passed the provider's limit (%d): nothing was tested", len(last), limit)
+			}
+			if removed := rig.counter("removed", "provider_limit"); batches == 0 || batches > 4 || removed < 4 {
+				t.Fatalf("%d batches, %d removed for the request size: want few batches, not one a request", batches, removed)
+			}
+		})
 	}
 }
 
