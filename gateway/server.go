@@ -585,7 +585,7 @@ const arrivingFrom = 64 << 10
 // request's memory (engine.Arriving.Take) is read into in place.
 func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arriving func(head []byte, n int) ([]byte, *engine.Arriving, *upstream.Early)) ([]byte, *engine.Arriving, error) {
 	var rd io.Reader = r.Body
-	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		d, err := decompress(enc, r.Body)
 		if err != nil {
 			return nil, nil, err

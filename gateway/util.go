@@ -1,27 +1,51 @@
 package gateway
 
 import (
+	"bufio"
 	"compress/flate"
 	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
+	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/reason"
 )
 
+// decompress reads a body sent with a content coding (RFC 9110 8.4.1),
+// its name in any case: gzip (or x-gzip), and deflate — zlib's wrapping,
+// as the RFC defines it, or the raw deflate some clients send under that
+// name, told apart by zlib's two-byte header as browsers do.
 func decompress(enc string, r io.Reader) (io.Reader, error) {
-	switch enc {
-	case "gzip":
+	switch strings.ToLower(strings.TrimSpace(enc)) {
+	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(r)
 		if err != nil {
 			return nil, reason.Wrap(reason.Invalid, "bad gzip body", err)
 		}
 		return zr, nil
 	case "deflate":
-		return flate.NewReader(r), nil
+		br := bufio.NewReader(r)
+		if h, err := br.Peek(2); err == nil && zlibHeader(h) {
+			zr, err := zlib.NewReader(br)
+			if err != nil {
+				return nil, reason.Wrap(reason.Invalid, "bad deflate body", err)
+			}
+			return zr, nil
+		}
+		return flate.NewReader(br), nil
 	}
-	return nil, reason.New(reason.Invalid, "unsupported Content-Encoding "+enc)
+	return nil, fmt.Errorf("%w: Content-Encoding %s (imgctx reads gzip and deflate)", engine.ErrUnsupported, enc)
+}
+
+// zlibHeader reports whether h opens a zlib stream (RFC 1950): deflate
+// with a window of at most 32 KB, and a check that makes the two bytes a
+// multiple of 31.
+func zlibHeader(h []byte) bool {
+	return h[0]&0x0f == 8 && h[0]>>4 <= 7 && (uint16(h[0])<<8|uint16(h[1]))%31 == 0
 }
 
 func writeJSON(w io.Writer, v any) {
