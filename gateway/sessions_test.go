@@ -245,6 +245,27 @@ func TestPatchTurnsKeepingOffAtTheNextTurn(t *testing.T) {
 	}
 }
 
+// PATCH moves a session to another model: the next turn asks it, the
+// history unchanged, and the session says so.
+func TestPatchMovesTheSessionToAnotherModel(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	id := g.newSession(t, "", `{"model":"gpt-4o"}`)
+	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"Hello."}]}`))
+	resp, body := g.do(t, "PATCH", "/v1/sessions/"+id, "", []byte(`{"model":"gpt-4o-mini"}`))
+	if resp.StatusCode != 200 || decodeJSON(t, body)["model"] != "gpt-4o-mini" || decodeJSON(t, body)["keep_turn_images"] != true {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(`{"messages":[{"role":"user","content":"Again."}]}`))
+	got := g.up.received()
+	if len(got) != 2 || !bytes.Contains(got[0], []byte(`"model":"gpt-4o"`)) || !bytes.Contains(got[1], []byte(`"model":"gpt-4o-mini"`)) ||
+		!bytes.Contains(got[1], []byte(`"content":"Hello."`)) {
+		t.Fatalf("the turns asked:\n%s\n%s", got[0], got[1])
+	}
+	if _, body := g.do(t, "GET", "/v1/sessions/"+id, "", nil); !bytes.Contains(body, []byte(`"model":"gpt-4o-mini"`)) {
+		t.Fatalf("the session after the move: %s", body)
+	}
+}
+
 // An image over the budget is decided ephemeral mid-turn and removed at
 // the turn's end: one decision each in the metrics, one removal.
 func TestSessionsCountARemovalOnce(t *testing.T) {
@@ -317,8 +338,8 @@ func TestSessionsIdempotencyKey(t *testing.T) {
 // The sessions API refuses what it cannot act on with a clear error in
 // OpenAI's shape and the right status, and creates or changes nothing: a
 // session without a model or with an unknown thread kind, a malformed
-// turn, a PDF in an image part, and every route on a session that does
-// not exist.
+// turn, a PDF in an image part, a keepimg store of no readable message,
+// and every route on a session that does not exist.
 func TestSessionsAPIRefusals(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
 	id := g.newSession(t, "", `{"model":"gpt-4o"}`)
@@ -334,6 +355,8 @@ func TestSessionsAPIRefusals(t *testing.T) {
 		{"POST", "/v1/sessions/" + id + "/turn", `{"messages":`, 400, "malformed turn"},
 		{"POST", "/v1/sessions/" + id + "/turn", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` +
 			base64.StdEncoding.EncodeToString([]byte("%PDF-1.7\n%%EOF\n")) + `"}}]}]}`, 400, "application/pdf sent as an image"},
+		{"POST", "/v1/sessions/" + id + "/keepimg/store", `{}`, 400, `body must be {\"message\"`},
+		{"POST", "/v1/sessions/" + id + "/keepimg/store", `{"message":{"role":"tool","content":[{"type":"image_url"}]}}`, 400, "unreadable message"},
 		{"POST", "/v1/sessions/" + none + "/turn", `{"messages":[{"role":"user","content":"hi"}]}`, 404, ""},
 		{"GET", "/v1/sessions/" + none, ``, 404, ""},
 		{"DELETE", "/v1/sessions/" + none, ``, 404, ""},
