@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,5 +337,52 @@ func TestRequestLogDropsPastItsBoundWhileTheStoreStalls(t *testing.T) {
 	close(store.entered)
 	if want := 1 + requestLogQueue; store.got != want {
 		t.Fatalf("the store got %d lines, want %d", store.got, want)
+	}
+}
+
+// refusingLog is a session store whose request log refuses its first
+// batches and every trim.
+type refusingLog struct {
+	*session.Mem
+	refuse atomic.Int64 // batches still to refuse
+}
+
+func (s *refusingLog) AppendRequests(ctx context.Context, rs []session.Request) error {
+	if s.refuse.Add(-1) >= 0 {
+		return errors.New("disk full")
+	}
+	return s.Mem.AppendRequests(ctx, rs)
+}
+
+func (s *refusingLog) TrimRequests(context.Context, time.Time, int) (int, error) {
+	return 0, errors.New("database is locked")
+}
+
+// Lines the store refuses are not lost silently: they are counted as
+// dropped and the log says how many and why; the next batch is written
+// as usual. A trim the store refuses is logged, and the log goes on.
+func TestRequestLogCountsWhatTheStoreRefuses(t *testing.T) {
+	store := &refusingLog{Mem: &session.Mem{}}
+	store.refuse.Store(1)
+	m := NewMetrics(prometheus.NewRegistry())
+	logged := &syncWriter{w: &bytes.Buffer{}}
+	l := newRequestLog(store, time.Hour, 0, slog.New(slog.NewJSONHandler(logged, nil)), m)
+	defer l.Close()
+	for i := range 3 {
+		l.add(session.Request{Tenant: "t", ID: fmt.Sprintf("r%d", i), Time: time.Now()})
+	}
+	l.Flush()
+	if got := testutil.ToFloat64(m.requestLogDropped); got != 3 {
+		t.Fatalf("dropped %v lines, want the 3 of the refused batch", got)
+	}
+	l.add(session.Request{Tenant: "t", ID: "r3", Time: time.Now()})
+	l.Flush()
+	rs, err := store.ListRequests(t.Context(), session.RequestFilter{Tenant: "t"})
+	if err != nil || len(rs) != 1 || rs[0].ID != "r3" {
+		t.Fatalf("after the refusal the store holds %+v (%v); want r3 alone", rs, err)
+	}
+	out := logged.String()
+	if !strings.Contains(out, `"msg":"request log: lines not written","lines":3,"err":"disk full"`) || !strings.Contains(out, `"msg":"request log: trimming","err":"database is locked"`) {
+		t.Fatalf("the log says:\n%s", out)
 	}
 }
