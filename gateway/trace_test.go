@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -77,13 +79,7 @@ func attrOf(s *tracepb.Span, key string) string {
 // same trace; the attributes are the GenAI conventions' and imgctx's.
 func TestTracesReachACollector(t *testing.T) {
 	rc := newReceiver(t)
-	exp, err := otlptracehttp.New(t.Context(), otlptracehttp.WithEndpointURL(rc.srv.URL+"/v1/traces"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(t.Context())
-	g := newGWWith(t, upstream.Anthropic, Config{MaxBodyBytes: 8 << 20, Tracer: tp}, discardLogger())
+	g, tp := tracedGW(t, rc, upstream.Anthropic)
 	_, b64 := samplePNG(t)
 	body := `{"model":"claude-sonnet-4-6","max_tokens":64,"stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"look"},` +
 		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}`
@@ -160,5 +156,60 @@ func TestUntracedTraceparentPassesThrough(t *testing.T) {
 	}
 	if got := g.up.traceparents(); len(got) != 1 || got[0] != tp {
 		t.Fatalf("the upstream saw %q, want the client's %s", got, tp)
+	}
+}
+
+// tracedGW is a gateway on format whose spans reach rc.
+func tracedGW(t *testing.T, rc *otlpReceiver, format upstream.Format) (*gw, *sdktrace.TracerProvider) {
+	exp, err := otlptracehttp.New(t.Context(), otlptracehttp.WithEndpointURL(rc.srv.URL+"/v1/traces"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(t.Context()) })
+	return newGWWith(t, format, Config{MaxBodyBytes: 8 << 20, Tracer: tp}, discardLogger()), tp
+}
+
+// The request's span names what was not sent and why, the provider's id
+// of the request, and a request that never reached the upstream carries
+// its status alone.
+func TestTracedRequestNamesWhatWasNotSent(t *testing.T) {
+	rc := newReceiver(t)
+	g, tp := tracedGW(t, rc, upstream.OpenAI)
+	g.up.maxImages = 1 // prompt too long past one image: the earlier turn's leaves
+	g.up.header = http.Header{"X-Request-Id": {"req_up_1"}}
+	raw, _ := samplePNG(t)
+	img := func(n int) map[string]any {
+		return map[string]any{"type": "image_url", "image_url": map[string]string{"url": "data:image/png;base64," + base64.StdEncoding.EncodeToString(distinctPNG(raw, n))}}
+	}
+	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": []any{map[string]any{"role": "user", "content": []any{img(1)}},
+		map[string]any{"role": "assistant", "content": "A login form."}, map[string]any{"role": "user", "content": []any{img(2)}}}})
+	if resp, b := g.do(t, "POST", "/v1/chat/completions", "", body); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if resp, _ := g.do(t, "POST", "/v1/chat/completions", "", []byte(`{"model":`)); resp.StatusCode != 400 {
+		t.Fatalf("malformed: %d", resp.StatusCode)
+	}
+	if err := tp.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var roots []*tracepb.Span
+	for _, s := range rc.spans {
+		if s.Name == "POST /v1/chat/completions" {
+			roots = append(roots, s)
+		}
+	}
+	if len(roots) != 2 {
+		t.Fatalf("%d request spans, want 2", len(roots))
+	}
+	for key, want := range map[string]string{"imgctx.images.sent": "1", "imgctx.images.not_sent.overflow": "1", "imgctx.upstream_request_id": "req_up_1", "http.response.status_code": "200"} {
+		if got := attrOf(roots[0], key); got != want {
+			t.Errorf("%s = %q, want %s", key, got, want)
+		}
+	}
+	if attrOf(roots[1], "http.response.status_code") != "400" || attrOf(roots[1], "gen_ai.request.model") != "" {
+		t.Errorf("the malformed request's span: %v", roots[1].Attributes)
 	}
 }
