@@ -68,8 +68,9 @@ func uiGet(t *testing.T, rig *agentRig, path string, header ...string) (*http.Re
 
 // The dashboard is its tenant's only, to loopback clients or the admin
 // key: tenant beta sees none of alpha's conversations, requests or
-// thumbnails, a request through a proxy needs the admin key, and with
-// auth.keys a key is asked for.
+// thumbnails, a request through a proxy needs the admin key (which
+// shows the tenant asked for, else the first by name), and with
+// auth.keys a key is asked for, as Basic auth's password or a Bearer.
 func TestUIAccess(t *testing.T) {
 	rig, g := uiRig(t)
 	lines, _ := rig.sessions.ListRequests(t.Context(), session.RequestFilter{Tenant: "alpha"})
@@ -106,6 +107,9 @@ func TestUIAccess(t *testing.T) {
 		{"/ui", []string{"Authorization", basic("key-a"), "X-Forwarded-For", "203.0.113.9"}, 403, "ui.admin_key"},
 		{"/ui?tenant=alpha", []string{"Authorization", basic("admin-secret"), "X-Forwarded-For", "203.0.113.9"}, 200, `id="requests">` + fmt.Sprint(len(lines)) + `<`},
 		{"/ui/thumbs/" + ref + "?tenant=beta", []string{"Authorization", basic("admin-secret")}, 404, ""},
+		{"/ui?tenant=beta", []string{"Authorization", "Bearer admin-secret"}, 200, `id="requests">0<`},
+		{"/ui", []string{"Authorization", "Bearer admin-secret"}, 200, `id="requests">` + fmt.Sprint(len(lines)) + `<`}, // the first tenant by name
+		{"/ui", []string{"Authorization", "Bearer key-a"}, 200, `id="requests">` + fmt.Sprint(len(lines)) + `<`},
 		{"/ui", []string{"Authorization", basic("wrong")}, 401, ""},
 	} {
 		resp, body := uiGet(t, rig, c.path, c.header...)
