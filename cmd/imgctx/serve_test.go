@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -43,9 +45,15 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // startServe runs serve on a config over up and returns its base URL and
 // a stop that cancels it and returns what serve returned.
 func startServe(t *testing.T, up, dataDir string) (base string, stop func() error) {
+	return startServeFile(t, "", map[string]any{"data_dir": dataDir, "upstream.base_url": up})
+}
+
+// startServeFile is startServe on a config file (none: "") and keys
+// set over it.
+func startServeFile(t *testing.T, file string, set map[string]any) (base string, stop func() error) {
 	t.Helper()
-	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, map[string]any{
-		"data_dir": dataDir, "upstream.base_url": up, "server.addr": "127.0.0.1:0", "log.level": "error"})
+	set["server.addr"], set["log.level"] = "127.0.0.1:0", "error"
+	cfg, err := config.Load(file, func(string) (string, bool) { return "", false }, set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,5 +208,48 @@ func TestServeExpiresIdleProxiedConversations(t *testing.T) {
 			t.Fatal("an idle proxied conversation was never swept")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// With no upstream.base_url the sessions API runs on the first listed
+// upstream it can speak to (docs/config.md, upstreams): a Gemini entry
+// first is passed over, the Anthropic one after it takes the turn.
+func TestSessionsRunOnTheFirstUpstreamTheyCanSpeakTo(t *testing.T) {
+	var mu sync.Mutex
+	hits := map[string][]string{}
+	fake := func(name, answer string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			hits[name] = append(hits[name], r.URL.Path)
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, answer)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	gemini := fake("gemini", `{"candidates":[]}`)
+	claude := fake("claude", `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"done"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":1}}`)
+	cfg := writeTemp(t, "c.yaml", fmt.Appendf(nil, "upstreams:\n  - name: gemini\n    format: gemini\n    base_url: %s\n  - name: claude\n    format: anthropic\n    base_url: %s\n", gemini.URL, claude.URL))
+	base, stop := startServeFile(t, cfg, map[string]any{"data_dir": t.TempDir()})
+	defer stop()
+	resp, err := http.Post(base+"/v1/sessions", "application/json", strings.NewReader(`{"model":"claude-sonnet-4-6"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&s)
+	resp.Body.Close()
+	resp, err = http.Post(base+"/v1/sessions/"+s.ID+"/turn", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "done") || len(hits["claude"]) != 1 || hits["claude"][0] != "/v1/messages" || len(hits["gemini"]) != 0 {
+		t.Fatalf("turn: %d %s; upstreams reached: %v", resp.StatusCode, b, hits)
 	}
 }
