@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -251,5 +252,19 @@ func TestSessionsRunOnTheFirstUpstreamTheyCanSpeakTo(t *testing.T) {
 	defer mu.Unlock()
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "done") || len(hits["claude"]) != 1 || hits["claude"][0] != "/v1/messages" || len(hits["gemini"]) != 0 {
 		t.Fatalf("turn: %d %s; upstreams reached: %v", resp.StatusCode, b, hits)
+	}
+}
+
+// A second serve on a taken address says so and how to choose another,
+// and exits 1 (its store opened and closed again, nothing left behind).
+func TestServeOnATakenAddressSaysSo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	r := imgctx(t, "serve", "--addr", ln.Addr().String(), "--data-dir", t.TempDir())
+	if r.code != 1 || !strings.Contains(r.stderr, "is another imgctx or program on "+ln.Addr().String()+"? choose another with --addr") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 }
