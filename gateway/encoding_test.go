@@ -10,11 +10,13 @@ import (
 	"testing"
 
 	"github.com/imgctx/imgctx/upstream"
+	"github.com/klauspost/compress/zstd"
 )
 
-// A request body may come compressed (Content-Encoding): gzip, and
-// deflate as RFC 9110 defines it (zlib's wrapping) or as raw deflate,
-// which some clients send under the same name; the coding's name in any
+// A request body may come compressed (Content-Encoding): gzip, deflate
+// as RFC 9110 defines it (zlib's wrapping) or as raw deflate, which some
+// clients send under the same name, and zstd (Codex compresses with it),
+// its window no wider than RFC 9659's 8 MB; the coding's name in any
 // case. The upstream gets the body as JSON, without the header. A body
 // that does not decode is refused (400), a coding imgctx does not read
 // too (415, naming the ones it does), and neither reaches the upstream.
@@ -34,6 +36,26 @@ func TestCompressedRequestBodies(t *testing.T) {
 		w, _ := flate.NewWriter(b, flate.DefaultCompression)
 		return w
 	})
+	zst := compress(func(b *bytes.Buffer) io.WriteCloser {
+		w, _ := zstd.NewWriter(b, zstd.WithEncoderLevel(zstd.SpeedDefault)) // Codex's level 3
+		return w
+	})
+	// A frame that asks for a 16 MB window, past RFC 9659's 8 MB: its
+	// window descriptor (after the magic and a descriptor byte without
+	// the single-segment flag) set to 2^(10+14).
+	wide := compress(func(b *bytes.Buffer) io.WriteCloser {
+		w, _ := zstd.NewWriter(b, zstd.WithSingleSegment(false))
+		return w
+	})
+	if wide[4]&0x20 != 0 {
+		t.Fatalf("the frame is single-segment: no window descriptor to widen")
+	}
+	wide[5] = 14 << 3
+	bomb := compress(func(b *bytes.Buffer) io.WriteCloser {
+		w, _ := zstd.NewWriter(b)
+		w.Write(bytes.Repeat([]byte("x"), 9<<20)) // the body before it: 9 MB past the 8 MB limit
+		return w
+	})
 	for _, c := range []struct {
 		name, enc string
 		body      []byte
@@ -43,6 +65,7 @@ func TestCompressedRequestBodies(t *testing.T) {
 		{"x-gzip", "x-gzip", gz},
 		{"deflate (zlib)", "deflate", zl},
 		{"deflate (raw)", "deflate", raw},
+		{"zstd", "zstd", zst},
 	} {
 		before := len(g.up.received())
 		resp, b := g.do(t, "POST", "/v1/chat/completions", "", c.body, "Content-Encoding", c.enc)
@@ -65,7 +88,10 @@ func TestCompressedRequestBodies(t *testing.T) {
 		{"not gzip", "gzip", body, 400, "bad gzip body"},
 		{"cut short", "gzip", gz[:len(gz)/2], 400, ""},
 		{"not deflate", "deflate", body, 400, ""},
-		{"brotli", "br", body, 415, "Content-Encoding br"},
+		{"not zstd", "zstd", body, 400, ""},
+		{"a zstd window past 8 MB", "zstd", wide, 400, "window"},
+		{"a zstd bomb", "zstd", bomb, 413, "8388608 bytes"},
+		{"brotli", "br", body, 415, "Content-Encoding br (imgctx reads gzip, deflate and zstd)"},
 	} {
 		resp, b := g.do(t, "POST", "/v1/chat/completions", "", c.body, "Content-Encoding", c.enc)
 		if resp.StatusCode != c.status || !strings.Contains(string(b), c.says) {
@@ -75,4 +101,48 @@ func TestCompressedRequestBodies(t *testing.T) {
 	if n := len(g.up.received()) - before; n != 0 {
 		t.Fatalf("%d refused bodies reached the upstream", n)
 	}
+}
+
+// Any bytes under any coding imgctx reads: an error or at most what the
+// reader is allowed, never a panic; and what an encoder wrote comes back
+// as it was.
+func FuzzDecompress(f *testing.F) {
+	for _, seed := range []string{`{"model":"gpt-4o"}`, "", "\x78\x9c", "\x28\xb5\x2f\xfd\x04\x70", "\x1f\x8b\x08"} {
+		f.Add([]byte(seed), uint8(0))
+	}
+	codings := []string{"gzip", "deflate", "zstd"}
+	f.Fuzz(func(t *testing.T, data []byte, which uint8) {
+		enc := codings[int(which)%len(codings)]
+		if d, err := decompress(enc, bytes.NewReader(data)); err == nil {
+			out, _ := io.ReadAll(io.LimitReader(d, 1<<20))
+			d.Close()
+			if len(out) > 1<<20 {
+				t.Fatalf("%s: read %d bytes past the limit", enc, len(out))
+			}
+		}
+		var b bytes.Buffer
+		var w io.WriteCloser
+		switch enc {
+		case "gzip":
+			w = gzip.NewWriter(&b)
+		case "deflate":
+			if which&0x80 != 0 { // raw deflate, as some clients send it
+				w, _ = flate.NewWriter(&b, flate.BestSpeed)
+			} else {
+				w = zlib.NewWriter(&b)
+			}
+		case "zstd":
+			w, _ = zstd.NewWriter(&b)
+		}
+		w.Write(data)
+		w.Close()
+		d, err := decompress(enc, &b)
+		if err != nil {
+			t.Fatalf("%s: %v", enc, err)
+		}
+		defer d.Close()
+		if out, err := io.ReadAll(d); err != nil || !bytes.Equal(out, data) {
+			t.Fatalf("%s: %d bytes back of %d (%v)", enc, len(out), len(data), err)
+		}
+	})
 }

@@ -590,6 +590,7 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 		if err != nil {
 			return nil, nil, err
 		}
+		defer d.Close()
 		rd = d
 	}
 	var b []byte
