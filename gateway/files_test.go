@@ -103,7 +103,11 @@ func (p *fileProvider) handle(w http.ResponseWriter, r *http.Request) {
 		p.uploads[digest(body)]++
 		if p.refuse != 0 {
 			w.WriteHeader(p.refuse)
-			io.WriteString(w, `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}`)
+			if p.refuse == 429 {
+				io.WriteString(w, `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}`)
+			} else {
+				io.WriteString(w, `{"error":{"code":500,"message":"Internal error encountered.","status":"INTERNAL"}}`)
+			}
 			return
 		}
 		id := p.store(owner(r), digest(body), mt)
@@ -502,37 +506,40 @@ func TestFileIDsConcurrentRequestsUploadOnce(t *testing.T) {
 // An upload that fails sends the image as base64, and the request
 // succeeds; a quota error, or an upstream with no Files API (404), turns
 // uploads off for the credential for a while (no upload tried), counted.
+// An answer that names no file (200 with an error's body) is a failure
+// like a 500. On every wire with a Files API.
 func TestFileIDsFailureFallsBackToBase64(t *testing.T) {
-	for _, status := range []int{500, 429, 404} {
-		t.Run(fmt.Sprint(status), func(t *testing.T) {
-			fw := fileWires()[0]
-			p := newFileProvider(t, fw.format)
-			p.refuse = status
-			g := filesGW(t, p, true)
-			imgs := shots(t, 2)
-			for n := 1; n <= 2; n++ {
-				resp, out := g.do(t, "POST", fw.path, "", fw.body(imgs[:n], nil), fw.cred...)
-				if resp.StatusCode != 200 {
-					t.Fatalf("request %d: %d %s", n, resp.StatusCode, out)
+	for _, fw := range fileWires() {
+		for _, status := range []int{500, 429, 404, 200} {
+			t.Run(fmt.Sprint(fw.name, " ", status), func(t *testing.T) {
+				p := newFileProvider(t, fw.format)
+				p.refuse = status
+				g := filesGW(t, p, true)
+				imgs := shots(t, 2)
+				for n := 1; n <= 2; n++ {
+					resp, out := g.do(t, "POST", fw.path, "", fw.body(imgs[:n], nil), fw.cred...)
+					if resp.StatusCode != 200 {
+						t.Fatalf("request %d: %d %s", n, resp.StatusCode, out)
+					}
+					if got := p.received()[n-1]; !bytes.Equal(got, fw.body(imgs[:n], nil)) {
+						t.Fatalf("request %d did not go as the client sent it: %.300s", n, got)
+					}
 				}
-				if got := p.received()[n-1]; !bytes.Equal(got, fw.body(imgs[:n], nil)) {
-					t.Fatalf("request %d did not go as the client sent it: %.300s", n, got)
+				tries := p.uploadCounts()
+				m := metric(t, g, "imgctx_provider_files_total")
+				if status == 429 || status == 404 {
+					// The first upload met the quota, or found no Files API:
+					// nothing tried after it.
+					if tries[digest(imgs[0])] != 1 || tries[digest(imgs[1])] != 0 || !strings.Contains(m, `event="off"} 1`) {
+						t.Fatalf("uploads tried %v; metrics:\n%s", tries, m)
+					}
+					return
 				}
-			}
-			tries := p.uploadCounts()
-			m := metric(t, g, "imgctx_provider_files_total")
-			if status != 500 {
-				// The first upload met the quota, or found no Files API:
-				// nothing tried after it.
-				if tries[digest(imgs[0])] != 1 || tries[digest(imgs[1])] != 0 || !strings.Contains(m, `event="off"} 1`) {
+				if tries[digest(imgs[0])] != 2 || tries[digest(imgs[1])] != 1 || !strings.Contains(m, `event="fallback"} 3`) {
 					t.Fatalf("uploads tried %v; metrics:\n%s", tries, m)
 				}
-				return
-			}
-			if tries[digest(imgs[0])] != 2 || tries[digest(imgs[1])] != 1 || !strings.Contains(m, `event="fallback"} 3`) {
-				t.Fatalf("uploads tried %v; metrics:\n%s", tries, m)
-			}
-		})
+			})
+		}
 	}
 }
 
