@@ -274,12 +274,21 @@ func TestSmuggledMembersAreRefused(t *testing.T) {
 		"anthropic Source":      {upstream.Anthropic, `{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"x","Source":{"type":"url","url":"http://169.254.169.254/"}}]}]}`},
 		"anthropic data twice":  {upstream.Anthropic, `{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo=","data":"iVBORw0KGgoAAAANSUhEUgABhqAAAYagCAIAAAA="}}]}]}`},
 		"anthropic Messages":    {upstream.Anthropic, `{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[` + ok + `],"MESSAGES":[` + metadata + `]}`},
+		"responses Input":       {upstream.OpenAI, `{"model":"gpt-4o","input":"hi","Input":[` + metadata + `]}`},
+		"gemini both spellings": {upstream.Gemini, `{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","data":"iVBORw0KGgo="},"inline_data":{"mime_type":"image/png","data":"iVBORw0KGgoAAAANSUhEUgABhqAAAYagCAIAAAA="}}]}]}`},
+		"gemini mime twice":     {upstream.Gemini, `{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","mime_type":"application/pdf","data":"iVBORw0KGgo="}}]}]}`},
+		"gemini contents twice": {upstream.Gemini, `{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"contents":[{"role":"user","parts":[{"fileData":{"mimeType":"image/png","fileUri":"http://169.254.169.254/"}}]}]}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := newGW(t, c.format, nil)
 			path := "/v1/chat/completions"
-			if c.format == upstream.Anthropic {
+			switch {
+			case c.format == upstream.Anthropic:
 				path = "/v1/messages"
+			case c.format == upstream.Gemini:
+				path = "/v1beta/models/gemini-2.5-flash:generateContent"
+			case strings.HasPrefix(name, "responses"):
+				path = "/v1/responses"
 			}
 			resp, body := g.do(t, "POST", path, "", []byte(c.body))
 			if resp.StatusCode != 400 || !bytes.Contains(body, []byte("refused")) {

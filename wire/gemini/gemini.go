@@ -99,14 +99,14 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		switch string(key) {
 		case "inlineData", "inline_data":
 			if inline.End != 0 {
-				return vs, fmt.Errorf("a part with both inlineData and inline_data")
+				return vs, fmt.Errorf("a part with both inlineData and inline_data: refused, an upstream may read either")
 			}
 			ve, err := inlineEnd(b, vs)
 			inline = wire.Span{Start: vs, End: ve}
 			return ve, err
 		case "functionResponse", "function_response":
 			if result != nil {
-				return vs, fmt.Errorf("a part with both functionResponse and function_response")
+				return vs, fmt.Errorf("a part with both functionResponse and function_response: refused, an upstream may read either")
 			}
 			if pos.Nested >= 0 || b[vs] != '{' {
 				break // only a top-level part's response is read
@@ -204,7 +204,7 @@ func inlineSlot(b []byte, obj wire.Span) (wire.Slot, bool, error) {
 			data = wire.Span{Start: vs, End: ve}
 		} else {
 			if mime.End != 0 {
-				return vs, fmt.Errorf("inline data with both mimeType and mime_type")
+				return vs, fmt.Errorf("inline data with both mimeType and mime_type: refused, an upstream may read either")
 			}
 			ve, err = jsonspan.End(b, vs)
 			mime = wire.Span{Start: vs, End: ve}
