@@ -132,7 +132,7 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 		RequestLog: cfg.RequestLog.Enabled, RequestRetention: cfg.RequestLog.Retention, RequestMaxRows: cfg.RequestLog.MaxRows,
 		Tracer: tracer, UI: cfg.UI.Enabled, UIAdminKey: cfg.UI.AdminKey}, e, reg, a.log)
 	stopExpiry := expireProxied(sessions, cfg.Proxy.IdleExpiry, a.log, func(ctx context.Context) {
-		if n, left, err := e.SweepFiles(ctx, cfg.Proxy.IdleExpiry, srv.Routes()); err != nil {
+		if n, left, err := e.SweepFiles(ctx, cfg.Proxy.IdleExpiry, srv.Routes()); err != nil && ctx.Err() == nil {
 			a.log.Error("deleting provider files no conversation uses", "err", err)
 		} else if n > 0 || left > 0 {
 			a.log.Info("deleted provider files no conversation uses", "count", n, "left", left, "idle_expiry", cfg.Proxy.IdleExpiry)
@@ -149,28 +149,32 @@ func (a *app) buildServer(ctx context.Context) (*gateway.Server, func(), error) 
 // expireProxied deletes the decisions of proxied conversations idle past
 // the expiry, at start and then every tenth of it (at most hourly), so
 // client input cannot grow the database without end, and sweeps the
-// provider files they no longer use. It returns a stop.
+// provider files they no longer use. It returns a stop, which cancels the
+// pass under way and returns once it has ended: the store it uses is
+// closed after it, and nothing is logged after serve returns.
 func expireProxied(s session.Store, idle time.Duration, log *slog.Logger, sweep func(context.Context)) func() {
-	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	finished := make(chan struct{})
 	every := max(min(idle/10, time.Hour), time.Millisecond)
 	go func() {
+		defer close(finished)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			if n, err := s.ExpireProxied(context.Background(), time.Now().Add(-idle)); err != nil {
+			if n, err := s.ExpireProxied(ctx, time.Now().Add(-idle)); err != nil && ctx.Err() == nil {
 				log.Error("expiring idle proxied conversations", "err", err)
 			} else if n > 0 {
 				log.Info("expired idle proxied conversations", "count", n, "idle_expiry", idle)
 			}
-			sweep(context.Background())
+			sweep(ctx)
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() { cancel(); <-finished }
 }
 
 // every runs fn each period until stopped; the stop runs it a last time.

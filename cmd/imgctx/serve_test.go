@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,6 +211,52 @@ func TestServeExpiresIdleProxiedConversations(t *testing.T) {
 			t.Fatal("an idle proxied conversation was never swept")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// blockingExpiry is a session store whose expiry pass holds until its
+// context ends.
+type blockingExpiry struct {
+	*session.Mem
+	entered chan struct{}
+	passes  atomic.Int32
+}
+
+func (s *blockingExpiry) ExpireProxied(ctx context.Context, _ time.Time) (int, error) {
+	s.passes.Add(1)
+	s.entered <- struct{}{}
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// The expiry's stop ends the pass under way and returns once it has
+// ended, so the store is never used after serve closes it; a pass cut
+// short is not logged as an error.
+func TestExpiryStopsBeforeTheStoreCloses(t *testing.T) {
+	s := &blockingExpiry{Mem: &session.Mem{}, entered: make(chan struct{}, 1)}
+	var logged bytes.Buffer
+	swept := make(chan error, 1)
+	stop := expireProxied(s, time.Nanosecond, slog.New(slog.NewTextHandler(&logged, nil)), func(ctx context.Context) { swept <- ctx.Err() })
+	<-s.entered // a pass holds the store
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stop did not end the pass under way")
+	}
+	select {
+	case err := <-swept:
+		if err == nil {
+			t.Fatal("the sweep after a stopped pass ran with a live context")
+		}
+	default:
+		t.Fatal("the stop returned before the pass under way had ended")
+	}
+	n := s.passes.Load()
+	time.Sleep(20 * time.Millisecond)
+	if s.passes.Load() != n || n != 1 || logged.Len() != 0 {
+		t.Fatalf("after the stop: %d passes (was %d), logged %q", s.passes.Load(), n, logged.String())
 	}
 }
 
