@@ -116,6 +116,8 @@ func TestFetchAllowedLoopbackForTests(t *testing.T) {
 func TestFetchRefusals(t *testing.T) {
 	srv := imageServer(t)
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens there any more
 	strict := &Fetcher{AnyPort: true, Timeout: 2 * time.Second}
 	open := &Fetcher{AllowLoopback: true, AnyPort: true, MaxBytes: 4096, Timeout: 2 * time.Second}
 	named := &Fetcher{AnyPort: true, Resolver: fakeDNS(t, [4]byte{10, 0, 0, 1}), Timeout: 2 * time.Second}
@@ -148,6 +150,7 @@ func TestFetchRefusals(t *testing.T) {
 		{"no answer in time", &Fetcher{AllowLoopback: true, AnyPort: true, Timeout: 200 * time.Millisecond}, srv.URL + "/slow", reason.FetchFailed, "no answer within 200ms"},
 		{"no host", open, "http:///x.png", reason.FetchFailed, "no host"},
 		{"not found", open, srv.URL + "/missing", reason.FetchFailed, "404"},
+		{"connection refused", open, closed.URL + "/x.png", reason.FetchFailed, "could not fetch " + closed.URL + "/x.png"},
 		{"ftp scheme", open, "ftp://example.com/x.png", reason.FetchFailed, "scheme"},
 		{"credentials", open, "http://user:pw@127.0.0.1/x.png", reason.FetchFailed, "credentials"},
 		{"unparsable", open, "http://[::1", reason.FetchFailed, ""},
