@@ -146,3 +146,28 @@ func FuzzDecompress(f *testing.F) {
 		}
 	})
 }
+
+// What Codex sends to OpenAI's backend: a Responses body with a
+// screenshot, compressed with zstd. The upstream gets the client's JSON
+// byte for byte, and the screenshot is stored like any other.
+func TestAZstdResponsesBodyIsManagedLikeAnyOther(t *testing.T) {
+	g := newGW(t, upstream.OpenAI, nil)
+	_, b64 := samplePNG(t)
+	body := []byte(`{"model":"gpt-4o","stream":false,"input":[{"role":"user","content":[{"type":"input_text","text":"What is on the screen?"},` +
+		`{"type":"input_image","image_url":"data:image/png;base64,` + b64 + `"}]}]}`)
+	var z bytes.Buffer
+	w, _ := zstd.NewWriter(&z, zstd.WithEncoderLevel(zstd.SpeedDefault))
+	w.Write(body)
+	w.Close()
+	resp, out := g.do(t, "POST", "/v1/responses", "", z.Bytes(), "Content-Encoding", "zstd")
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	got := g.up.received()
+	if len(got) != 1 || !bytes.Equal(got[0], body) {
+		t.Fatalf("the upstream did not get the client's JSON as it was:\n%.300s", got)
+	}
+	if n := g.stored(t, "default"); n != 1 {
+		t.Fatalf("%d images stored, want the screenshot", n)
+	}
+}
