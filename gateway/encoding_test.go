@@ -171,3 +171,36 @@ func TestAZstdResponsesBodyIsManagedLikeAnyOther(t *testing.T) {
 		t.Fatalf("%d images stored, want the screenshot", n)
 	}
 }
+
+// A compressed body is admitted by its length, but held decompressed: as
+// it decompresses, what it takes past that is counted in the bytes in
+// flight, a megabyte at a time, and a body that would take more than is
+// left is refused (429, Retry-After) before it is held whole; what it
+// took is given back. A compressed body that fits goes through.
+func TestACompressedBodyIsCountedAsItDecompresses(t *testing.T) {
+	g := newGWWith(t, upstream.OpenAI, Config{MaxBodyBytes: 8 << 20, MaxInflightBytes: 4 << 20}, discardLogger())
+	gz := func(n int) []byte {
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		w.Write([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("a", n) + `"}]}`))
+		w.Close()
+		return b.Bytes()
+	}
+	big := gz(6 << 20) // about 6 KB on the wire
+	resp, out := g.do(t, "POST", "/v1/chat/completions", "", big, "Content-Encoding", "gzip")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(out), "more than 4194304 bytes of request bodies in flight") {
+		t.Fatalf("%d (Retry-After %q) %s; want 429 on the bytes in flight", resp.StatusCode, resp.Header.Get("Retry-After"), out)
+	}
+	if len(g.up.received()) != 0 {
+		t.Fatal("the refused body reached the upstream")
+	}
+	if resp, out := g.do(t, "POST", "/v1/chat/completions", "", gz(2<<20), "Content-Encoding", "gzip"); resp.StatusCode != 200 {
+		t.Fatalf("a 2 MB body within the bound: %d %s", resp.StatusCode, out)
+	}
+	g.done.wait()
+	g.server.mu.Lock()
+	defer g.server.mu.Unlock()
+	if g.server.inflight != 0 || g.server.inflightBytes != 0 || len(g.server.perTenant) != 0 {
+		t.Fatalf("after both: %d requests, %d bytes in flight, %v", g.server.inflight, g.server.inflightBytes, g.server.perTenant)
+	}
+}

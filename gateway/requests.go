@@ -53,8 +53,9 @@ func newRequestID(at time.Time) string {
 // its id for every log line, and the request log's line a handler that
 // called an upstream fills in (nil otherwise).
 type inFlight struct {
-	id  string
-	rec *session.Request
+	id        string
+	rec       *session.Request
+	admission *admission // its part of what is in flight, once admitted
 }
 
 type inFlightKey struct{}

@@ -71,7 +71,8 @@ type Config struct {
 	// MaxConcurrent.
 	MaxConcurrentPerTenant int
 	// MaxInflightBytes bounds the request bodies being held at once
-	// (Content-Length, or MaxBodyBytes when unknown): peak memory stays near
+	// (Content-Length, or MaxBodyBytes when unknown; a compressed body by
+	// what it decompresses to, as it is read): peak memory stays near
 	// three times it. Default 256 MB.
 	MaxInflightBytes int64
 	// BodyTimeout and MinBodyRate give a body its time to arrive: the
@@ -412,8 +413,7 @@ func (s *Server) wrap(name string, sh *wire.Dialect, auth bool, h func(http.Resp
 			// The body is drained, not held (within its deadline, with no
 			// slot taken), so the client reads the answer instead of a reset.
 			io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBodyBytes))
-			sw.Header().Set("Retry-After", "1")
-			writeError(sw, sh, http.StatusTooManyRequests, "rate_limit_error", msg+"; retry shortly")
+			s.fail(sw, sh, errInFlight(msg))
 		}
 		// Who asks comes first (a constant-time check), so that one tenant's
 		// requests cannot take every slot.
@@ -424,12 +424,13 @@ func (s *Server) wrap(name string, sh *wire.Dialect, auth bool, h func(http.Resp
 				return
 			}
 		}
-		release, why := s.admit(tenant, r)
+		adm, why := s.admit(tenant, r)
 		if why != "" {
 			busy(why)
 			return
 		}
-		defer release()
+		defer adm.release()
+		fl.admission = adm
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		r = r.WithContext(ctx)
@@ -461,7 +462,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 // admit takes a slot for the request — one of MaxConcurrent, one of its
 // tenant's share, and its body's size from the bytes in flight — or says
 // why not.
-func (s *Server) admit(tenant string, r *http.Request) (release func(), why string) {
+func (s *Server) admit(tenant string, r *http.Request) (*admission, string) {
 	bytes := r.ContentLength
 	if bytes < 0 || bytes > s.cfg.MaxBodyBytes {
 		bytes = s.cfg.MaxBodyBytes // unknown length: the most it may be
@@ -469,36 +470,102 @@ func (s *Server) admit(tenant string, r *http.Request) (release func(), why stri
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		bytes = 0
 	}
-	share := s.tenantShare()
-	shareBytes := s.cfg.MaxInflightBytes * int64(share) / int64(s.cfg.MaxConcurrent)
+	a := &admission{s: s, tenant: tenant}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.perTenant[tenant]
-	switch {
-	case s.inflight >= s.cfg.MaxConcurrent:
+	if s.inflight >= s.cfg.MaxConcurrent {
 		return nil, fmt.Sprintf("more than %d requests in flight", s.cfg.MaxConcurrent)
-	case t.requests >= share:
-		return nil, fmt.Sprintf("more than %d requests of this tenant in flight", share)
-	case bytes > 0 && s.inflightBytes+bytes > s.cfg.MaxInflightBytes:
-		return nil, fmt.Sprintf("more than %d bytes of request bodies in flight", s.cfg.MaxInflightBytes)
-	case bytes > 0 && t.bytes+bytes > shareBytes:
-		return nil, fmt.Sprintf("more than %d bytes of this tenant's request bodies in flight", shareBytes)
+	}
+	if t := s.perTenant[tenant]; t.requests >= s.tenantShare() {
+		return nil, fmt.Sprintf("more than %d requests of this tenant in flight", s.tenantShare())
+	}
+	if why := a.take(bytes); why != "" {
+		return nil, why
 	}
 	s.inflight++
-	s.inflightBytes += bytes
-	s.perTenant[tenant] = tenantLoad{t.requests + 1, t.bytes + bytes}
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.inflight--
-		s.inflightBytes -= bytes
-		t := s.perTenant[tenant]
-		if t.requests <= 1 {
-			delete(s.perTenant, tenant)
-		} else {
-			s.perTenant[tenant] = tenantLoad{t.requests - 1, t.bytes - bytes}
+	t := s.perTenant[tenant]
+	s.perTenant[tenant] = tenantLoad{t.requests + 1, t.bytes}
+	return a, ""
+}
+
+// admission is one request's part of what is in flight.
+type admission struct {
+	s      *Server
+	tenant string
+	bytes  int64 // of bodies in flight, counted for it
+}
+
+// take counts n more bytes of the request's body in flight, under s.mu,
+// or says why not.
+func (a *admission) take(n int64) string {
+	s := a.s
+	t := s.perTenant[a.tenant]
+	shareBytes := s.cfg.MaxInflightBytes * int64(s.tenantShare()) / int64(s.cfg.MaxConcurrent)
+	switch {
+	case n > 0 && s.inflightBytes+n > s.cfg.MaxInflightBytes:
+		return fmt.Sprintf("more than %d bytes of request bodies in flight", s.cfg.MaxInflightBytes)
+	case n > 0 && t.bytes+n > shareBytes:
+		return fmt.Sprintf("more than %d bytes of this tenant's request bodies in flight", shareBytes)
+	}
+	s.inflightBytes += n
+	s.perTenant[a.tenant] = tenantLoad{t.requests, t.bytes + n}
+	a.bytes += n
+	return ""
+}
+
+// grow counts n more bytes of a body that turned out larger than it was
+// admitted for — a compressed one, counted by its length, as it
+// decompresses — or refuses them (errInFlight).
+func (a *admission) grow(n int64) error {
+	a.s.mu.Lock()
+	defer a.s.mu.Unlock()
+	if why := a.take(n); why != "" {
+		return errInFlight(why)
+	}
+	return nil
+}
+
+// release gives the slot and its bytes back.
+func (a *admission) release() {
+	s := a.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	s.inflightBytes -= a.bytes
+	t := s.perTenant[a.tenant]
+	if t.requests <= 1 {
+		delete(s.perTenant, a.tenant)
+	} else {
+		s.perTenant[a.tenant] = tenantLoad{t.requests - 1, t.bytes - a.bytes}
+	}
+}
+
+// errInFlight refuses a request past what may be in flight — requests,
+// or bytes of their bodies: 429, to be retried shortly.
+type errInFlight string
+
+func (e errInFlight) Error() string { return string(e) }
+
+// heldReader counts a decompressing body's bytes in flight as they come,
+// a megabyte at a time past what its admission counted.
+type heldReader struct {
+	io.Reader
+	a       *admission
+	counted int64 // bytes its admission holds
+	read    int64
+}
+
+func (h *heldReader) Read(p []byte) (int, error) {
+	n, err := h.Reader.Read(p)
+	h.read += int64(n)
+	if h.read > h.counted {
+		more := (h.read - h.counted + 1<<20 - 1) &^ (1<<20 - 1)
+		if gerr := h.a.grow(more); gerr != nil {
+			return n, gerr
 		}
-	}, ""
+		h.counted += more
+	}
+	return n, err
 }
 
 // tenantLoad is what one tenant has in flight.
@@ -592,6 +659,9 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 		}
 		defer d.Close()
 		rd = d
+		if f := inFlightOf(r.Context()); f != nil && f.admission != nil {
+			rd = &heldReader{Reader: d, a: f.admission, counted: f.admission.bytes}
+		}
 	}
 	var b []byte
 	var a *engine.Arriving
@@ -618,6 +688,12 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return nil, nil, errBodyTimeout
+	}
+	if busy := errInFlight(""); errors.As(err, &busy) {
+		// Its compressed rest is drained, not held, so the client reads
+		// the answer instead of a reset.
+		io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBodyBytes))
+		return nil, nil, err
 	}
 	if err != nil {
 		return nil, nil, reason.Wrap(reason.Invalid, "reading the body", err)
@@ -740,6 +816,11 @@ func (s *Server) fail(w http.ResponseWriter, sh *wire.Dialect, err error) {
 		ref := s.errorID(http.StatusServiceUnavailable, err)
 		w.Header().Set("Retry-After", "5")
 		writeError(w, sh, http.StatusServiceUnavailable, "api_error", fmt.Sprintf("the image store is unavailable; retry shortly (error %s; the server's log has the cause)", ref))
+		return
+	}
+	if busy := errInFlight(""); errors.As(err, &busy) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, sh, http.StatusTooManyRequests, "rate_limit_error", err.Error()+"; retry shortly")
 		return
 	}
 	if errors.Is(err, engine.ErrBusy) {
