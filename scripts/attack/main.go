@@ -17,6 +17,9 @@
 //	    imgctx shrink every one), three requests each: peak RSS is checked
 //	    against the bound docs/config.md gives for media.shrink_memory (the
 //	    command exits 1 past it).
+//	 6. compression bombs: 48 clients of two tenants at once, each a body
+//	    of 100 MB gzipped to about 100 KB: peak RSS is checked against
+//	    server.max_inflight_bytes' bound (the command exits 1 past it).
 //
 // For each: the status the attacker got, the gateway's CPU seconds and
 // peak RSS (from /proc), and for 1 beta's successes.
@@ -24,6 +27,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"flag"
 	"fmt"
@@ -46,7 +50,7 @@ import (
 )
 
 func main() {
-	only := flag.Int("only", 0, "run only this attack (1–5)")
+	only := flag.Int("only", 0, "run only this attack (1–6)")
 	flag.Parse()
 	run := func(n int) bool { return *only == 0 || *only == n }
 	dir, err := os.MkdirTemp("", "attack")
@@ -183,6 +187,10 @@ func main() {
 		stop()
 	}
 
+	if run(6) {
+		compressionBombs(start)
+	}
+
 	if run(5) {
 		// 5. Decode load.
 		base, pid, stop = start()
@@ -218,8 +226,49 @@ func main() {
 		fmt.Printf("| 6 clients × 3 × 21 × 2500×2500 PNG (%.1f MB a request) at once | %v in %.1f s | %.2f s | %d MB (bound %d MB) | |\n",
 			float64(bodies)/6e6, codes, time.Since(began).Seconds(), (cpu(pid) - cpu0).Seconds(), peak, bound)
 		if peak > bound {
+			stop()
 			log.Fatalf("decode load: peak RSS %d MB over the documented bound %d MB", peak, bound)
 		}
+	}
+}
+
+// compressionBombs is attack 6: bodies admitted by their length on the
+// wire, held at what they decompress to.
+func compressionBombs(start func() (string, int, func())) {
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"`))
+	chunk := bytes.Repeat([]byte("a"), 1<<20)
+	for range 100 {
+		zw.Write(chunk)
+	}
+	zw.Write([]byte(`"}]}`))
+	zw.Close()
+	bomb := z.Bytes()
+	base, pid, stop := start()
+	defer stop()
+	idle, cpu0 := peakMB(pid), cpu(pid)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 48 {
+		key := []string{"ka", "kb"}[i%2]
+		wg.Go(func() {
+			code := post(base, "/v1/chat/completions", key, bomb, "Content-Encoding", "gzip")
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	// docs/config.md, server.max_inflight_bytes: peak memory near 2.6 ×
+	// the bound (256 MB), over the gateway's own.
+	peak, bound := peakMB(pid), idle+3*256
+	fmt.Printf("| 48 clients × a %.0f KB gzip body of 100 MB at once | %v | %.2f s | %d MB (bound %d MB) | |\n",
+		float64(len(bomb))/1e3, codes, (cpu(pid) - cpu0).Seconds(), peak, bound)
+	if peak > bound {
+		stop() // log.Fatalf runs no deferred call: the gateway would outlive the command
+		log.Fatalf("compression bombs: peak RSS %d MB over the bound %d MB", peak, bound)
 	}
 }
 
@@ -246,11 +295,16 @@ func listen(h http.Handler) string {
 
 var client = &http.Client{Timeout: 2 * time.Minute}
 
-func post(base, path, key string, body []byte) int {
+// post sends body with key, and header's pairs; it returns the status (0
+// when none came).
+func post(base, path, key string, body []byte, header ...string) int {
 	req, _ := http.NewRequest("POST", base+path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("anthropic-version", "2023-06-01")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0
