@@ -547,23 +547,20 @@ type errInFlight string
 func (e errInFlight) Error() string { return string(e) }
 
 // heldReader counts a decompressing body's bytes in flight as they come,
-// a megabyte at a time past what its admission counted.
+// a megabyte at a time past what its admission holds.
 type heldReader struct {
 	io.Reader
-	a       *admission
-	counted int64 // bytes its admission holds
-	read    int64
+	a    *admission
+	read int64
 }
 
 func (h *heldReader) Read(p []byte) (int, error) {
 	n, err := h.Reader.Read(p)
 	h.read += int64(n)
-	if h.read > h.counted {
-		more := (h.read - h.counted + 1<<20 - 1) &^ (1<<20 - 1)
-		if gerr := h.a.grow(more); gerr != nil {
+	if h.read > h.a.bytes {
+		if gerr := h.a.grow((h.read - h.a.bytes + 1<<20 - 1) &^ (1<<20 - 1)); gerr != nil {
 			return n, gerr
 		}
-		h.counted += more
 	}
 	return n, err
 }
@@ -660,7 +657,7 @@ func (s *Server) readBodyInto(r *http.Request, alloc func(n int) []byte, arrivin
 		defer d.Close()
 		rd = d
 		if f := inFlightOf(r.Context()); f != nil && f.admission != nil {
-			rd = &heldReader{Reader: d, a: f.admission, counted: f.admission.bytes}
+			rd = &heldReader{Reader: d, a: f.admission}
 		}
 	}
 	var b []byte
