@@ -99,14 +99,14 @@ func scanPart(s *wire.Spliced, at int, pos wire.Pos) (chat.Part, int, error) {
 		switch string(key) {
 		case "inlineData", "inline_data":
 			if inline.End != 0 {
-				return vs, fmt.Errorf("a part with both inlineData and inline_data: refused, an upstream may read either")
+				return vs, bothSpellings("a part", "inlineData", "inline_data")
 			}
 			ve, err := inlineEnd(b, vs)
 			inline = wire.Span{Start: vs, End: ve}
 			return ve, err
 		case "functionResponse", "function_response":
 			if result != nil {
-				return vs, fmt.Errorf("a part with both functionResponse and function_response: refused, an upstream may read either")
+				return vs, bothSpellings("a part", "functionResponse", "function_response")
 			}
 			if pos.Nested >= 0 || b[vs] != '{' {
 				break // only a top-level part's response is read
@@ -169,6 +169,12 @@ func scanResponse(s *wire.Spliced, at int, pos wire.Pos) (chat.ToolResult, int, 
 	return tr, end, err
 }
 
+// bothSpellings refuses a member given in both of Gemini's spellings:
+// imgctx would read one, an upstream may read the other.
+func bothSpellings(what, camel, snake string) error {
+	return fmt.Errorf("%s with both %s and %s: refused, an upstream may read either", what, camel, snake)
+}
+
 // inlineEnd is the end of an inlineData object, its data read without
 // checking the base64 characters (decoding does).
 func inlineEnd(b []byte, at int) (int, error) {
@@ -204,7 +210,7 @@ func inlineSlot(b []byte, obj wire.Span) (wire.Slot, bool, error) {
 			data = wire.Span{Start: vs, End: ve}
 		} else {
 			if mime.End != 0 {
-				return vs, fmt.Errorf("inline data with both mimeType and mime_type: refused, an upstream may read either")
+				return vs, bothSpellings("inline data", "mimeType", "mime_type")
 			}
 			ve, err = jsonspan.End(b, vs)
 			mime = wire.Span{Start: vs, End: ve}
