@@ -163,21 +163,32 @@ func stall(t *testing.T, g *gw, key string, n int) <-chan string {
 	return answer
 }
 
+// hi is a small text request that goes straight through.
+var hi = []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
+
+// alphaStalls has tenant alpha (key ka) stall n bodies and checks that
+// tenant beta (kb) is still served meanwhile; it returns what alpha's
+// stalled requests are answered.
+func alphaStalls(t *testing.T, g *gw, n int) []<-chan string {
+	t.Helper()
+	var stalled []<-chan string
+	for range n {
+		stalled = append(stalled, stall(t, g, "ka", 1000))
+	}
+	time.Sleep(50 * time.Millisecond) // the stalled heads are in
+	if resp, body := g.do(t, "POST", "/v1/chat/completions", "kb", hi); resp.StatusCode != 200 {
+		t.Fatalf("tenant beta while alpha stalls %d requests: %d %s", n, resp.StatusCode, body)
+	}
+	return stalled
+}
+
 // server.max_concurrent_per_tenant, when set, is one tenant's share in
 // place of three quarters: past it that tenant's next request is answered
 // 429 at once, and another tenant's still goes through.
 func TestAConfiguredTenantShare(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, map[string]string{"ka": "alpha", "kb": "beta"})
 	g.server.cfg.MaxConcurrent, g.server.cfg.MaxConcurrentPerTenant, g.server.cfg.BodyTimeout, g.server.cfg.MinBodyRate = 8, 2, 300*time.Millisecond, 1<<40
-	var stalled []<-chan string
-	for range 3 {
-		stalled = append(stalled, stall(t, g, "ka", 1000))
-	}
-	time.Sleep(50 * time.Millisecond) // the stalled heads are in
-	ok := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
-	if resp, body := g.do(t, "POST", "/v1/chat/completions", "kb", ok); resp.StatusCode != 200 {
-		t.Fatalf("tenant beta while alpha holds its share: %d %s", resp.StatusCode, body)
-	}
+	stalled := alphaStalls(t, g, 3)
 	refused := 0
 	for _, a := range stalled {
 		if strings.HasPrefix(<-a, "HTTP/1.1 429") {
@@ -197,15 +208,7 @@ func TestAConfiguredTenantShare(t *testing.T) {
 func TestStalledBodiesDoNotLockOtherTenantsOut(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, map[string]string{"ka": "alpha", "kb": "beta"})
 	g.server.cfg.MaxConcurrent, g.server.cfg.BodyTimeout, g.server.cfg.MinBodyRate = 8, 300*time.Millisecond, 1<<40
-	var stalled []<-chan string
-	for range 8 {
-		stalled = append(stalled, stall(t, g, "ka", 1000))
-	}
-	time.Sleep(50 * time.Millisecond) // the stalled heads are in
-	ok := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
-	if resp, body := g.do(t, "POST", "/v1/chat/completions", "kb", ok); resp.StatusCode != 200 {
-		t.Fatalf("tenant beta while alpha stalls: %d %s", resp.StatusCode, body)
-	}
+	stalled := alphaStalls(t, g, 8)
 	timedOut, refused := 0, 0
 	for _, a := range stalled {
 		switch got := <-a; {
@@ -220,7 +223,7 @@ func TestStalledBodiesDoNotLockOtherTenantsOut(t *testing.T) {
 	if timedOut != 6 || refused != 2 {
 		t.Fatalf("%d stalled requests timed out, %d refused; want alpha's share (6) timed out and 2 refused", timedOut, refused)
 	}
-	if resp, body := g.do(t, "POST", "/v1/chat/completions", "ka", ok); resp.StatusCode != 200 {
+	if resp, body := g.do(t, "POST", "/v1/chat/completions", "ka", hi); resp.StatusCode != 200 {
 		t.Fatalf("alpha once its stalled requests are gone: %d %s", resp.StatusCode, body)
 	}
 
@@ -241,7 +244,7 @@ func TestStalledBodiesDoNotLockOtherTenantsOut(t *testing.T) {
 	if resp.StatusCode != 429 || !strings.Contains(string(body), "bytes of request bodies in flight") {
 		t.Fatalf("over the bytes in flight: %d %.200s", resp.StatusCode, body)
 	}
-	if resp, _ := g.do(t, "POST", "/v1/chat/completions", "kb", ok); resp.StatusCode != 200 {
+	if resp, _ := g.do(t, "POST", "/v1/chat/completions", "kb", hi); resp.StatusCode != 200 {
 		t.Fatalf("a small request beside the held bytes: %d", resp.StatusCode)
 	}
 	<-held
