@@ -29,17 +29,19 @@ func TestConversationKey(t *testing.T) {
 	const b = `{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":"Write the docs."}]}`
 	const aLater = `{"model":"m","messages":[{"role":"system","content":"You code."},{"role":"user","content":"Fix the bug."},{"role":"assistant","content":"Done."},{"role":"user","content":"Thanks."}]}`
 	distinct := map[string]string{
-		"no id":                  key(upstream.OpenAI, a),
-		"no id, other opening":   key(upstream.OpenAI, b),
-		"X-Imgctx-Session":       key(upstream.OpenAI, a, "X-Imgctx-Session", "s1"),
-		"X-Imgctx-Session other": key(upstream.OpenAI, a, "X-Imgctx-Session", "s2"),
-		"static header, b":       key(upstream.OpenAI, b, "X-Imgctx-Session", "s1"),
-		"claude code":            key(upstream.OpenAI, a, "X-Claude-Code-Session-Id", "c1"),
-		"codex":                  key(upstream.OpenAI, a, "Session-Id", "c1"),
-		"prompt_cache_key":       key(upstream.OpenAI, `{"model":"m","prompt_cache_key":"p1",`+a[len(`{"model":"m",`):]),
-		"anthropic wire":         key(upstream.Anthropic, `{"model":"m","messages":[{"role":"user","content":"Fix the bug."}]}`),
-		"metadata session":       key(upstream.Anthropic, `{"model":"m","metadata":{"user_id":"user_ab_account_cd_session_1234"},"messages":[{"role":"user","content":"Fix the bug."}]}`),
-		"metadata json":          key(upstream.Anthropic, `{"model":"m","metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"5678\"}"},"messages":[{"role":"user","content":"Fix the bug."}]}`),
+		"no id":                   key(upstream.OpenAI, a),
+		"no id, other opening":    key(upstream.OpenAI, b),
+		"X-Imgctx-Session":        key(upstream.OpenAI, a, "X-Imgctx-Session", "s1"),
+		"X-Imgctx-Session other":  key(upstream.OpenAI, a, "X-Imgctx-Session", "s2"),
+		"static header, b":        key(upstream.OpenAI, b, "X-Imgctx-Session", "s1"),
+		"claude code":             key(upstream.OpenAI, a, "X-Claude-Code-Session-Id", "c1"),
+		"codex":                   key(upstream.OpenAI, a, "Session-Id", "c1"),
+		"opencode":                key(upstream.OpenAI, a, "X-Session-Id", "ses_1"),
+		"opencode, other session": key(upstream.OpenAI, a, "X-Session-Id", "ses_2"),
+		"prompt_cache_key":        key(upstream.OpenAI, `{"model":"m","prompt_cache_key":"p1",`+a[len(`{"model":"m",`):]),
+		"anthropic wire":          key(upstream.Anthropic, `{"model":"m","messages":[{"role":"user","content":"Fix the bug."}]}`),
+		"metadata session":        key(upstream.Anthropic, `{"model":"m","metadata":{"user_id":"user_ab_account_cd_session_1234"},"messages":[{"role":"user","content":"Fix the bug."}]}`),
+		"metadata json":           key(upstream.Anthropic, `{"model":"m","metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"5678\"}"},"messages":[{"role":"user","content":"Fix the bug."}]}`),
 	}
 	seen := map[string]string{}
 	for name, k := range distinct {

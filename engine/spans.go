@@ -242,8 +242,9 @@ type resumeKey struct {
 	h      uint64
 }
 
-// conversationHeaders are the headers agents name their conversations by.
-var conversationHeaders = []string{"X-Imgctx-Session", "X-Claude-Code-Session-Id", "Session-Id"}
+// conversationHeaders are the headers agents name their conversations by:
+// imgctx's own, claude-code's, codex's, opencode's (and its forks').
+var conversationHeaders = []string{"X-Imgctx-Session", "X-Claude-Code-Session-Id", "Session-Id", "X-Session-Id"}
 
 func (c *spanCache) resumeKeyOf(tenant, wireName string, h http.Header, body []byte) resumeKey {
 	var mh maphash.Hash

@@ -84,6 +84,7 @@ func TestHeaderMatrix(t *testing.T) {
 		"OpenAI-Project":           "proj_456",
 		"X-Claude-Code-Session-Id": "0f8e1c2d-session",
 		"Session-Id":               "codex-session-1",
+		"X-Session-Id":             "ses_opencode1",
 		"traceparent":              "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 	}
 	hopByHopSent := map[string]string{"Connection": "keep-alive, X-Hop", "X-Hop": "1", "Keep-Alive": "timeout=5",
