@@ -59,7 +59,7 @@ func budgetRun(bin, work string, shot []byte, up string, atUpstream, atClient *r
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	ok := true
 	for _, a := range agents {
-		adir := filepath.Join(dir, a.bin+"-"+a.version)
+		adir := filepath.Join(dir, a.folder())
 		os.MkdirAll(adir, 0o755)
 		for i, t := range []string{"a", "b"} {
 			for n := 1; n <= 4; n++ {
@@ -67,7 +67,7 @@ func budgetRun(bin, work string, shot []byte, up string, atUpstream, atClient *r
 			}
 		}
 		setWorkdir(adir)
-		env := env(front, filepath.Join(dir, "home", a.bin+"-"+a.version))
+		env := env(front, filepath.Join(dir, "home", a.folder()))
 		convs, at, clientAt := count(), atUpstream.count(), atClient.count()
 		var answers []string
 		for i, t := range turns {

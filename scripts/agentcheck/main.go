@@ -13,9 +13,11 @@
 //     would), so its second request carries the image in a tool_result;
 //     then its session is resumed (-c) for a second human turn that reads
 //     it again, which must stay the same conversation in imgctx's store
-//     (the table's last column: the conversations each run added; a side
+//     (the table's column of conversations each run added; a side
 //     request with an opening of its own, like qwen-code's memory subagent,
-//     is one of its own); qwen-code (OpenAI Chat) the same with read_file;
+//     is one of its own; the last column, the session headers it sent);
+//     qwen-code (OpenAI Chat) the same with read_file, opencode (an
+//     OpenAI-compatible provider of its config) with read;
 //     codex (OpenAI Responses) describes the screenshot attached to its
 //     prompt; gemini-cli (Gemini) the one it reads by @screenshot.png,
 //     through an imgctx serve started with flags only. Between the agent
@@ -32,6 +34,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -68,6 +71,11 @@ var everyAgent = []agent{
 	{"codex", "@openai/codex", "0.169.1", "codex", "OpenAI Responses"},
 	{"gemini-cli", "@google/gemini-cli", "0.61.0", "gemini", "Gemini generateContent"},
 	{"gemini-cli", "@google/gemini-cli", "0.60.0", "gemini", "Gemini generateContent"},
+	// opencode on both wires it is mostly used on; 1.17.20's native binary
+	// is not on the registry.
+	{"opencode", "opencode-ai", "1.18.33", "opencode", "OpenAI Chat Completions"},
+	{"opencode", "opencode-ai", "1.18.33", "opencode", "Anthropic Messages"},
+	{"opencode", "opencode-ai", "1.17.19", "opencode", "OpenAI Chat Completions"},
 }
 
 var agents = everyAgent
@@ -82,13 +90,27 @@ func newest(name string) agent {
 	panic(name)
 }
 
-func (a agent) String() string { return a.name + " " + a.version }
+// String names the agent's version, and its wire when it runs on two.
+func (a agent) String() string {
+	for _, b := range everyAgent {
+		if b.name == a.name && b.version == a.version && b.wire != a.wire {
+			return a.name + " " + a.version + " on " + a.wire
+		}
+	}
+	return a.name + " " + a.version
+}
+
+// folder is the agent's own folder name: each version and wire in one of
+// its own, so that a resume finds its own session.
+func (a agent) folder() string {
+	return a.bin + "-" + a.version + "-" + strings.ToLower(strings.Fields(a.wire)[0])
+}
 
 // cache is where the agents are installed, one npm prefix a version.
 var cache = filepath.Join(os.TempDir(), "imgctx-agentcheck")
 
 func (a agent) prefix() string {
-	return filepath.Join(cache, strings.ReplaceAll(a.pkg[1:], "/", "-")+"-"+a.version)
+	return filepath.Join(cache, strings.ReplaceAll(strings.TrimPrefix(a.pkg, "@"), "/", "-")+"-"+a.version)
 }
 
 func (a agent) install() {
@@ -145,6 +167,15 @@ func (a agent) ask(prompt string, resume bool, front string) []string {
 			return []string{"-c", "-p", prompt, "--yolo"}
 		}
 		return []string{"-p", prompt, "--yolo"}
+	case "opencode":
+		args := []string{"run", "--auto", "-m", "imgctx/qwen3-vl-plus"}
+		if a.wire == "Anthropic Messages" {
+			args[3] = "anthropic/claude-sonnet-4-5"
+		}
+		if resume {
+			args = append(args, "-c")
+		}
+		return append(args, prompt)
 	case "codex":
 		args := []string{"exec"}
 		if resume {
@@ -169,7 +200,9 @@ func env(front, home string) []string {
 	return append(os.Environ(), "HOME="+home, "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "ANTHROPIC_BASE_URL="+front, "ANTHROPIC_API_KEY=sk-ant-agentcheck",
 		"OPENAI_BASE_URL="+front+"/v1", "OPENAI_API_KEY=sk-agentcheck", "OPENAI_MODEL=qwen3-vl-plus",
-		"GEMINI_API_KEY=agentcheck", "GOOGLE_GEMINI_BASE_URL="+front, "GEMINI_CLI_TRUST_WORKSPACE=true")
+		"GEMINI_API_KEY=agentcheck", "GOOGLE_GEMINI_BASE_URL="+front, "GEMINI_CLI_TRUST_WORKSPACE=true",
+		"OPENCODE_CONFIG_CONTENT="+opencodeConfig(front), "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1",
+		"OPENCODE_DISABLE_LSP_DOWNLOAD=1", "OPENCODE_DISABLE_DEFAULT_PLUGINS=1", "OPENCODE_DISABLE_CLAUDE_CODE=1", "OPENCODE_DISABLE_SHARE=1")
 }
 
 // recorded holds request bodies in arrival order, by who saw them.
@@ -186,6 +219,35 @@ func (r *recorded) add(req *http.Request, b []byte) int {
 	defer r.mu.Unlock()
 	r.bodies, r.paths, r.headers = append(r.bodies, b), append(r.paths, req.URL.Path), append(r.headers, req.Header.Clone())
 	return len(r.bodies) - 1
+}
+
+func (r *recorded) headersSince(i int) []http.Header {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.headers[i:])
+}
+
+// sessionHeaders names the headers of hs that name a session or a
+// conversation, each with how many values it took: what imgctx can tell
+// an agent's conversations apart by (engine.ConversationKey).
+func sessionHeaders(hs []http.Header) string {
+	values := map[string]map[string]bool{}
+	for _, h := range hs {
+		for k, v := range h {
+			if l := strings.ToLower(k); strings.Contains(l, "session") || strings.Contains(l, "conversation") {
+				if values[k] == nil {
+					values[k] = map[string]bool{}
+				}
+				values[k][v[0]] = true
+			}
+		}
+	}
+	var out []string
+	for k, v := range values {
+		out = append(out, fmt.Sprintf("%s (%d)", k, len(v)))
+	}
+	slices.Sort(out)
+	return cmp.Or(strings.Join(out, ", "), "none")
 }
 
 func (r *recorded) count() int {
@@ -319,24 +381,22 @@ func identityRun(bin, work string, shot []byte, up string, atUpstream, atClient 
 	front := recording(atClient, gw, geminiGW)
 	count := conversations(filepath.Join(work, "data"), filepath.Join(work, "data-gemini"))
 
-	fmt.Println("| agent | answer | requests | byte-identical at the upstream | new conversations in the store |")
-	fmt.Println("|---|---|---|---|---|")
+	fmt.Println("| agent | answer | requests | byte-identical at the upstream | new conversations in the store | session headers (distinct values) |")
+	fmt.Println("|---|---|---|---|---|---|")
 	ok := true
 	for _, a := range agents {
-		// Each version in a folder of its own, so that a resume finds its
-		// own session.
-		dir := filepath.Join(work, "identity", a.bin+"-"+a.version)
+		dir := filepath.Join(work, "identity", a.folder())
 		os.MkdirAll(dir, 0o755)
 		os.WriteFile(filepath.Join(dir, "screenshot.png"), shot, 0o644)
 		setWorkdir(dir)
-		env := env(front, filepath.Join(work, "home", a.bin+"-"+a.version))
+		env := env(front, filepath.Join(work, "home", a.folder()))
 		type step struct {
 			what string
 			args []string
 		}
 		var steps []step
 		switch a.bin {
-		case "claude", "qwen":
+		case "claude", "qwen", "opencode":
 			steps = []step{
 				{"(" + a.wire + "), reads screenshot.png", a.ask("Describe screenshot.png", false, front)},
 				{"resumed, reads it again", a.ask("Look at screenshot.png once more", true, front)}}
@@ -362,7 +422,7 @@ func identityRun(bin, work string, shot []byte, up string, atUpstream, atClient 
 			good := len(bodies) > 0 && same == len(bodies) && strings.Contains(answer, "scripted upstream")
 			ok = ok && good
 			time.Sleep(1500 * time.Millisecond) // the decisions are written within a second
-			fmt.Printf("| %s %s | %q | %d | %d of %d | %d |\n", a, s.what, strings.TrimSpace(lastLine(answer)), len(bodies), same, len(bodies), count()-convs)
+			fmt.Printf("| %s %s %s | %q | %d | %d of %d | %d | %s |\n", a.name, a.version, s.what, strings.TrimSpace(lastLine(answer)), len(bodies), same, len(bodies), count()-convs, sessionHeaders(atClient.headersSince(before)))
 		}
 	}
 	seen := map[string]bool{}
@@ -413,4 +473,13 @@ func start(bin, dir string, args ...string) (*exec.Cmd, *url.URL) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// opencodeConfig is opencode's configuration: front as an
+// OpenAI-compatible provider serving a vision model, and as Anthropic.
+func opencodeConfig(front string) string {
+	return `{"model":"imgctx/qwen3-vl-plus","autoupdate":false,"provider":{"imgctx":{"npm":"@ai-sdk/openai-compatible","name":"imgctx",` +
+		`"options":{"baseURL":"` + front + `/v1","apiKey":"sk-agentcheck"},` +
+		`"models":{"qwen3-vl-plus":{"name":"qwen3-vl-plus","attachment":true,"tool_call":true,"modalities":{"input":["text","image"],"output":["text"]}}}},` +
+		`"anthropic":{"options":{"baseURL":"` + front + `/v1"}}}}`
 }

@@ -134,12 +134,12 @@ func readTool(body []byte) (tool, param string) {
 	}
 	pick := func(name string, schemas ...schema) bool {
 		switch name {
-		case "Read", "read_file", "view_image":
+		case "Read", "read_file", "view_image", "read":
 		default:
 			return false
 		}
 		for _, s := range schemas {
-			for _, p := range []string{"file_path", "absolute_path", "path"} {
+			for _, p := range []string{"file_path", "absolute_path", "path", "filePath"} {
 				if _, ok := s.Properties[p]; ok {
 					tool, param = name, p
 					return true
