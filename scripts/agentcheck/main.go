@@ -201,7 +201,7 @@ func env(front, home string) []string {
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "ANTHROPIC_BASE_URL="+front, "ANTHROPIC_API_KEY=sk-ant-agentcheck",
 		"OPENAI_BASE_URL="+front+"/v1", "OPENAI_API_KEY=sk-agentcheck", "OPENAI_MODEL=qwen3-vl-plus",
 		"GEMINI_API_KEY=agentcheck", "GOOGLE_GEMINI_BASE_URL="+front, "GEMINI_CLI_TRUST_WORKSPACE=true",
-		"OPENCODE_CONFIG_CONTENT="+opencodeConfig(front), "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1",
+		"OPENCODE_CONFIG_CONTENT="+opencodeConfig(front, ""), "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1",
 		"OPENCODE_DISABLE_LSP_DOWNLOAD=1", "OPENCODE_DISABLE_DEFAULT_PLUGINS=1", "OPENCODE_DISABLE_CLAUDE_CODE=1", "OPENCODE_DISABLE_SHARE=1")
 }
 
@@ -476,9 +476,14 @@ func lastLine(s string) string {
 }
 
 // opencodeConfig is opencode's configuration: front as an
-// OpenAI-compatible provider serving a vision model, and as Anthropic.
-func opencodeConfig(front string) string {
-	return `{"model":"imgctx/qwen3-vl-plus","autoupdate":false,"provider":{"imgctx":{"npm":"@ai-sdk/openai-compatible","name":"imgctx",` +
+// OpenAI-compatible provider serving a vision model, and as Anthropic;
+// with mcp, imgctx's MCP server at that URL too.
+func opencodeConfig(front, mcp string) string {
+	servers := ""
+	if mcp != "" {
+		servers = `,"mcp":{"imgctx":{"type":"remote","url":"` + mcp + `","enabled":true}}`
+	}
+	return `{"model":"imgctx/qwen3-vl-plus","autoupdate":false` + servers + `,"provider":{"imgctx":{"npm":"@ai-sdk/openai-compatible","name":"imgctx",` +
 		`"options":{"baseURL":"` + front + `/v1","apiKey":"sk-agentcheck"},` +
 		`"models":{"qwen3-vl-plus":{"name":"qwen3-vl-plus","attachment":true,"tool_call":true,"modalities":{"input":["text","image"],"output":["text"]}}}},` +
 		`"anthropic":{"options":{"baseURL":"` + front + `/v1"}}}}`

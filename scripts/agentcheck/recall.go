@@ -11,7 +11,8 @@ import (
 )
 
 // recallRun is the recall check: claude-code and qwen-code, each given
-// imgctx's MCP server with its own `mcp add`, through an imgctx serve
+// imgctx's MCP server with its own `mcp add`, and opencode, given it in
+// its config, through an imgctx serve
 // whose budget keeps no screenshot across turns (keep.hold off) and whose
 // markers carry recall handles. Each first session reads screenshot.png;
 // resumed, the screenshot is a marker with a handle, the scripted upstream
@@ -26,7 +27,8 @@ func recallRun(bin, work string, env []string, up string, atUpstream *recorded) 
 		"keep: {hold: false, budget_fraction: 0.001}\nproxy: {recall: true}\n", up, up)), 0o644)
 	serve, gw := start(bin, filepath.Join(dir, "data"), "--config", cfg)
 	defer serve.Process.Kill()
-	env = append(slices.Clone(env), "ANTHROPIC_BASE_URL="+gw.String(), "OPENAI_BASE_URL="+gw.String()+"/v1", "HOME="+filepath.Join(dir, "home"))
+	env = append(slices.Clone(env), "ANTHROPIC_BASE_URL="+gw.String(), "OPENAI_BASE_URL="+gw.String()+"/v1", "HOME="+filepath.Join(dir, "home"),
+		"OPENCODE_CONFIG_CONTENT="+opencodeConfig(gw.String(), gw.String()+"/mcp"))
 	setWorkdir(work) // where screenshot.png is
 	run := func(a agent, args ...string) string {
 		return strings.TrimSpace(lastLine(a.run(work, env, args...)))
@@ -45,11 +47,17 @@ func recallRun(bin, work string, env []string, up string, atUpstream *recorded) 
 		{newest("qwen-code"), []string{"mcp", "add", "--transport", "http", "imgctx", gw.String() + "/mcp"},
 			[]string{"-p", "Describe screenshot.png", "--yolo"},
 			[]string{"-c", "-p", "What did the screenshot show? Look again if you need to.", "--yolo"}},
+		{newest("opencode"), nil,
+			newest("opencode").ask("Describe screenshot.png", false, ""),
+			newest("opencode").ask("What did the screenshot show? Look again if you need to.", true, "")},
 	} {
 		if !slices.Contains(agents, a.agent) {
 			continue
 		}
-		added := run(a.agent, a.add...)
+		added := "in its config"
+		if a.add != nil {
+			added = run(a.agent, a.add...)
+		}
 		firstAt := atUpstream.count()
 		first := run(a.agent, a.first...)
 		upBefore := atUpstream.count()
