@@ -3,9 +3,11 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/imgctx/imgctx/blob"
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/reason"
 	"github.com/imgctx/imgctx/session"
@@ -433,6 +436,47 @@ func TestProviderRulesOnEveryRequest(t *testing.T) {
 		chat.Image{URL: screenshot(100, 100, 40)}, chat.Image{URL: screenshot(100, 100, 41)}}}})
 	if r.up.imageTokens[0] != 16 || !hasEvent(r.events, "removed", "provider_limit") {
 		t.Fatalf("upstream priced %d image tokens; events %+v", r.up.imageTokens[0], r.events)
+	}
+}
+
+// On the sessions path too, an image over the provider's edge goes shrunk
+// (with a shrinker), with the resize note beside it, and the turn says
+// so: a shrunk event naming the rule. The live context keeps the shrunk
+// copy and its note, so the next turn sends the same bytes.
+func TestProviderRulesShrinkOnTheSessionsPath(t *testing.T) {
+	r := newRig(t, upstream.Anthropic, 100000, reply{text: "seen"}, reply{text: "again"})
+	p := r.up.profile
+	p.Limits.MaxEdge = 400
+	r.engine.Profiles, _ = r.engine.Profiles.With(p)
+	r.engine.Shrinker = &media.Shrinker{}
+	id := r.session(t, true)
+	r.call(t, id, []chat.Message{{Role: chat.User, Parts: []chat.Part{chat.Text{Text: "click the button"}, chat.Image{URL: screenshot(1280, 800, 50)}}}})
+	var shrunk *Event
+	for i, e := range r.events {
+		if e.Kind == "shrunk" {
+			shrunk = &r.events[i]
+		}
+	}
+	if shrunk == nil || shrunk.Reason != "provider_limit" || shrunk.Detail == "" || shrunk.Ref == (blob.Ref{}) {
+		t.Fatalf("no shrunk event with its reason, rule and ref: %+v", r.events)
+	}
+	first := r.up.requests[0]
+	note := policy.ResizeNote(1280, 800, 400, 250)
+	if !bytes.Contains(first, []byte(note)) {
+		t.Fatalf("no resize note in the request: %.300s", first)
+	}
+	data := regexp.MustCompile(`"data":"([^"]+)"`).FindSubmatch(first)
+	if data == nil {
+		t.Fatal("no image in the request")
+	}
+	raw, _ := base64.StdEncoding.DecodeString(string(data[1]))
+	if in, err := media.Inspect(raw, "", media.Limits{}); err != nil || in.Width != 400 || in.Height != 250 || in.Ref != shrunk.Ref {
+		t.Fatalf("the image sent is %dx%d %s (%v); want the shrunk copy, 400x250 %s", in.Width, in.Height, in.Ref, err, shrunk.Ref)
+	}
+	r.call(t, id, user("And again?"))
+	second := r.up.requests[1]
+	if !bytes.HasPrefix(second, first[:bytes.Index(first, []byte(note))+len(note)]) {
+		t.Fatal("the next turn does not send the shrunk image and its note as the first did")
 	}
 }
 
