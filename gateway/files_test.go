@@ -692,6 +692,44 @@ func TestFileIDsNeverSendAnExpiringFile(t *testing.T) {
 	}
 }
 
+// A file the provider lost is uploaded again on the sessions path too:
+// the turn that names it is refused, sent again with the file uploaded
+// anew, and answered.
+func TestFileIDsInSessionsUploadALostFileAgain(t *testing.T) {
+	p := newFileProvider(t, upstream.Anthropic)
+	g := filesGW(t, p, false)
+	g.engine.Upstream = &upstream.Client{Format: upstream.Anthropic, BaseURL: p.srv.URL, APIKey: "sk-conf", MaxRetries: -1}
+	g.engine.UpstreamFiles = true
+	imgs := shots(t, 3)
+	id := g.newSession(t, "", `{"model":"claude-sonnet-4-6"}`)
+	for i := range 3 {
+		if i == 2 {
+			p.mu.Lock()
+			for fid, f := range p.files {
+				if f.digest == digest(imgs[0]) {
+					delete(p.files, fid)
+				}
+			}
+			p.mu.Unlock()
+		}
+		msg := fmt.Sprintf(`{"messages":[{"role":"user","content":[{"type":"text","text":"step %d"},{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`,
+			i, base64.StdEncoding.EncodeToString(imgs[i]))
+		if resp, body := g.do(t, "POST", "/v1/sessions/"+id+"/turn", "", []byte(msg)); resp.StatusCode != 200 {
+			t.Fatalf("turn %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if ups := p.uploadCounts(); ups[digest(imgs[0])] != 2 || ups[digest(imgs[1])] != 1 || ups[digest(imgs[2])] != 1 {
+		t.Fatalf("uploads %v; want the lost image twice, the others once", ups)
+	}
+	bodies := p.received()
+	if len(bodies) != 4 {
+		t.Fatalf("%d model requests; want 4 (three turns and the one sent again)", len(bodies))
+	}
+	if last := bodies[3]; len(anthropicFileRef.FindAll(last, -1)) != 3 || bytes.Contains(last, []byte(`"type":"base64"`)) {
+		t.Fatalf("the turn sent again does not name its three images by file: %.300s", last)
+	}
+}
+
 // The sessions API sends a session's images by file id too (an Anthropic
 // upstream with file_ids auto and a configured key): each uploaded once
 // across the session's turns. A session that began with file ids off
