@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imgctx/imgctx/media"
 	"github.com/imgctx/imgctx/tokens"
@@ -447,5 +449,55 @@ func TestStreamOptionsKeepTheClientsAndUsageOnlyIfAsked(t *testing.T) {
 		if got := bytes.Contains(answer, []byte(`"usage":{"prompt_tokens"`)); got != c.usage || !bytes.Contains(answer, []byte("data: [DONE]")) {
 			t.Errorf("client options %s: usage chunk to the client %v, want %v:\n%s", c.options, got, c.usage, answer)
 		}
+	}
+}
+
+// On Anthropic's wire an image may come by URL: an imgctx: ref in a url
+// source goes up as the stored bytes in a base64 source (docs/api.md
+// "Naming a stored image by ref"), and so does an http(s) URL imgctx
+// fetches, as on OpenAI's wire; a ref the store does not hold answers 404,
+// a URL that cannot be fetched 422 fetch_failed.
+func TestAnthropicURLSources(t *testing.T) {
+	raw, b64 := samplePNG(t)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/screen.png" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		w.Write(raw)
+	}))
+	t.Cleanup(site.Close)
+	g := newGW(t, upstream.Anthropic, nil)
+	g.engine.Fetcher = &media.Fetcher{Timeout: 2 * time.Second, AllowLoopback: true, AnyPort: true, Log: discardLogger()}
+	if resp, body := g.do(t, "POST", "/v1/images", "", raw, "Content-Type", "image/png"); resp.StatusCode != 201 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	const ref = "imgctx:sha256-534742a9a0be702e61ca5937b744994707ab2944ffb315b35a959ef1f5173e57"
+	source := func(url string) string { return `{"type":"image","source":{"type":"url","url":"` + url + `"}}` }
+	body := func(images ...string) []byte {
+		return []byte(`{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"compare"},` +
+			strings.Join(images, ",") + `]}]}`)
+	}
+	if resp, answer := g.do(t, "POST", "/v1/messages", "", body(source(ref), source(site.URL+"/screen.png"))); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, answer)
+	}
+	inline := `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}`
+	if got, want := g.up.received()[0], body(inline, inline); !bytes.Equal(got, want) {
+		t.Fatalf("upstream body:\n%s", firstDiff(want, got))
+	}
+	for _, c := range []struct {
+		image  string
+		status int
+	}{
+		{source(strings.Replace(ref, "534742a9", "00000000", 1)), 404},
+		{source(site.URL + "/gone.png"), 422},
+	} {
+		if resp, answer := g.do(t, "POST", "/v1/messages", "", body(c.image)); resp.StatusCode != c.status {
+			t.Errorf("%s: %d %s; want %d", c.image, resp.StatusCode, answer, c.status)
+		}
+	}
+	if n := len(g.up.received()); n != 1 {
+		t.Fatalf("%d requests reached the upstream; want the first alone", n)
 	}
 }
