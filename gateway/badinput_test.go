@@ -63,6 +63,11 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 		says                    string
 	}{
 		{"malformed JSON", "POST", "/v1/chat/completions", "k-acme", []byte(`{"model":`), nil, 400, "malformed request"},
+		{"JSON, not an object", "POST", "/v1/chat/completions", "k-acme", []byte(`[{"model":"gpt-4o","messages":[]}]`), nil, 400, "not a JSON object"},
+		{"a string", "POST", "/v1/messages", "k-acme", []byte(`"hi"`), nil, 400, "not a JSON object"},
+		{"a second object after the first", "POST", "/v1/chat/completions", "k-acme", []byte(`{"model":"gpt-4o","messages":[]} {"model":"gpt-4o","messages":[]}`), nil, 400, "trailing data"},
+		{"bytes after the object", "POST", "/v1/messages", "k-acme", []byte(`{"model":"claude-sonnet-4-6","messages":[]}x`), nil, 400, "trailing data"},
+		{"no messages", "POST", "/v1/chat/completions", "k-acme", []byte(`{"model":"gpt-4o"}`), nil, 400, "no messages"},
 		{"50 MB body", "POST", "/v1/chat/completions", "k-acme", big, nil, 413, "8388608 bytes"},
 		{"gzip bomb past the limit after decompression", "POST", "/v1/chat/completions", "k-acme", gz.Bytes(), []string{"Content-Encoding", "gzip"}, 413, "8388608 bytes"},
 		{"bad base64", "POST", "/v1/chat/completions", "k-acme", chatBody("data:image/png;base64,iVBO*w0K"), nil, 400, "base64"},
