@@ -35,6 +35,7 @@ import (
 //	compaction when images are not enough, input without base64; then error   TestPromptTooLongThenCompactThenError
 //	removal mid-turn at the threshold, compaction only if still needed         TestPressureEvictsBeforeSending
 //	completion cut by a full window: replay without kept images                TestCutCompletionReplaysWithoutKeptImages
+//	  none kept: compact, then replay; OpenAI's "length" far from the window  TestCutCompletionCompactsWhenNoImageIsKept
 //	a restarted process resumes identical history, keep states and costs       TestRestartResumesExactly
 //	retry on 5xx measured once                                                 TestRetriedRequestIsMeasuredOnce
 //	bad input: unknown ref, another tenant's ref, bad base64, wrong turn       TestIngestRefusals
@@ -297,6 +298,48 @@ func TestCutCompletionReplaysWithoutKeptImages(t *testing.T) {
 	}
 	if r.up.imageTokens[len(r.up.imageTokens)-1] != 0 {
 		t.Fatal("the replay still carried the image")
+	}
+}
+
+// A completion cut by a full window with no kept image to take out
+// (keeping off): the history is compacted, without its images' bytes, and
+// the request replayed once; the client gets the replay's answer. On
+// OpenAI's wire "length" says the window is full only when the usage
+// reaches it: far from it, the cut is the client's max_tokens, and the
+// answer goes back as it came.
+func TestCutCompletionCompactsWhenNoImageIsKept(t *testing.T) {
+	for _, f := range formats {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRig(t, f, 100000)
+			id := r.session(t, false)
+			for i := range 3 {
+				r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: strings.Repeat("Seen. ", 100)})
+				turn(t, r, id, strings.Repeat("look ", 800), screenshot(600, 400, uint8(20+i)))
+			}
+			if n := len(keptImages(r.live(t, id).Live)); n != 0 {
+				t.Fatalf("%d kept images with keeping off", n)
+			}
+			r.up.replies = append(r.up.replies, reply{text: "The", windowFull: true}, reply{text: "The full answer."})
+			res := r.call(t, id, user("Describe it all."))
+			if f == upstream.OpenAI {
+				if res.Message.TextContent() != "The" || hasEvent(r.events, "retried", "") || len(r.up.summaries) != 0 {
+					t.Fatalf("a cut far from the window was replayed: reply %q, %d summaries", res.Message.TextContent(), len(r.up.summaries))
+				}
+				return
+			}
+			if res.Message.TextContent() != "The full answer." {
+				t.Fatalf("reply %q", res.Message.TextContent())
+			}
+			if !hasEvent(r.events, "retried", "compaction") || len(r.up.summaries) != 1 {
+				t.Fatalf("%d summaries; events %+v", len(r.up.summaries), r.events)
+			}
+			if sum := r.up.summaries[0]; bytes.Contains(sum, []byte(`"type":"base64"`)) {
+				t.Fatalf("image bytes reached the summariser: %.300s", sum)
+			}
+			if last, first := r.up.prompts[len(r.up.prompts)-1], r.up.prompts[len(r.up.prompts)-2]; last >= first {
+				t.Fatalf("the replay carried %d tokens, the cut request %d: nothing was compacted", last, first)
+			}
+		})
 	}
 }
 
