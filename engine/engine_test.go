@@ -198,16 +198,23 @@ func TestPromptTooLongRemovesImagesFirst(t *testing.T) {
 	}
 }
 
+// longTurns plays three turns of about 1,000 tokens of text each, each
+// with a 600×400 screenshot from the tool (seeds from seed on).
+func longTurns(t *testing.T, r *rig, id session.ID, seed uint8) {
+	t.Helper()
+	for i := range uint8(3) {
+		r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: strings.Repeat("Seen. ", 100)})
+		turn(t, r, id, strings.Repeat("look ", 800), screenshot(600, 400, seed+i))
+	}
+}
+
 func TestPromptTooLongThenCompactThenError(t *testing.T) {
 	for _, f := range formats {
 		t.Run(string(f), func(t *testing.T) {
 			r := newRig(t, f, 100000)
 			id := r.session(t, true)
 			// Three turns of history, one kept screenshot each.
-			for i := range 3 {
-				r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: strings.Repeat("Seen. ", 100)})
-				turn(t, r, id, strings.Repeat("look ", 800), screenshot(600, 400, uint8(10+i)))
-			}
+			longTurns(t, r, id, 10)
 			// Now even without its images (3 × 330 tokens) the prompt is too
 			// long: compaction must run.
 			r.up.overflowAt = r.up.prompts[len(r.up.prompts)-1] - 1500
@@ -312,10 +319,7 @@ func TestCutCompletionCompactsWhenNoImageIsKept(t *testing.T) {
 		t.Run(string(f), func(t *testing.T) {
 			r := newRig(t, f, 100000)
 			id := r.session(t, false)
-			for i := range 3 {
-				r.up.replies = append(r.up.replies, reply{toolCall: "screenshot"}, reply{text: strings.Repeat("Seen. ", 100)})
-				turn(t, r, id, strings.Repeat("look ", 800), screenshot(600, 400, uint8(20+i)))
-			}
+			longTurns(t, r, id, 20)
 			if n := len(keptImages(r.live(t, id).Live)); n != 0 {
 				t.Fatalf("%d kept images with keeping off", n)
 			}

@@ -236,6 +236,18 @@ func (p *fileProvider) generate(w http.ResponseWriter, r *http.Request, body []b
 	}
 }
 
+// lose forgets every file holding img, as a provider does one it
+// deleted or let expire.
+func (p *fileProvider) lose(img []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, f := range p.files {
+		if f.digest == digest(img) {
+			delete(p.files, id)
+		}
+	}
+}
+
 func (p *fileProvider) uploadCounts() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -389,13 +401,7 @@ func TestFileIDsUploadEachImageOnce(t *testing.T) {
 					// The provider loses a file (deleted, expired): the next
 					// request names it, is refused, and is replayed with it
 					// uploaded again.
-					p.mu.Lock()
-					for id, f := range p.files {
-						if f.digest == digest(imgs[3]) {
-							delete(p.files, id)
-						}
-					}
-					p.mu.Unlock()
+					p.lose(imgs[3])
 				}
 			}
 			ups := p.uploadCounts()
@@ -704,13 +710,7 @@ func TestFileIDsInSessionsUploadALostFileAgain(t *testing.T) {
 	id := g.newSession(t, "", `{"model":"claude-sonnet-4-6"}`)
 	for i := range 3 {
 		if i == 2 {
-			p.mu.Lock()
-			for fid, f := range p.files {
-				if f.digest == digest(imgs[0]) {
-					delete(p.files, fid)
-				}
-			}
-			p.mu.Unlock()
+			p.lose(imgs[0])
 		}
 		msg := fmt.Sprintf(`{"messages":[{"role":"user","content":[{"type":"text","text":"step %d"},{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`,
 			i, base64.StdEncoding.EncodeToString(imgs[i]))

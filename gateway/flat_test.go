@@ -388,15 +388,7 @@ func TestFlatStreamsToAnOpenAIClientAndRefusesResponses(t *testing.T) {
 func TestFlatFetchesTheCurrentImageByURL(t *testing.T) {
 	r := newFlatRig(t, upstream.LlamaCpp, nil, nil)
 	png := distinctPNG(r.png, 7)
-	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path != "/shot.png" {
-			http.NotFound(w, req)
-			return
-		}
-		w.Header().Set("Content-Type", "image/png")
-		w.Write(png)
-	}))
-	t.Cleanup(files.Close)
+	files := imageSite(t, "/shot.png", png)
 	byURL := func(text, url string) string {
 		return fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":%q},{"type":"image_url","image_url":{"url":%q}}]}`, text, url)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -459,15 +458,7 @@ func TestStreamOptionsKeepTheClientsAndUsageOnlyIfAsked(t *testing.T) {
 // a URL that cannot be fetched 422 fetch_failed.
 func TestAnthropicURLSources(t *testing.T) {
 	raw, b64 := samplePNG(t)
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/screen.png" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "image/png")
-		w.Write(raw)
-	}))
-	t.Cleanup(site.Close)
+	site := imageSite(t, "/screen.png", raw)
 	g := newGW(t, upstream.Anthropic, nil)
 	g.engine.Fetcher = &media.Fetcher{Timeout: 2 * time.Second, AllowLoopback: true, AnyPort: true, Log: discardLogger()}
 	if resp, body := g.do(t, "POST", "/v1/images", "", raw, "Content-Type", "image/png"); resp.StatusCode != 201 {

@@ -239,6 +239,21 @@ func (g *gw) do(t *testing.T, method, path, key string, body []byte, header ...s
 	return resp, b
 }
 
+// imageSite serves img as a PNG at path, and 404 elsewhere: a web server
+// for images by URL (a Fetcher that allows loopback reaches it).
+func imageSite(t *testing.T, path string, img []byte) *httptest.Server {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		w.Write(img)
+	}))
+	t.Cleanup(site.Close)
+	return site
+}
+
 func samplePNG(t testing.TB) (raw []byte, b64 string) {
 	raw, err := os.ReadFile("../testdata/screenshot.png")
 	if err != nil {
