@@ -400,6 +400,13 @@ func identityRun(bin, work string, shot []byte, up string, atUpstream, atClient 
 			steps = []step{
 				{"(" + a.wire + "), reads screenshot.png", a.ask("Describe screenshot.png", false, front)},
 				{"resumed, reads it again", a.ask("Look at screenshot.png once more", true, front)}}
+			if a.bin == "opencode" {
+				// The human's own image: attached to the prompt (-f), in the
+				// user message, not read by a tool.
+				// -f last: it takes every word after it as a file.
+				args := append(a.ask("What does this show?", true, front), "-f", filepath.Join(dir, "screenshot.png"))
+				steps = append(steps, step{"resumed, the screenshot attached (-f)", args})
+			}
 		case "codex":
 			args := a.ask("Describe the screenshot", false, front)
 			steps = []step{{"(" + a.wire + "), screenshot attached", slices.Insert(args, 1, "-i", filepath.Join(dir, "screenshot.png"))}}
@@ -420,6 +427,10 @@ func identityRun(bin, work string, shot []byte, up string, atUpstream, atClient 
 				}
 			}
 			good := len(bodies) > 0 && same == len(bodies) && strings.Contains(answer, "scripted upstream")
+			if strings.Contains(s.what, "attached") {
+				// The attachment must have reached the upstream as an image.
+				good = good && slices.ContainsFunc(bodies, func(b []byte) bool { return base64Image.Match(b) })
+			}
 			ok = ok && good
 			time.Sleep(1500 * time.Millisecond) // the decisions are written within a second
 			fmt.Printf("| %s %s %s | %q | %d | %d of %d | %d | %s |\n", a.name, a.version, s.what, strings.TrimSpace(lastLine(answer)), len(bodies), same, len(bodies), count()-convs, sessionHeaders(atClient.headersSince(before)))
