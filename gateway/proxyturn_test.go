@@ -266,27 +266,38 @@ func TestProxyRestartMidTurnSendsTheSameBodies(t *testing.T) {
 	}
 }
 
-// One static X-Imgctx-Session for two conversations that open differently
-// keeps two sets of decisions.
-func TestProxyStaticHeaderNeverMergesConversations(t *testing.T) {
-	rig := newAgentRig(t, 30_000, &session.Mem{})
-	a, b := newAgent(t, rig, "Check the login page."), newAgent(t, rig, "Check the billing page.")
-	for _, g := range []*agent{a, b} {
-		g.header["X-Imgctx-Session"] = "my-agent"
-	}
-	a.start()
-	a.send(reply{tools: 1})
-	a.results(2, false, false)
-	a.send(reply{})
-	b.start()
-	b.send(reply{tools: 1})
-	b.results(1, false, false)
-	b.send(reply{})
-	if n, _ := kept(a.decisions()); n != 2 {
-		t.Fatalf("conversation a keeps %d", n)
-	}
-	if p := b.decisions(); len(p.Images) != 1 || p.Images[0].Keep != chat.Kept {
-		t.Fatalf("conversation b holds a's decisions: %+v", p.Images)
+// Two conversations keep two sets of decisions: behind one static
+// X-Imgctx-Session when they open differently, and when they open alike
+// (the same prompt in two folders) by the agent's own session ids —
+// opencode's X-Session-Id here, as claude-code's do.
+func TestProxyConversationsNeverMerge(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		openA, openB     string
+		header, idA, idB string
+	}{
+		{"static header", "Check the login page.", "Check the billing page.", "X-Imgctx-Session", "my-agent", "my-agent"},
+		{"opencode sessions opened alike", "Check the login page.", "Check the login page.", "X-Session-Id", "ses_a1", "ses_b2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rig := newAgentRig(t, 30_000, &session.Mem{})
+			a, b := newAgent(t, rig, c.openA), newAgent(t, rig, c.openB)
+			a.header[c.header], b.header[c.header] = c.idA, c.idB
+			a.start()
+			a.send(reply{tools: 1})
+			a.results(2, false, false)
+			a.send(reply{})
+			b.start()
+			b.send(reply{tools: 1})
+			b.results(1, false, false)
+			b.send(reply{})
+			if n, _ := kept(a.decisions()); n != 2 {
+				t.Fatalf("conversation a keeps %d", n)
+			}
+			if p := b.decisions(); len(p.Images) != 1 || p.Images[0].Keep != chat.Kept {
+				t.Fatalf("conversation b holds a's decisions: %+v", p.Images)
+			}
+		})
 	}
 }
 
