@@ -381,7 +381,7 @@ func identityRun(bin, work string, shot []byte, up string, atUpstream, atClient 
 	front := recording(atClient, gw, geminiGW)
 	count := conversations(filepath.Join(work, "data"), filepath.Join(work, "data-gemini"))
 
-	fmt.Println("| agent | answer | requests | byte-identical at the upstream | new conversations in the store | session headers (distinct values) |")
+	fmt.Println("| agent | answer | requests | byte-identical at the upstream | new conversations in the store (resumed: does it go on in the first run's) | session headers (distinct values) |")
 	fmt.Println("|---|---|---|---|---|---|")
 	ok := true
 	for _, a := range agents {
@@ -413,6 +413,7 @@ func identityRun(bin, work string, shot []byte, up string, atUpstream, atClient 
 		default:
 			steps = []step{{"(" + a.wire + "), screenshot by @", a.ask("Describe @screenshot.png", false, front)}}
 		}
+		var first map[string]bool // the first step's conversations, from the request log
 		for _, s := range steps {
 			convs, before, upBefore := count(), atClient.count(), atUpstream.count()
 			answer := a.run(dir, env, s.args...)
@@ -431,9 +432,29 @@ func identityRun(bin, work string, shot []byte, up string, atUpstream, atClient 
 				// The attachment must have reached the upstream as an image.
 				good = good && slices.ContainsFunc(bodies, func(b []byte) bool { return base64Image.Match(b) })
 			}
-			ok = ok && good
 			time.Sleep(1500 * time.Millisecond) // the decisions are written within a second
-			fmt.Printf("| %s %s %s | %q | %d | %d of %d | %d | %s |\n", a.name, a.version, s.what, strings.TrimSpace(lastLine(answer)), len(bodies), same, len(bodies), count()-convs, sessionHeaders(atClient.headersSince(before)))
+			// A resumed session goes on in a conversation of its first run
+			// (its side requests may open others).
+			these := map[string]bool{}
+			for i := before; i < before+len(bodies); i++ {
+				if c := conversationOf(filepath.Join(work, "data"), i); c != "" {
+					these[c] = true
+				}
+			}
+			goesOn := ""
+			if first == nil {
+				first = these
+			} else if strings.HasPrefix(s.what, "resumed") {
+				goesOn = ", a new conversation"
+				for c := range these {
+					if first[c] {
+						goesOn = ", goes on"
+					}
+				}
+				good = good && goesOn == ", goes on"
+			}
+			ok = ok && good
+			fmt.Printf("| %s %s %s | %q | %d | %d of %d | %d%s | %s |\n", a.name, a.version, s.what, strings.TrimSpace(lastLine(answer)), len(bodies), same, len(bodies), count()-convs, goesOn, sessionHeaders(atClient.headersSince(before)))
 		}
 	}
 	seen := map[string]bool{}

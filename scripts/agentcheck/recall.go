@@ -27,6 +27,9 @@ func recallRun(bin, work string, env []string, up string, atUpstream *recorded) 
 		"keep: {hold: false, budget_fraction: 0.001}\nproxy: {recall: true}\n", up, up)), 0o644)
 	serve, gw := start(bin, filepath.Join(dir, "data"), "--config", cfg)
 	defer serve.Process.Kill()
+	// The home must be there: qwen-code fails on one that is not, where
+	// claude-code makes it (a run of qwen-code alone found this).
+	os.MkdirAll(filepath.Join(dir, "home"), 0o755)
 	env = append(slices.Clone(env), "ANTHROPIC_BASE_URL="+gw.String(), "OPENAI_BASE_URL="+gw.String()+"/v1", "HOME="+filepath.Join(dir, "home"),
 		"OPENCODE_CONFIG_CONTENT="+opencodeConfig(gw.String(), gw.String()+"/mcp"))
 	setWorkdir(work) // where screenshot.png is
