@@ -451,44 +451,69 @@ func TestStreamOptionsKeepTheClientsAndUsageOnlyIfAsked(t *testing.T) {
 	}
 }
 
-// On Anthropic's wire an image may come by URL: an imgctx: ref in a url
-// source goes up as the stored bytes in a base64 source (docs/api.md
-// "Naming a stored image by ref"), and so does an http(s) URL imgctx
-// fetches, as on OpenAI's wire; a ref the store does not hold answers 404,
-// a URL that cannot be fetched 422 fetch_failed.
-func TestAnthropicURLSources(t *testing.T) {
+// An image may come by URL on every wire: an imgctx: ref goes up as the
+// stored bytes in the wire's inline form (docs/api.md "Naming a stored
+// image by ref"), and so does an http(s) URL imgctx fetches (docs/api.md,
+// "Images by URL"); a ref the store does not hold answers 404, a URL that
+// cannot be fetched 422 fetch_failed, and neither reaches the upstream.
+func TestImageURLsOnEveryWire(t *testing.T) {
 	raw, b64 := samplePNG(t)
 	site := imageSite(t, "/screen.png", raw)
-	g := newGW(t, upstream.Anthropic, nil)
-	g.engine.Fetcher = &media.Fetcher{Timeout: 2 * time.Second, AllowLoopback: true, AnyPort: true, Log: discardLogger()}
-	if resp, body := g.do(t, "POST", "/v1/images", "", raw, "Content-Type", "image/png"); resp.StatusCode != 201 {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
 	const ref = "imgctx:sha256-534742a9a0be702e61ca5937b744994707ab2944ffb315b35a959ef1f5173e57"
-	source := func(url string) string { return `{"type":"image","source":{"type":"url","url":"` + url + `"}}` }
-	body := func(images ...string) []byte {
-		return []byte(`{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"compare"},` +
-			strings.Join(images, ",") + `]}]}`)
-	}
-	if resp, answer := g.do(t, "POST", "/v1/messages", "", body(source(ref), source(site.URL+"/screen.png"))); resp.StatusCode != 200 {
-		t.Fatalf("status %d: %s", resp.StatusCode, answer)
-	}
-	inline := `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}`
-	if got, want := g.up.received()[0], body(inline, inline); !bytes.Equal(got, want) {
-		t.Fatalf("upstream body:\n%s", firstDiff(want, got))
-	}
-	for _, c := range []struct {
-		image  string
-		status int
+	for _, w := range []struct {
+		name, path string
+		format     upstream.Format
+		image      func(url string) string
+		body       func(images ...string) string
 	}{
-		{source(strings.Replace(ref, "534742a9", "00000000", 1)), 404},
-		{source(site.URL + "/gone.png"), 422},
+		{"chat completions", "/v1/chat/completions", upstream.OpenAI,
+			func(url string) string { return `{"type":"image_url","image_url":{"url":"` + url + `"}}` },
+			func(images ...string) string {
+				return `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"compare"},` + strings.Join(images, ",") + `]}]}`
+			}},
+		{"responses", "/v1/responses", upstream.OpenAI,
+			func(url string) string { return `{"type":"input_image","image_url":"` + url + `"}` },
+			func(images ...string) string {
+				return `{"model":"gpt-4o","input":[{"role":"user","content":[{"type":"input_text","text":"compare"},` + strings.Join(images, ",") + `]}]}`
+			}},
+		{"anthropic", "/v1/messages", upstream.Anthropic,
+			func(url string) string {
+				if strings.HasPrefix(url, "data:") {
+					return `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + strings.TrimPrefix(url, "data:image/png;base64,") + `"}}`
+				}
+				return `{"type":"image","source":{"type":"url","url":"` + url + `"}}`
+			},
+			func(images ...string) string {
+				return `{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"compare"},` + strings.Join(images, ",") + `]}]}`
+			}},
 	} {
-		if resp, answer := g.do(t, "POST", "/v1/messages", "", body(c.image)); resp.StatusCode != c.status {
-			t.Errorf("%s: %d %s; want %d", c.image, resp.StatusCode, answer, c.status)
-		}
-	}
-	if n := len(g.up.received()); n != 1 {
-		t.Fatalf("%d requests reached the upstream; want the first alone", n)
+		t.Run(w.name, func(t *testing.T) {
+			g := newGW(t, w.format, nil)
+			g.engine.Fetcher = &media.Fetcher{Timeout: 2 * time.Second, AllowLoopback: true, AnyPort: true, Log: discardLogger()}
+			if resp, body := g.do(t, "POST", "/v1/images", "", raw, "Content-Type", "image/png"); resp.StatusCode != 201 {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			if resp, answer := g.do(t, "POST", w.path, "", []byte(w.body(w.image(ref), w.image(site.URL+"/screen.png")))); resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, answer)
+			}
+			inline := w.image("data:image/png;base64," + b64)
+			if got, want := g.up.received()[0], []byte(w.body(inline, inline)); !bytes.Equal(got, want) {
+				t.Fatalf("upstream body:\n%s", firstDiff(want, got))
+			}
+			for _, c := range []struct {
+				url    string
+				status int
+			}{
+				{strings.Replace(ref, "534742a9", "00000000", 1), 404},
+				{site.URL + "/gone.png", 422},
+			} {
+				if resp, answer := g.do(t, "POST", w.path, "", []byte(w.body(w.image(c.url)))); resp.StatusCode != c.status {
+					t.Errorf("%s: %d %s; want %d", c.url, resp.StatusCode, answer, c.status)
+				}
+			}
+			if n := len(g.up.received()); n != 1 {
+				t.Fatalf("%d requests reached the upstream; want the first alone", n)
+			}
+		})
 	}
 }
