@@ -21,11 +21,10 @@ const fingerprintBytes = 16 << 10
 // identity is the first of: X-Imgctx-Session; the agent's own id
 // (X-Claude-Code-Session-Id, codex's Session-Id, opencode's X-Session-Id,
 // prompt_cache_key, the session part of Anthropic metadata.user_id);
-// nothing. A fingerprint of
-// the conversation's opening (fingerprint) is always part of the key, so
-// one static header configured for every call of an agent never merges two
-// conversations. The key is a hash: a client value of any size costs 64
-// bytes of state.
+// nothing. A fingerprint of the conversation's opening (fingerprint) is
+// always part of the key, so one static header configured for every call
+// of an agent never merges two conversations. The key is a hash: a client
+// value of any size costs 64 bytes of state.
 func ConversationKey(tenant string, d *wire.Dialect, h http.Header, sp *wire.Spliced) string {
 	key, _ := conversationKey(tenant, d, conversationID(h, sp), sp)
 	return key

@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -168,10 +169,11 @@ func (a agent) ask(prompt string, resume bool, front string) []string {
 		}
 		return []string{"-p", prompt, "--yolo"}
 	case "opencode":
-		args := []string{"run", "--auto", "-m", "imgctx/qwen3-vl-plus"}
+		model := "imgctx/qwen3-vl-plus" // opencodeConfig's providers
 		if a.wire == "Anthropic Messages" {
-			args[3] = "anthropic/claude-sonnet-4-5"
+			model = "anthropic/claude-sonnet-4-5"
 		}
+		args := []string{"run", "--auto", "-m", model}
 		if resume {
 			args = append(args, "-c")
 		}
@@ -445,13 +447,12 @@ func identityRun(bin, work string, shot []byte, up string, atUpstream, atClient 
 			if first == nil {
 				first = these
 			} else if strings.HasPrefix(s.what, "resumed") {
+				on := slices.ContainsFunc(slices.Collect(maps.Keys(these)), func(c string) bool { return first[c] })
 				goesOn = ", a new conversation"
-				for c := range these {
-					if first[c] {
-						goesOn = ", goes on"
-					}
+				if on {
+					goesOn = ", goes on"
 				}
-				good = good && goesOn == ", goes on"
+				good = good && on
 			}
 			ok = ok && good
 			fmt.Printf("| %s %s %s | %q | %d | %d of %d | %d%s | %s |\n", a.name, a.version, s.what, strings.TrimSpace(lastLine(answer)), len(bodies), same, len(bodies), count()-convs, goesOn, sessionHeaders(atClient.headersSince(before)))

@@ -36,6 +36,7 @@ func recallRun(bin, work string, env []string, up string, atUpstream *recorded) 
 	run := func(a agent, args ...string) string {
 		return strings.TrimSpace(lastLine(a.run(work, env, args...)))
 	}
+	oc := newest("opencode")
 	fmt.Println("| agent with imgctx's MCP server | mcp add | first session | resumed: the marker's handle | the screenshot back after the call, byte for byte | answer |")
 	fmt.Println("|---|---|---|---|---|---|")
 	ok := true
@@ -50,9 +51,7 @@ func recallRun(bin, work string, env []string, up string, atUpstream *recorded) 
 		{newest("qwen-code"), []string{"mcp", "add", "--transport", "http", "imgctx", gw.String() + "/mcp"},
 			[]string{"-p", "Describe screenshot.png", "--yolo"},
 			[]string{"-c", "-p", "What did the screenshot show? Look again if you need to.", "--yolo"}},
-		{newest("opencode"), nil,
-			newest("opencode").ask("Describe screenshot.png", false, ""),
-			newest("opencode").ask("What did the screenshot show? Look again if you need to.", true, "")},
+		{oc, nil, oc.ask("Describe screenshot.png", false, ""), oc.ask("What did the screenshot show? Look again if you need to.", true, "")},
 	} {
 		if !slices.Contains(agents, a.agent) {
 			continue
