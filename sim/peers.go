@@ -26,8 +26,14 @@ type Peer struct {
 	// Compact: how the agent compacts past CompactAt of the window or on
 	// a refusal: "" never; "shared" the history as sent plus the summary
 	// instruction, so the summary request reads the cache (claude-code);
-	// "fresh" the history with its images left out (a cache miss).
+	// "fresh" the history with its images left out (a cache miss);
+	// "transcript" the whole history, the current turn's steps too, as
+	// one text message (opencode, compactTranscript).
 	Compact string
+	// Reserve, when set, is the room the agent keeps for its answer: it
+	// compacts once the prompt reaches the window less min(Reserve, the
+	// model's output cap), not past CompactAt (opencode).
+	Reserve int
 	// Through: requests go through imgctx's gateway and engine; KeepOff
 	// turns keep-turn-images off there (ephemeral).
 	Through, KeepOff bool
@@ -76,6 +82,12 @@ func Peers(n, chunk, keepNewest int) []Peer {
 			Keep: keepNewest, AtLimit: true, Compact: "shared"},
 		{Name: "strip-on-compact", Reproduces: "claude-code: every image kept until the history is compacted (cache-sharing summary request), none after",
 			Compact: "shared"},
+		{Name: "opencode", Reproduces: "opencode 1.18.33 as it ships (read from its bundle): every image kept (pruning is off by default); " +
+			"compacts, mid-turn too, once the prompt reaches the window less min(32,000, the model's output cap): the whole history summarised " +
+			"from a text transcript, images named, tool outputs cut at 2,000 characters, under its own prompt and no tools; then the summary, " +
+			"the newest turns within its tail budget by its own estimate (base64 counted: no screenshot fits), and a continue message; " +
+			"breakpoints on the system prompt and the last two messages",
+			Compact: "transcript", Reserve: 32000, Breakpoints: lastTwoBreakpoints},
 		{Name: "ephemeral", Reproduces: "imgctx with proxy.keep_turn_images off: each tool image shown once", Through: true, KeepOff: true, Compact: "shared"},
 		{Name: "imgctx", Reproduces: "imgctx serve's defaults (this config's engine settings) in front of a claude-code-like agent", Through: true, Compact: "shared"},
 		{Name: NaiveImgctx, Reproduces: "imgctx serve's defaults in front of the naive agent: its whole history, its breakpoint on the last block, never compacting",

@@ -34,6 +34,7 @@ func TestPeerRemovalSchedules(t *testing.T) {
 		{"osworld-10/20", map[int]int{29: 0, 30: 20, 49: 20, 50: 40}, true},
 		{"ceiling-batch-5", map[int]int{100: 0, 101: 96}, false},
 		{"strip-on-compact", map[int]int{150: 0}, false},
+		{"opencode", map[int]int{150: 0}, false},
 	} {
 		p := peer(c.peer)
 		r := &runner{peer: p, removed: map[string]int{}, cfg: Config{Profile: tokens.Profile{Limits: tokens.Limits{MaxImages: 100}}}}

@@ -20,9 +20,10 @@ func render(format, model, system, tools string, msgs []Msg, stripImages bool) [
 // Where an Anthropic agent puts its cache breakpoints (besides the one on
 // the system prompt).
 const (
-	lastBreakpoint  = iota // on the last block, as claude-code does
-	turnBreakpoints        // on the last block of each of the 3 latest user messages, as the reference computer-use loop does (_inject_prompt_caching)
-	noBreakpoints          // none at all, the system prompt's included: caching off
+	lastBreakpoint     = iota // on the last block, as claude-code does
+	turnBreakpoints           // on the last block of each of the 3 latest user messages, as the reference computer-use loop does (_inject_prompt_caching)
+	noBreakpoints             // none at all, the system prompt's included: caching off
+	lastTwoBreakpoints        // on the last block of each of the last 2 messages, as opencode does
 )
 
 // renderInto is render into a buffer the caller reuses: a body of real
@@ -42,7 +43,7 @@ func renderInto(b *bytes.Buffer, format, model, system, tools string, msgs []Msg
 		b.WriteString(`}],"tools":`)
 		b.WriteString(tools)
 		b.WriteString(`,"messages":[`)
-		marked := map[int]bool{len(msgs) - 1: bps == lastBreakpoint}
+		marked := map[int]bool{len(msgs) - 1: bps == lastBreakpoint || bps == lastTwoBreakpoints, len(msgs) - 2: bps == lastTwoBreakpoints}
 		if bps == turnBreakpoints {
 			for i, n := len(msgs)-1, 0; i >= 0 && n < 3; i-- {
 				if msgs[i].Role == "user" {

@@ -562,8 +562,7 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 // main request, or -1.
 func (r *runner) step(ctx context.Context, added int) (int, error) {
 	compacts := r.peer.Compact != ""
-	window := r.cfg.Profile.ContextWindow
-	if compacts && float64(r.lastPrompt+added) > r.cfg.CompactAt*float64(window) {
+	if compacts && r.compactsNow(r.lastPrompt+added) {
 		if err := r.compact(ctx); err != nil {
 			return -1, err
 		}
@@ -673,6 +672,9 @@ func (r *runner) removeOldest(n int, why string, toolOnly, drop bool) {
 // claude-code's compaction does; when that is refused (the history is
 // over a limit), or for "fresh", the images are left out.
 func (r *runner) compact(ctx context.Context) error {
+	if r.peer.Compact == "transcript" {
+		return r.compactTranscript(ctx)
+	}
 	tail := -1
 	for i := len(r.transcript) - 1; i >= 0; i-- {
 		if r.transcript[i].Human {
@@ -723,7 +725,12 @@ func (r *runner) path() string {
 // send renders msgs and sends them (sendBody). It returns the status and
 // the prompt tokens the answer's usage reports.
 func (r *runner) send(ctx context.Context, kind string, msgs []Msg, strip bool) (int, int, error) {
-	body := renderInto(&r.body, r.format, r.cfg.Model, r.cfg.Workload.System, r.cfg.Workload.Tools, msgs, strip, r.peer.Breakpoints)
+	return r.sendUnder(ctx, kind, r.cfg.Workload.System, r.cfg.Workload.Tools, msgs, strip)
+}
+
+// sendUnder is send under another system prompt and tools.
+func (r *runner) sendUnder(ctx context.Context, kind, system, tools string, msgs []Msg, strip bool) (int, int, error) {
+	body := renderInto(&r.body, r.format, r.cfg.Model, system, tools, msgs, strip, r.peer.Breakpoints)
 	h := http.Header{"Content-Type": {"application/json"}, "X-Sim-Kind": {kind}, "X-Imgctx-Session": {"sim-" + r.policy}}
 	if r.format == "anthropic" {
 		h.Set("Anthropic-Version", "2023-06-01")

@@ -20,16 +20,20 @@ import (
 // Profile describes one model family: what it sees, how it prices images and
 // text, and the provider's limits and cache rules.
 type Profile struct {
-	Name          string     `yaml:"name" json:"name"`
-	Match         []string   `yaml:"match" json:"match,omitempty"`
-	Family        string     `yaml:"family" json:"family"`
-	ContextWindow int        `yaml:"context_window" json:"context_window"`
-	Vision        bool       `yaml:"vision" json:"vision"`
-	Tokenizer     string     `yaml:"tokenizer" json:"tokenizer"` // o200k, cl100k or chars4
-	Image         ImageRule  `yaml:"image" json:"image"`
-	Limits        Limits     `yaml:"limits" json:"limits"`
-	Cache         CacheRules `yaml:"cache" json:"cache"`
-	Prices        *Prices    `yaml:"prices,omitempty" json:"prices,omitempty"`
+	Name          string   `yaml:"name" json:"name"`
+	Match         []string `yaml:"match" json:"match,omitempty"`
+	Family        string   `yaml:"family" json:"family"`
+	ContextWindow int      `yaml:"context_window" json:"context_window"`
+	// MaxOutput is the model's output cap in tokens, where known: an agent
+	// that reserves room for its answer by it (simulate's opencode row)
+	// compacts earlier on a model with a small cap.
+	MaxOutput int        `yaml:"max_output,omitempty" json:"max_output,omitempty"`
+	Vision    bool       `yaml:"vision" json:"vision"`
+	Tokenizer string     `yaml:"tokenizer" json:"tokenizer"` // o200k, cl100k or chars4
+	Image     ImageRule  `yaml:"image" json:"image"`
+	Limits    Limits     `yaml:"limits" json:"limits"`
+	Cache     CacheRules `yaml:"cache" json:"cache"`
+	Prices    *Prices    `yaml:"prices,omitempty" json:"prices,omitempty"`
 }
 
 // Prices are list prices in US dollars per million tokens, for cost

@@ -32,7 +32,8 @@ func newSimulateCmd(a *app) *cobra.Command {
 			"128-token steps), refuses prompts past the window and the image limits, and bills with the profile's\n" +
 			"prices. Each policy runs the same steps on its own simulated clock: the agents' own rules as they\n" +
 			"ship (the reference computer-use loop with and without caching, chunked newest-n, OSWorld-style,\n" +
-			"ceiling-batch, claude-code's strip-on-compact, one-a-request newest-n, naive), ephemeral, and imgctx\n" +
+			"ceiling-batch, claude-code's strip-on-compact, opencode's own compaction, one-a-request newest-n,\n" +
+			"naive), ephemeral, and imgctx\n" +
 			"through the gateway's own handler and engine (this config's engine settings), in front of a\n" +
 			"claude-code-like agent and, as imgctx@naive, of the naive agent that never compacts (the row the\n" +
 			"agents that never compact are judged against too). The hindsight\n" +
