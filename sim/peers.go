@@ -90,6 +90,8 @@ func Peers(n, chunk, keepNewest int) []Peer {
 			Compact: "transcript", Reserve: 32000, Breakpoints: lastTwoBreakpoints},
 		{Name: "ephemeral", Reproduces: "imgctx with proxy.keep_turn_images off: each tool image shown once", Through: true, KeepOff: true, Compact: "shared"},
 		{Name: "imgctx", Reproduces: "imgctx serve's defaults (this config's engine settings) in front of a claude-code-like agent", Through: true, Compact: "shared"},
+		{Name: "imgctx@opencode", Reproduces: "imgctx serve's defaults in front of opencode as it ships (its compaction, its reserve, its breakpoints)",
+			Through: true, Compact: "transcript", Reserve: 32000, Breakpoints: lastTwoBreakpoints},
 		{Name: NaiveImgctx, Reproduces: "imgctx serve's defaults in front of the naive agent: its whole history, its breakpoint on the last block, never compacting",
 			Through: true},
 	}
