@@ -1,6 +1,9 @@
 package sim
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // A Peer is an image policy as an agent or a gateway ships it: what it
 // removes and when, where its cache breakpoints go, and how it compacts.
@@ -106,22 +109,32 @@ func Peers(n, chunk, keepNewest int) []Peer {
 // asking for imgctx (--policies imgctx) does not run it.
 const NaiveImgctx = "imgctx@naive"
 
-// judgesOnly reports whether the row is there only to judge the agents
-// that never compact (NaiveImgctx): it is not run again with recall or
-// file ids, nor replayed from a recording, which holds its client's own
-// compaction.
-func (p Peer) judgesOnly() bool { return p.Name == NaiveImgctx }
+// judgesOnly reports whether the row is imgctx in front of another agent
+// than the claude-code-like one (NaiveImgctx, imgctx@opencode): there to
+// judge the peers that compact as its client does, it is not run again
+// with recall or file ids, nor replayed from a recording, which holds its
+// client's own compaction.
+func (p Peer) judgesOnly() bool { return p.Through && strings.HasPrefix(p.Name, "imgctx@") }
+
+// fronts reports whether the row is imgctx at its defaults in front of
+// an agent (Fronts).
+func (p Peer) fronts() bool { return p.Through && !p.KeepOff && !p.Dial }
 
 // DefaultSights are the positions of the dial (keep.sight) simulate runs
 // beside imgctx's default: from the cheapest to past cold starts.
 var DefaultSights = []float64{0, 0.5, 0.9, 1.5, 2, 3}
 
-// SightPeers returns imgctx's rows at those positions of the dial.
-func SightPeers(sights []float64) []Peer {
+// SightPeers returns an imgctx row (front: "imgctx", NaiveImgctx or
+// "imgctx@opencode") at those positions of the dial, in front of the
+// same agent: front-sight-S.
+func SightPeers(front Peer, sights []float64) []Peer {
 	var out []Peer
 	for _, s := range sights {
-		out = append(out, Peer{Name: fmt.Sprintf("imgctx-sight-%g", s), Reproduces: fmt.Sprintf("imgctx with keep.sight %g (the rest of this config's engine settings)", s),
-			Through: true, Compact: "shared", Dial: true, Sight: s})
+		p := front
+		p.Name = fmt.Sprintf("%s-sight-%g", front.Name, s)
+		p.Reproduces = fmt.Sprintf("%s with keep.sight %g (the rest of this config's engine settings)", front.Name, s)
+		p.Dial, p.Sight = true, s
+		out = append(out, p)
 	}
 	return out
 }

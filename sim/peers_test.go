@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -159,5 +160,26 @@ func TestFrontierCostsWhatTheEmulatorBills(t *testing.T) {
 					prof.Name, fp.Images, fp.Dollars, got.Dollars, got.ImagesMean, got.Failed)
 			}
 		}
+	}
+}
+
+// A byte replay carries the client's own compaction and breakpoints: the
+// rows that differ from the client or from imgctx's row only in those are
+// not replayed, the dial in front of another agent included; the rest are.
+func TestReplayedRows(t *testing.T) {
+	peers := Peers(3, 10, 5)
+	for _, front := range []string{"imgctx", "imgctx@opencode"} {
+		i := slices.IndexFunc(peers, func(p Peer) bool { return p.Name == front })
+		peers = append(peers, SightPeers(peers[i], []float64{2})...)
+	}
+	var not []string
+	for _, p := range peers {
+		if !p.replays() {
+			not = append(not, p.Name)
+		}
+	}
+	want := []string{"ref-loop-cached", "strip-on-compact", "opencode", "imgctx@opencode", NaiveImgctx, "imgctx@opencode-sight-2"}
+	if !slices.Equal(not, want) {
+		t.Errorf("not replayed %v, want %v", not, want)
 	}
 }

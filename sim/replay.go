@@ -155,7 +155,7 @@ func fromRequests(data []byte, think time.Duration) (*Workload, error) {
 	}
 	w.Notes = append(w.Notes, fmt.Sprintf("replayed byte for byte: %d %s request bodies (%d with recorded times, %d spaced %s apart); "+
 		"each peer acts on the images of the client's bodies only — breakpoints, compaction and everything else are the client's as recorded, "+
-		"so peers do not compact themselves, and ref-loop-cached, strip-on-compact and "+NaiveImgctx+" (which differ from the client or the imgctx row only in those) are not replayed; "+
+		"so peers do not compact themselves, and ref-loop-cached, strip-on-compact, opencode, "+NaiveImgctx+" and imgctx@opencode (which differ from the client or the imgctx row only in those) are not replayed; "+
 		"no hindsight frontier (it needs the workload's model, not bytes)", len(w.Recorded), w.Format, timed, untimed, think))
 	if urls > 0 {
 		w.Notes = append(w.Notes, fmt.Sprintf("up to %d image or document parts a request by URL or file id: the emulated provider has no such files "+

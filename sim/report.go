@@ -155,31 +155,28 @@ func (r *Report) losses(ours *PolicyReport) []string {
 }
 
 // Losses returns the peers (rows with no refused request) that dominate
-// imgctx's default (Dominates), and those that no
-// imgctx row — the default or a position of the dial — does as well as.
-// An imgctx row in front of an agent that never compacts (NaiveImgctx)
-// judges only the peers whose agents never compact either: against the
-// others it would keep what their compaction takes away.
+// imgctx's default (Dominates) — in front of the claude-code-like agent,
+// or in front of the peer's own agent where that row was run (NaiveImgctx,
+// imgctx@opencode) — and those that no imgctx row — a default or a
+// position of the dial — does as well as (judges).
 func (r *Report) Losses() (over, unmatched []PolicyReport) {
-	var ours *PolicyReport
-	for i := range r.Policies {
-		if r.Policies[i].Policy == "imgctx" {
-			ours = &r.Policies[i]
-		}
-	}
 	for _, p := range r.Policies {
 		if strings.HasPrefix(p.Policy, "imgctx") || p.Failed > 0 {
 			continue
 		}
-		if ours != nil && Dominates(p, *ours) {
-			over = append(over, p)
-		}
-		matched := false
+		dominated, matched := false, false
 		for _, q := range r.Policies {
+			if !strings.HasPrefix(q.Policy, "imgctx") || !judges(q, p) {
+				continue
+			}
+			rest := strings.TrimPrefix(q.Policy, "imgctx")
+			dominated = dominated || !strings.ContainsAny(rest, "-+") && (rest == "" || q.Compacts == p.Compacts) && Dominates(p, q)
 			// A +recall row's model asks for images back: not the peers'
 			// workload, so it matches none of them.
-			matched = matched || strings.HasPrefix(q.Policy, "imgctx") && !strings.HasSuffix(q.Policy, "+recall") && q.Failed == 0 &&
-				(!q.NeverCompacts || p.NeverCompacts) && AtLeastAsGood(q, p)
+			matched = matched || !strings.HasSuffix(q.Policy, "+recall") && q.Failed == 0 && AtLeastAsGood(q, p)
+		}
+		if dominated {
+			over = append(over, p)
 		}
 		if !matched {
 			unmatched = append(unmatched, p)
@@ -187,6 +184,14 @@ func (r *Report) Losses() (over, unmatched []PolicyReport) {
 	}
 	return over, unmatched
 }
+
+// judges reports whether imgctx's row q may judge peer p. In front of the
+// claude-code-like agent it judges every peer; in front of another agent
+// (NaiveImgctx, imgctx@opencode) only the peers whose agents compact as
+// that one does (never, or opencode's way): against the others it would
+// keep what their compaction takes away, or lose what it keeps. A user of
+// opencode asks what imgctx in front of opencode gives them.
+func judges(q, p PolicyReport) bool { return q.Compacts == "shared" || q.Compacts == p.Compacts }
 
 // Dominates reports whether row a is at least as good as b and better in
 // one respect: more images per request, or a cost more than 1% lower. Two

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,18 @@ var Policies = func() []string {
 	return out
 }()
 
+// Fronts are the imgctx rows at their defaults in front of an agent, the
+// ones the dial's positions may sit in front of (Config.SightsFront).
+var Fronts = func() []string {
+	var out []string
+	for _, p := range Peers(3, 10, 5) {
+		if p.fronts() {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}()
+
 // matches reports whether a policy asked for by name selects a row: its
 // whole name or its name without parameters ("chunked" for "chunked-3/10",
 // "imgctx" for "imgctx-sight-0" and "imgctx+recall").
@@ -68,6 +81,9 @@ type Config struct {
 	// Sights are keep.sight positions run as imgctx rows of their own
 	// (imgctx-sight-S), after the default's.
 	Sights []float64
+	// SightsFront is the imgctx row whose agent the dial's positions sit
+	// in front of (default "imgctx", the claude-code-like one).
+	SightsFront string
 	// Recall is the recall model: with a share, every imgctx row is run
 	// again with it (policy+recall), built-in workloads only.
 	Recall Recall
@@ -107,7 +123,7 @@ type PolicyReport struct {
 	Failed          int            `json:"failed"`
 	FailedBy        map[string]int `json:"failed_by,omitempty"`
 	Compactions     int            `json:"compactions"`
-	NeverCompacts   bool           `json:"never_compacts,omitempty"` // the agent (the client, for an imgctx row) never compacts its history
+	Compacts        string         `json:"compacts,omitempty"` // how the agent (the client, for an imgctx row) compacts its history (Peer.Compact); empty: never
 	Input           int64          `json:"input_tokens"`
 	CacheRead       int64          `json:"cache_read_tokens"`
 	CacheWrite      int64          `json:"cache_write_tokens"`
@@ -185,7 +201,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.KeepNewest <= 0 {
 		cfg.KeepNewest = 5
 	}
-	peers := append(Peers(cfg.N, cfg.Chunk, cfg.KeepNewest), SightPeers(cfg.Sights)...)
+	peers := Peers(cfg.N, cfg.Chunk, cfg.KeepNewest)
+	front := cmp.Or(cfg.SightsFront, "imgctx")
+	i := slices.IndexFunc(peers, func(p Peer) bool { return p.Name == front && p.fronts() })
+	if i < 0 {
+		return nil, fmt.Errorf("the dial's positions sit in front of an imgctx row's agent: %q is none (want one of %v)", front, Fronts)
+	}
+	peers = append(peers, SightPeers(peers[i], cfg.Sights)...)
 	if cfg.Workload.Recorded == nil {
 		peers = append(peers, RecallPeers(peers, cfg.Recall)...)
 	}
@@ -288,7 +310,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Notes = append(rep.Notes, rep.Reading()...)
 	if relief := cfg.Engine.WindowRelief(); cfg.CompactAt > relief {
 		for _, p := range rep.Policies {
-			if n := p.Removed[string(reason.Window)]; n > 0 && strings.HasPrefix(p.Policy, "imgctx") && !p.NeverCompacts {
+			if n := p.Removed[string(reason.Window)]; n > 0 && strings.HasPrefix(p.Policy, "imgctx") && p.Compacts != "" {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: its window relief (%.0f%% of the window) took %d images out before the agent's own compaction (at %.0f%%), which comes that much later; for an agent that compacts past the relief, proxy.window_relief: 1 (docs/config.md).",
 					p.Policy, 100*relief, n, 100*cfg.CompactAt))
 				break
@@ -453,7 +475,7 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 	w := r.cfg.Workload
 	// The report, from what the provider billed.
 	bills := r.prov.Bills()
-	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, NeverCompacts: r.peer.Compact == "", Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1, Recalled: r.recalledN,
+	pr := &PolicyReport{Policy: r.policy, Reproduces: r.peer.Reproduces, Compactions: r.compactions, Compacts: r.peer.Compact, Removed: r.removed, FailedBy: map[string]int{}, ImagesMin: -1, Recalled: r.recalledN,
 		BytesUploaded: r.prov.Uploaded()}
 	prices := *r.cfg.Profile.Prices
 	var dollars float64

@@ -532,8 +532,8 @@ func TestAgentsThatNeverCompactAreJudgedInFrontOfTheirLike(t *testing.T) {
 	}
 	rep := run(t, w, sonnet(t), engine.Config{}, "naive", "imgctx", NaiveImgctx)
 	naive, ours, front := row(rep, "naive"), row(rep, "imgctx"), row(rep, NaiveImgctx)
-	if !naive.NeverCompacts || !front.NeverCompacts || ours.NeverCompacts {
-		t.Fatalf("never compacts: naive %v, %s %v, imgctx %v", naive.NeverCompacts, NaiveImgctx, front.NeverCompacts, ours.NeverCompacts)
+	if naive.Compacts != "" || front.Compacts != "" || ours.Compacts != "shared" {
+		t.Fatalf("compacts: naive %q, %s %q, imgctx %q", naive.Compacts, NaiveImgctx, front.Compacts, ours.Compacts)
 	}
 	if ours.Compactions == 0 || front.Compactions != 0 || naive.Compactions != 0 {
 		t.Fatalf("compactions: imgctx %d, %s %d, naive %d", ours.Compactions, NaiveImgctx, front.Compactions, naive.Compactions)
@@ -553,22 +553,37 @@ func TestAgentsThatNeverCompactAreJudgedInFrontOfTheirLike(t *testing.T) {
 	}
 }
 
-// An imgctx row in front of an agent that never compacts judges only the
-// peers whose agents never compact: it keeps what a compacting agent's
-// summary takes away.
-func TestANeverCompactingImgctxRowJudgesOnlyItsLike(t *testing.T) {
-	row := func(name string, dollars, images float64, never bool) PolicyReport {
-		return PolicyReport{Policy: name, Dollars: dollars, ImagesMean: images, NeverCompacts: never, Requests: 10}
+// An imgctx row in front of another agent than the claude-code-like one
+// judges only the peers whose agents compact as its client does: in front
+// of an agent that never compacts it keeps what a compacting agent's
+// summary takes away, and in front of opencode it loses what the others
+// keep. The claude-code-like rows judge every peer. imgctx's default is
+// dominated where a peer beats it in front of the peer's own agent too.
+func TestAnImgctxRowInFrontOfAnotherAgentJudgesOnlyItsLike(t *testing.T) {
+	row := func(name string, dollars, images float64, compacts string) PolicyReport {
+		return PolicyReport{Policy: name, Dollars: dollars, ImagesMean: images, Compacts: compacts, Requests: 10}
 	}
 	rep := &Report{Policies: []PolicyReport{
-		row("naive", 4.20, 6.0, true),
-		row("chunked-3/10", 4.14, 5.9, false),
-		row("imgctx", 4.14, 5.7, false),
-		row(NaiveImgctx, 4.10, 6.0, true),
+		row("naive", 4.20, 6.0, ""),
+		row("chunked-3/10", 4.14, 5.9, "shared"),
+		row("opencode", 4.30, 6.5, "transcript"),
+		row("newest-3/1", 4.00, 3.0, "fresh"),
+		row("imgctx", 4.00, 5.7, "shared"),
+		row("imgctx-sight-0", 3.90, 3.0, "shared"),
+		row(NaiveImgctx, 4.10, 6.0, ""),
+		row("imgctx@opencode", 4.35, 6.0, "transcript"),         // its default, which opencode dominates
+		row("imgctx@opencode-sight-2", 4.12, 6.5, "transcript"), // would match chunked-3/10 if it judged it
 	}}
-	_, unmatched := rep.Losses()
+	over, unmatched := rep.Losses()
 	if len(unmatched) != 1 || unmatched[0].Policy != "chunked-3/10" {
 		t.Errorf("unmatched %+v, want chunked-3/10 alone", unmatched)
+	}
+	if len(over) != 1 || over[0].Policy != "opencode" {
+		t.Errorf("over %+v, want opencode alone (the default in front of it)", over)
+	}
+	rep.Policies[2].ImagesMean = 6.6 // opencode now shows more than imgctx in front of it
+	if _, unmatched := rep.Losses(); len(unmatched) != 2 || unmatched[1].Policy != "opencode" {
+		t.Errorf("unmatched %+v, want chunked-3/10 and opencode", unmatched)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,12 +17,12 @@ import (
 
 func newSimulateCmd(a *app) *cobra.Command {
 	var (
-		workload, model, policies, from, svg, page, prices, size, sights, recall string
-		asJSON                                                                   bool
-		n, chunk, keepNewest                                                     int
-		noFrontier, fileIDs                                                      bool
-		compactAt                                                                float64
-		p                                                                        = sim.DefaultParams("computer-use")
+		workload, model, policies, from, svg, page, prices, size, sights, sightsFront, recall string
+		asJSON                                                                                bool
+		n, chunk, keepNewest                                                                  int
+		noFrontier, fileIDs                                                                   bool
+		compactAt                                                                             float64
+		p                                                                                     = sim.DefaultParams("computer-use")
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -122,13 +123,16 @@ func newSimulateCmd(a *app) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			if !slices.Contains(sim.Fronts, sightsFront) {
+				return usageError{fmt.Errorf("--sights-front: %q is not imgctx in front of an agent (want one of %v)", sightsFront, sim.Fronts)}
+			}
 			rc, err := parseRecall(recall)
 			if err != nil {
 				return usageError{err}
 			}
 			prog := newProgress(a.stderr)
 			rep, err := sim.Run(cmd.Context(), sim.Config{Workload: w, Model: model, Profile: profile, Policies: list,
-				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages, Sights: dial, Recall: rc, FileIDs: fileIDs,
+				N: n, Chunk: chunk, KeepNewest: keepNewest, NoFrontier: noFrontier, CompactAt: compactAt, Engine: engineConfig(a.cfg), KeepOff: !a.cfg.Proxy.KeepTurnImages, Sights: dial, SightsFront: sightsFront, Recall: rc, FileIDs: fileIDs,
 				Progress: func(policy string, step, steps int) { prog.update("simulate: %s, step %d of %d", policy, step, steps) }})
 			prog.done()
 			if err != nil {
@@ -184,6 +188,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 	f.StringVar(&recall, "recall", "", "the recall model, SHARE[:AFTER]: each imgctx row runs again (+recall) with markers naming recall handles and the model asking for SHARE of the removed images AFTER steps later (default 10), one request each time")
 	f.BoolVar(&fileIDs, "file-ids", false, "run each imgctx row again (+files) with images by file id (upstream.file_ids auto): the report's bytes rows compare what each sends")
 	f.StringVar(&sights, "sights", joinSights(sim.DefaultSights), "keep.sight positions run as imgctx rows of their own (imgctx-sight-S), comma-separated; empty: none")
+	f.StringVar(&sightsFront, "sights-front", "imgctx", "the imgctx row whose agent the --sights positions sit in front of: "+strings.Join(sim.Fronts, ", ")+" (rows named ROW-sight-S; imgctx's agent is claude-code-like)")
 	f.IntVar(&keepNewest, "keep-newest", 5, "ceiling-batch: images kept when it evicts at the provider's image limit")
 	f.Float64Var(&compactAt, "compact-at", 0.9, "share of the window past which the agent compacts its history (every policy but naive)")
 	return cmd

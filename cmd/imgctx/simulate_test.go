@@ -145,6 +145,11 @@ func TestSimulateRefusesBadArguments(t *testing.T) {
 			t.Errorf("--recall %s: exit %d, %q", bad, r.code, r.stderr)
 		}
 	}
+	for _, bad := range []string{"ephemeral", "naive", "imgctx-sight-1", "opencode"} {
+		if r := imgctx(t, "simulate", "--sights-front", bad); r.code != 2 || !strings.Contains(r.stderr, "--sights-front") || !strings.Contains(r.stderr, "imgctx@opencode") {
+			t.Errorf("--sights-front %s: exit %d, %q", bad, r.code, r.stderr)
+		}
+	}
 	for _, bad := range []string{"0", "2", "-0.5", "NaN"} {
 		if r := imgctx(t, "simulate", "--compact-at", bad); r.code != 2 || !strings.Contains(r.stderr, "--compact-at") {
 			t.Errorf("--compact-at %s: exit %d, %q", bad, r.code, r.stderr)
