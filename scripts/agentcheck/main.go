@@ -6,7 +6,7 @@
 //
 //	go run ./scripts/agentcheck
 //
-// Three checks, each a table:
+// Four checks, each a table:
 //
 //   - Byte for byte: claude-code asks to read screenshot.png (the scripted
 //     upstream answers with a Read tool call, and bills the image as Claude
@@ -30,6 +30,9 @@
 //     whichever way the agent relays a tool's image.
 //   - Recall (recallRun): claude-code with imgctx's MCP server recalls a
 //     screenshot imgctx removed, by the handle its marker names.
+//   - Compaction (compactionRun): opencode, told by the scripted upstream
+//     that its prompt passed its compaction point, must compact as
+//     imgctx simulate's opencode row does (sim/opencode.go).
 package main
 
 import (
@@ -365,6 +368,8 @@ func main() {
 	failed = !budgetRun(bin, work, shot, up, &atUpstream, &atClient) || failed
 	fmt.Println()
 	failed = !recallRun(bin, work, env(up, filepath.Join(work, "recall-home")), up, &atUpstream) || failed
+	fmt.Println()
+	failed = !compactionRun(bin, work, up, &atUpstream) || failed
 	if failed {
 		os.Exit(1)
 	}
@@ -511,13 +516,20 @@ func lastLine(s string) string {
 // opencodeConfig is opencode's configuration: front as an
 // OpenAI-compatible provider serving a vision model, and as Anthropic;
 // with mcp, imgctx's MCP server at that URL too.
-func opencodeConfig(front, mcp string) string {
+func opencodeConfig(front, mcp string) string { return opencodeConfigWith(front, mcp, "") }
+
+// opencodeConfigWith is opencodeConfig with the vision model's limits (a
+// JSON object such as {"context":50000,"output":8000}; "" none).
+func opencodeConfigWith(front, mcp, limit string) string {
 	servers := ""
 	if mcp != "" {
 		servers = `,"mcp":{"imgctx":{"type":"remote","url":"` + mcp + `","enabled":true}}`
 	}
+	if limit != "" {
+		limit = `,"limit":` + limit
+	}
 	return `{"model":"imgctx/qwen3-vl-plus","autoupdate":false` + servers + `,"provider":{"imgctx":{"npm":"@ai-sdk/openai-compatible","name":"imgctx",` +
 		`"options":{"baseURL":"` + front + `/v1","apiKey":"sk-agentcheck"},` +
-		`"models":{"qwen3-vl-plus":{"name":"qwen3-vl-plus","attachment":true,"tool_call":true,"modalities":{"input":["text","image"],"output":["text"]}}}},` +
+		`"models":{"qwen3-vl-plus":{"name":"qwen3-vl-plus","attachment":true,"tool_call":true,"modalities":{"input":["text","image"],"output":["text"]}` + limit + `}}},` +
 		`"anthropic":{"options":{"baseURL":"` + front + `/v1"}}}}`
 }

@@ -34,6 +34,11 @@ func inWorkdir(name string) string {
 	return filepath.Join(workdir.path, name)
 }
 
+// inflated, when set, is the prompt the Chat Completions answers report
+// for a request that carries an image (compactionRun): what makes an
+// agent's history pass its compaction point.
+var inflated atomic.Int64
+
 // calls numbers the scripted tool calls and answers: each id once, as the
 // provider's (claude-code merges the blocks of answers with one id).
 var calls atomic.Int64
@@ -283,6 +288,9 @@ func writeChat(w http.ResponseWriter, body []byte, rep reply) {
 		events = []string{chunk(`{"role":"assistant","content":"`+answer+`"}`, "null"), chunk(`{}`, `"stop"`)}
 	}
 	in := billed(body, dataURL, 1002)
+	if n := inflated.Load(); n > 0 && dataURL.Match(body) {
+		in = int(n)
+	}
 	events = append(events, `{"id":"`+id+`","object":"chat.completion.chunk","created":1,"model":"qwen3-coder-plus","choices":[],"usage":{"prompt_tokens":`+fmt.Sprint(in)+`,"completion_tokens":20,"total_tokens":`+fmt.Sprint(in+20)+`}}`)
 	for _, ev := range events {
 		fmt.Fprintf(w, "data: %s\n\n", ev)

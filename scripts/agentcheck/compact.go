@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// The opencode compaction check's model limits: opencode compacts once a
+// step's prompt reaches the context less the room it keeps for the answer,
+// min(32,000, the output limit), and asks for that room as max_tokens.
+const (
+	compactContext = 50000
+	compactOutput  = 8000
+)
+
+// compactionRun checks what imgctx simulate's opencode row reproduces
+// (sim/opencode.go) against opencode itself, through imgctx serve: the
+// scripted upstream reports the request that carries the screenshot as a
+// prompt past opencode's compaction point, and opencode must then
+// summarise as the row does — one request with no tools and no image, the
+// history as a text transcript naming the image — and go on with the
+// summary, no screenshot (its tail budget counts base64) and its continue
+// message; every main request asks for min(32,000, the output limit) as
+// max_tokens.
+func compactionRun(bin, work, up string, atUpstream *recorded) bool {
+	oc := newest("opencode")
+	if !slices.Contains(agents, oc) {
+		return true
+	}
+	dir := filepath.Join(work, "compaction")
+	os.MkdirAll(dir, 0o755)
+	shot, _ := os.ReadFile(filepath.Join(work, "screenshot.png"))
+	os.WriteFile(filepath.Join(dir, "screenshot.png"), shot, 0o644)
+	cfg := filepath.Join(dir, "imgctx.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: local, format: openai, base_url: %q}\n", up)), 0o644)
+	serve, gw := start(bin, filepath.Join(dir, "data"), "--config", cfg)
+	defer serve.Process.Kill()
+	env := append(env(gw.String(), filepath.Join(dir, "home")),
+		"OPENCODE_CONFIG_CONTENT="+opencodeConfigWith(gw.String(), "", fmt.Sprintf(`{"context":%d,"output":%d}`, compactContext, compactOutput)))
+	setWorkdir(dir)
+	defer inflated.Store(0)
+	// A session whose screenshot request reports prompt tokens.
+	session := func(prompt int) (string, [][]byte) {
+		inflated.Store(int64(prompt))
+		before := atUpstream.count()
+		out := oc.run(dir, env, oc.ask("Describe screenshot.png", false, gw.String())...)
+		return out, atUpstream.since(before)
+	}
+	reserve := min(32000, compactOutput)
+	at := compactContext - reserve // where it compacts: 42,000, under 90% of the context
+	_, under := session(at - 1000)
+	out, sent := session(at + 1000)
+	summarised := slices.ContainsFunc(under, func(b []byte) bool {
+		return !bytes.Contains(b, []byte(`"tools"`)) && bytes.Contains(b, []byte("[Attached image/png"))
+	})
+
+	fmt.Printf("Compaction: %s (%s) with a model of %d tokens of context and %d of output, through imgctx serve; the upstream reports the request carrying the screenshot as a prompt of %d tokens, one session; then of %d, another.\n\n",
+		oc, oc.wire, compactContext, compactOutput, at-1000, at+1000)
+	fmt.Printf("Reported %d: %d requests, a summary among them: %v. Reported %d:\n\n", at-1000, len(under), summarised, at+1000)
+	fmt.Println("| request | tools | messages | images | max_tokens | what it is |")
+	fmt.Println("|---|---|---|---|---|---|")
+	type seen struct {
+		tools, images, maxTokens int
+		messages                 []json.RawMessage
+		body                     []byte
+	}
+	var reqs []seen
+	for i, b := range sent {
+		var req struct {
+			Tools     []json.RawMessage `json:"tools"`
+			Messages  []json.RawMessage `json:"messages"`
+			MaxTokens int               `json:"max_tokens"`
+		}
+		json.Unmarshal(b, &req)
+		s := seen{len(req.Tools), len(dataURL.FindAll(b, -1)), req.MaxTokens, req.Messages, b}
+		reqs = append(reqs, s)
+		what := "main"
+		switch {
+		case s.tools == 0 && bytes.Contains(b, []byte("Attached")):
+			what = "summary (a transcript)"
+		case s.tools == 0:
+			what = "side (no tools)"
+		case bytes.Contains(b, []byte(opencodeContinue)):
+			what = "main, after the summary"
+		}
+		fmt.Printf("| %d | %d | %d | %d | %d | %s |\n", i+1, s.tools, len(s.messages), s.images, s.maxTokens, what)
+	}
+	// The request carrying the screenshot, the summary after it, and a
+	// main request after that.
+	shotAt := slices.IndexFunc(reqs, func(s seen) bool { return s.tools > 0 && s.images > 0 })
+	sumAt, afterAt := -1, -1
+	if shotAt >= 0 {
+		for i := shotAt + 1; i < len(reqs); i++ {
+			if reqs[i].tools == 0 && bytes.Contains(reqs[i].body, []byte("Attached")) && sumAt < 0 {
+				sumAt = i
+			} else if sumAt >= 0 && reqs[i].tools > 0 && afterAt < 0 {
+				afterAt = i
+			}
+		}
+	}
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{fmt.Sprintf("under the context less the room it keeps (%d), no summary", at), !summarised && len(under) > 0},
+		{"past it, the screenshot reached the upstream in a main request", shotAt >= 0},
+		{fmt.Sprintf("every main request of both sessions asks for max_tokens %d, the room it keeps", reserve),
+			!slices.ContainsFunc(append(under, sent...), func(b []byte) bool {
+				var req struct {
+					Tools     []json.RawMessage `json:"tools"`
+					MaxTokens int               `json:"max_tokens"`
+				}
+				return json.Unmarshal(b, &req) != nil || len(req.Tools) > 0 && req.MaxTokens != reserve
+			})},
+		{"then a summary request: its own system prompt, no tools, no image, one user message holding the history as a transcript that names the image",
+			sumAt > 0 && reqs[sumAt].images == 0 && !base64Image.Match(reqs[sumAt].body) &&
+				slices.Equal(roles(reqs[sumAt].messages), []string{"system", "user"}) && strings.Contains(text(reqs[sumAt].messages[1]), "[Attached image/png: file]")},
+		{"then a main request of the summary (asked for and answered), no screenshot, and the continue message", afterAt > 0 && reqs[afterAt].images == 0 &&
+			slices.Equal(roles(reqs[afterAt].messages), []string{"system", "user", "assistant", "user"}) &&
+			text(reqs[afterAt].messages[1]) == "What did we do so far?" && text(reqs[afterAt].messages[2]) == answer &&
+			strings.HasPrefix(text(reqs[afterAt].messages[3]), opencodeContinue)},
+	}
+	ok := true
+	fmt.Println()
+	for _, c := range checks {
+		mark := "yes"
+		if !c.ok {
+			mark, ok = "**no**", false
+		}
+		fmt.Printf("- %s: %s\n", c.what, mark)
+	}
+	fmt.Printf("- its answer: %q\n", strings.TrimSpace(lastLine(out)))
+	return ok
+}
+
+// roles are the messages' roles, in order.
+func roles(msgs []json.RawMessage) []string {
+	var out []string
+	for _, m := range msgs {
+		var r struct{ Role string }
+		json.Unmarshal(m, &r)
+		out = append(out, r.Role)
+	}
+	return out
+}
+
+// text is a Chat Completions message's content as a string (its text
+// parts joined when it is an array).
+func text(msg json.RawMessage) string {
+	var m struct{ Content json.RawMessage }
+	json.Unmarshal(msg, &m)
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var parts []struct{ Text string }
+	json.Unmarshal(m.Content, &parts)
+	for _, p := range parts {
+		s += p.Text
+	}
+	return s
+}
+
+// opencodeContinue is the message opencode 1.18.33 adds after a summary
+// (the same text sim/opencode.go's row sends).
+const opencodeContinue = "Continue if you have next steps"
