@@ -169,3 +169,79 @@ func text(msg json.RawMessage) string {
 // opencodeContinue is the message opencode 1.18.33 adds after a summary
 // (the same text sim/opencode.go's row sends).
 const opencodeContinue = "Continue if you have next steps"
+
+// claudeCompactionRun checks where claude-code compacts, against imgctx
+// simulate's claude-code-like agent (compacting past 90% of the window or
+// on a refusal, with the history as sent plus an instruction: "shared").
+// Straight to the scripted upstream, since imgctx would answer a refusal
+// itself (by removing images): a session reads three screenshots one a
+// request with the requests that carry one billed past 90% of the
+// window; then another with the second screenshot's request refused as
+// prompt-too-long. What claude-code 2.1.332 does in print mode: no
+// compaction by the bill (its bundle names a threshold, the window less
+// min(the output cap, 20,000) less 13,000, which did not fire here even
+// billed past the window); refused, one summary request with its tools
+// and the history as sent, images included, then a request opening with
+// the summary.
+func claudeCompactionRun(work, up string, atUpstream *recorded) bool {
+	cc := newest("claude-code")
+	if !slices.Contains(agents, cc) {
+		return true
+	}
+	shot, _ := os.ReadFile(filepath.Join(work, "screenshot.png"))
+	session := func(name string) [][]byte {
+		dir := filepath.Join(work, "compaction-claude", name)
+		os.MkdirAll(dir, 0o755)
+		for _, f := range []string{"a-1.png", "a-2.png", "a-3.png"} {
+			os.WriteFile(filepath.Join(dir, f), shot, 0o644)
+		}
+		setWorkdir(dir)
+		before := atUpstream.count()
+		// Sonnet 4.5: a 200,000-token window (its default model's may be larger).
+		cc.run(dir, env(up, filepath.Join(dir, "home")),
+			append(cc.ask("Read these files one at a time: a-1.png a-2.png a-3.png", false, up), "--model", "claude-sonnet-4-5")...)
+		return atUpstream.since(before)
+	}
+	continued := []byte("continued from a previous conversation")
+	opens := func(b []byte) bool { return bytes.Contains(b, continued) }
+
+	const billedAt = 190000 // past 90% of 200,000
+	inflated.Store(billedAt)
+	billed := session("billed")
+	inflated.Store(0)
+	refuseTwo.Store(true)
+	refused := session("refused")
+	refuseTwo.Store(false)
+
+	sum := slices.IndexFunc(refused, summaryRequest)
+	var sumImages, sumTools int
+	if sum >= 0 {
+		var req struct{ Tools []json.RawMessage }
+		json.Unmarshal(refused[sum], &req)
+		sumImages, sumTools = len(imageData.FindAll(refused[sum], -1)), len(req.Tools)
+	}
+	after := -1
+	if sum >= 0 {
+		after = slices.IndexFunc(refused[sum:], opens)
+	}
+	fmt.Printf("Compaction of %s (%s, claude-sonnet-4-5), straight to the scripted upstream: a session reads three screenshots one a request.\n\n", cc, cc.wire)
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{fmt.Sprintf("billed %d tokens (past 90%% of the window), it reads all three and compacts not (%d requests)", billedAt, len(billed)),
+			len(billed) >= 4 && !slices.ContainsFunc(billed, summaryRequest) && !slices.ContainsFunc(billed, opens)},
+		{fmt.Sprintf("refused as prompt-too-long, it sends one summary request: its %d tools, the history before the refused step as sent, with %d image(s), and an instruction", sumTools, sumImages),
+			sum > 0 && sumTools > 0 && sumImages > 0 && len(slices.DeleteFunc(slices.Clone(refused), func(b []byte) bool { return !summaryRequest(b) })) == 1},
+		{"then a request opening with the summary", after > 0},
+	}
+	ok := true
+	for _, c := range checks {
+		mark := "yes"
+		if !c.ok {
+			mark, ok = "**no**", false
+		}
+		fmt.Printf("- %s: %s\n", c.what, mark)
+	}
+	return ok
+}

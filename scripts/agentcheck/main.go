@@ -6,7 +6,7 @@
 //
 //	go run ./scripts/agentcheck
 //
-// Four checks, each a table:
+// Five checks, each a table or a list:
 //
 //   - Byte for byte: claude-code asks to read screenshot.png (the scripted
 //     upstream answers with a Read tool call, and bills the image as Claude
@@ -33,6 +33,10 @@
 //   - Compaction (compactionRun): opencode, told by the scripted upstream
 //     that its prompt passed its compaction point, must compact as
 //     imgctx simulate's opencode row does (sim/opencode.go).
+//   - claude-code's compaction (claudeCompactionRun), straight to the
+//     scripted upstream: billed past 90% of its window it does not
+//     compact; refused as prompt-too-long it summarises the history as
+//     sent, with its tools and images, and goes on from the summary.
 package main
 
 import (
@@ -370,6 +374,8 @@ func main() {
 	failed = !recallRun(bin, work, env(up, filepath.Join(work, "recall-home")), up, &atUpstream) || failed
 	fmt.Println()
 	failed = !compactionRun(bin, work, up, &atUpstream) || failed
+	fmt.Println()
+	failed = !claudeCompactionRun(work, up, &atUpstream) || failed
 	if failed {
 		os.Exit(1)
 	}

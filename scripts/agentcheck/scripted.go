@@ -34,10 +34,19 @@ func inWorkdir(name string) string {
 	return filepath.Join(workdir.path, name)
 }
 
-// inflated, when set, is the prompt the Chat Completions answers report
-// for a request that carries an image (compactionRun): what makes an
-// agent's history pass its compaction point.
-var inflated atomic.Int64
+// inflated, when set, is the prompt the Chat Completions and Messages
+// answers report for a request that carries an image (compactionRun):
+// what makes an agent's history pass its compaction point. refuseTwo
+// refuses a Messages request carrying two images or more, but a summary
+// request, as prompt-too-long (claudeCompactionRun).
+var (
+	inflated  atomic.Int64
+	refuseTwo atomic.Bool
+)
+
+// summaryRequest: claude-code's compaction request, which it sends with its
+// tools and must be answered with text.
+func summaryRequest(body []byte) bool { return bytes.Contains(body, []byte("Respond with TEXT ONLY")) }
 
 // calls numbers the scripted tool calls and answers: each id once, as the
 // provider's (claude-code merges the blocks of answers with one id).
@@ -77,6 +86,9 @@ func scripted(w http.ResponseWriter, r *http.Request, body []byte) {
 }
 
 func decide(body []byte) reply {
+	if summaryRequest(body) {
+		return reply{}
+	}
 	if tool, input, id := asksToRecall(body); tool != "" {
 		return reply{tool, input, id}
 	}
@@ -250,8 +262,18 @@ func asksToRecall(body []byte) (tool, input, id string) {
 const answer = "Hello from the scripted upstream."
 
 func writeMessages(w http.ResponseWriter, body []byte, rep reply) {
+	if refuseTwo.Load() && len(imageData.FindAll(body, -1)) >= 2 && !summaryRequest(body) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"},"request_id":"req_agentcheck"}`)
+		return
+	}
+	in := billed(body, imageData, 1334)
+	if n := inflated.Load(); n > 0 && imageData.Match(body) {
+		in = int(n)
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	events := []string{`{"type":"message_start","message":{"id":"msg_` + fmt.Sprint(calls.Add(1)) + `","type":"message","role":"assistant","content":[],"model":` + strconv.Quote(requestModel(body)) + `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":` + fmt.Sprint(billed(body, imageData, 1334)) + `,"output_tokens":1}}}`}
+	events := []string{`{"type":"message_start","message":{"id":"msg_` + fmt.Sprint(calls.Add(1)) + `","type":"message","role":"assistant","content":[],"model":` + strconv.Quote(requestModel(body)) + `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":` + fmt.Sprint(in) + `,"output_tokens":1}}}`}
 	if rep.tool != "" {
 		id := strings.Replace(rep.id, "call_", "toolu_", 1) + fmt.Sprint(calls.Add(1))
 		events = append(events,
@@ -260,9 +282,13 @@ func writeMessages(w http.ResponseWriter, body []byte, rep reply) {
 			`{"type":"content_block_stop","index":0}`,
 			`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":20}}`)
 	} else {
+		text := answer
+		if summaryRequest(body) {
+			text = "<summary>" + answer + "</summary>" // claude-code asks again for a summary without its tags
+		}
 		events = append(events,
 			`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
-			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+answer+`"}}`,
+			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+text+`"}}`,
 			`{"type":"content_block_stop","index":0}`,
 			`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}`)
 	}
