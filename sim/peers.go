@@ -90,15 +90,19 @@ func Peers(n, chunk, keepNewest int) []Peer {
 			"from a text transcript, images named, tool outputs cut at 2,000 characters, under its own prompt and no tools; then the summary, " +
 			"the newest turns within its tail budget by its own estimate (base64 counted: no screenshot fits), and a continue message; " +
 			"breakpoints on the system prompt and the last two messages",
-			Compact: "transcript", Reserve: 32000, Breakpoints: lastTwoBreakpoints},
+			Compact: opencode.Compact, Reserve: opencode.Reserve, Breakpoints: opencode.Breakpoints},
 		{Name: "ephemeral", Reproduces: "imgctx with proxy.keep_turn_images off: each tool image shown once", Through: true, KeepOff: true, Compact: "shared"},
 		{Name: "imgctx", Reproduces: "imgctx serve's defaults (this config's engine settings) in front of a claude-code-like agent", Through: true, Compact: "shared"},
 		{Name: "imgctx@opencode", Reproduces: "imgctx serve's defaults in front of opencode as it ships (its compaction, its reserve, its breakpoints)",
-			Through: true, Compact: "transcript", Reserve: 32000, Breakpoints: lastTwoBreakpoints},
+			Through: true, Compact: opencode.Compact, Reserve: opencode.Reserve, Breakpoints: opencode.Breakpoints},
 		{Name: NaiveImgctx, Reproduces: "imgctx serve's defaults in front of the naive agent: its whole history, its breakpoint on the last block, never compacting",
 			Through: true},
 	}
 }
+
+// opencode is how opencode compacts and where it puts its breakpoints, for
+// its row and imgctx's in front of it.
+var opencode = Peer{Compact: "transcript", Reserve: 32000, Breakpoints: lastTwoBreakpoints}
 
 // NaiveImgctx is the imgctx row in front of an agent that never compacts.
 // The agents that never compact (naive, ref-loop, ref-loop-cached) keep

@@ -169,9 +169,9 @@ func (r *Report) Losses() (over, unmatched []PolicyReport) {
 			if !strings.HasPrefix(q.Policy, "imgctx") || !judges(q, p) {
 				continue
 			}
-			// A default: imgctx, imgctx@naive, imgctx@opencode (judges
-			// leaves the one in front of the peer's own agent).
-			dominated = dominated || !strings.ContainsAny(strings.TrimPrefix(q.Policy, "imgctx"), "-+") && Dominates(p, q)
+			// A default (Fronts): judges leaves the one in front of the
+			// claude-code-like agent and the one in front of the peer's own.
+			dominated = dominated || slices.Contains(Fronts, q.Policy) && Dominates(p, q)
 			// A +recall row's model asks for images back: not the peers'
 			// workload, so it matches none of them.
 			matched = matched || !strings.HasSuffix(q.Policy, "+recall") && q.Failed == 0 && AtLeastAsGood(q, p)

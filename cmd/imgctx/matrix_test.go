@@ -247,7 +247,7 @@ func refine(t *testing.T, c cell, rep *sim.Report, path string) {
 			continue
 		}
 		i := slices.IndexFunc(rep.Policies, func(q sim.PolicyReport) bool {
-			return strings.HasPrefix(q.Policy, "imgctx@") && !strings.Contains(q.Policy, "-sight-") && q.Compacts == peer.Compacts
+			return q.Policy != "imgctx" && slices.Contains(sim.Fronts, q.Policy) && q.Compacts == peer.Compacts
 		})
 		if i < 0 || ran(rep.Policies[i].Policy, false) {
 			continue
@@ -361,8 +361,7 @@ func judge(t *testing.T, c cell, rep *sim.Report, seen map[string]bool) string {
 		if _, known := defaultLosses[key]; !known {
 			var defaults []string // the defaults it dominates: in front of claude-code, or of its own agent
 			for _, q := range rep.Policies {
-				ownFront := strings.HasPrefix(q.Policy, "imgctx@") && !strings.ContainsAny(q.Policy, "-+") && q.Compacts == p.Compacts
-				if (q.Policy == "imgctx" || ownFront) && sim.Dominates(p, q) {
+				if slices.Contains(sim.Fronts, q.Policy) && (q.Policy == "imgctx" || q.Compacts == p.Compacts) && sim.Dominates(p, q) {
 					defaults = append(defaults, fmt.Sprintf("%s ($%.2f, %.1f)", q.Policy, q.Dollars, q.ImagesMean))
 				}
 			}
