@@ -53,70 +53,46 @@ func compactionRun(bin, work, up string, atUpstream *recorded) bool {
 	}
 	reserve := min(32000, compactOutput)
 	at := compactContext - reserve // where it compacts: 42,000, under 90% of the context
-	_, under := session(at - 1000)
+	_, underBodies := session(at - 1000)
 	out, sent := session(at + 1000)
-	summarised := slices.ContainsFunc(under, func(b []byte) bool {
-		return !bytes.Contains(b, []byte(`"tools"`)) && bytes.Contains(b, []byte("[Attached image/png"))
-	})
+	under, reqs := readChats(underBodies), readChats(sent)
+	summarised := slices.ContainsFunc(under, chatRequest.summary)
 
 	fmt.Printf("Compaction: %s (%s) with a model of %d tokens of context and %d of output, through imgctx serve; the upstream reports the request carrying the screenshot as a prompt of %d tokens, one session; then of %d, another.\n\n",
 		oc, oc.wire, compactContext, compactOutput, at-1000, at+1000)
 	fmt.Printf("Reported %d: %d requests, a summary among them: %v. Reported %d:\n\n", at-1000, len(under), summarised, at+1000)
 	fmt.Println("| request | tools | messages | images | max_tokens | what it is |")
 	fmt.Println("|---|---|---|---|---|---|")
-	type seen struct {
-		tools, images, maxTokens int
-		messages                 []json.RawMessage
-		body                     []byte
-	}
-	var reqs []seen
-	for i, b := range sent {
-		var req struct {
-			Tools     []json.RawMessage `json:"tools"`
-			Messages  []json.RawMessage `json:"messages"`
-			MaxTokens int               `json:"max_tokens"`
-		}
-		json.Unmarshal(b, &req)
-		s := seen{len(req.Tools), len(dataURL.FindAll(b, -1)), req.MaxTokens, req.Messages, b}
-		reqs = append(reqs, s)
+	for i, r := range reqs {
 		what := "main"
 		switch {
-		case s.tools == 0 && bytes.Contains(b, []byte("Attached")):
+		case r.summary():
 			what = "summary (a transcript)"
-		case s.tools == 0:
+		case r.tools == 0:
 			what = "side (no tools)"
-		case bytes.Contains(b, []byte(opencodeContinue)):
+		case bytes.Contains(r.body, []byte(opencodeContinue)):
 			what = "main, after the summary"
 		}
-		fmt.Printf("| %d | %d | %d | %d | %d | %s |\n", i+1, s.tools, len(s.messages), s.images, s.maxTokens, what)
+		fmt.Printf("| %d | %d | %d | %d | %d | %s |\n", i+1, r.tools, len(r.messages), r.images, r.maxTokens, what)
 	}
 	// The request carrying the screenshot, the summary after it, and a
 	// main request after that.
-	shotAt := slices.IndexFunc(reqs, func(s seen) bool { return s.tools > 0 && s.images > 0 })
+	shotAt := slices.IndexFunc(reqs, func(r chatRequest) bool { return r.tools > 0 && r.images > 0 })
 	sumAt, afterAt := -1, -1
 	if shotAt >= 0 {
 		for i := shotAt + 1; i < len(reqs); i++ {
-			if reqs[i].tools == 0 && bytes.Contains(reqs[i].body, []byte("Attached")) && sumAt < 0 {
+			if reqs[i].summary() && sumAt < 0 {
 				sumAt = i
 			} else if sumAt >= 0 && reqs[i].tools > 0 && afterAt < 0 {
 				afterAt = i
 			}
 		}
 	}
-	checks := []struct {
-		what string
-		ok   bool
-	}{
+	return report([]check{
 		{fmt.Sprintf("under the context less the room it keeps (%d), no summary", at), !summarised && len(under) > 0},
 		{"past it, the screenshot reached the upstream in a main request", shotAt >= 0},
 		{fmt.Sprintf("every main request of both sessions asks for max_tokens %d, the room it keeps", reserve),
-			!slices.ContainsFunc(append(under, sent...), func(b []byte) bool {
-				var req struct {
-					Tools     []json.RawMessage `json:"tools"`
-					MaxTokens int               `json:"max_tokens"`
-				}
-				return json.Unmarshal(b, &req) != nil || len(req.Tools) > 0 && req.MaxTokens != reserve
-			})},
+			!slices.ContainsFunc(append(under, reqs...), func(r chatRequest) bool { return !r.parsed || r.tools > 0 && r.maxTokens != reserve })},
 		{"then a summary request: its own system prompt, no tools, no image, one user message holding the history as a transcript that names the image",
 			sumAt > 0 && reqs[sumAt].images == 0 && !base64Image.Match(reqs[sumAt].body) &&
 				slices.Equal(roles(reqs[sumAt].messages), []string{"system", "user"}) && strings.Contains(text(reqs[sumAt].messages[1]), "[Attached image/png: file]")},
@@ -124,7 +100,47 @@ func compactionRun(bin, work, up string, atUpstream *recorded) bool {
 			slices.Equal(roles(reqs[afterAt].messages), []string{"system", "user", "assistant", "user"}) &&
 			text(reqs[afterAt].messages[1]) == "What did we do so far?" && text(reqs[afterAt].messages[2]) == answer &&
 			strings.HasPrefix(text(reqs[afterAt].messages[3]), opencodeContinue)},
+	}, fmt.Sprintf("its answer: %q", strings.TrimSpace(lastLine(out))))
+}
+
+// chatRequest is what the compaction check reads of a Chat Completions
+// body.
+type chatRequest struct {
+	tools, images, maxTokens int
+	messages                 []json.RawMessage
+	body                     []byte
+	parsed                   bool
+}
+
+func readChats(bodies [][]byte) []chatRequest {
+	var out []chatRequest
+	for _, b := range bodies {
+		var req struct {
+			Tools     []json.RawMessage `json:"tools"`
+			Messages  []json.RawMessage `json:"messages"`
+			MaxTokens int               `json:"max_tokens"`
+		}
+		err := json.Unmarshal(b, &req)
+		out = append(out, chatRequest{len(req.Tools), len(dataURL.FindAll(b, -1)), req.MaxTokens, req.Messages, b, err == nil})
 	}
+	return out
+}
+
+// summary: opencode's summary request, with no tools and the history as a
+// transcript that names its images.
+func (r chatRequest) summary() bool {
+	return r.tools == 0 && bytes.Contains(r.body, []byte("[Attached image/png"))
+}
+
+// check is one line of a compaction check.
+type check struct {
+	what string
+	ok   bool
+}
+
+// report prints the checks as a list, then the notes, and reports whether
+// all passed.
+func report(checks []check, notes ...string) bool {
 	ok := true
 	fmt.Println()
 	for _, c := range checks {
@@ -134,7 +150,9 @@ func compactionRun(bin, work, up string, atUpstream *recorded) bool {
 		}
 		fmt.Printf("- %s: %s\n", c.what, mark)
 	}
-	fmt.Printf("- its answer: %q\n", strings.TrimSpace(lastLine(out)))
+	for _, n := range notes {
+		fmt.Printf("- %s\n", n)
+	}
 	return ok
 }
 
@@ -225,23 +243,11 @@ func claudeCompactionRun(work, up string, atUpstream *recorded) bool {
 		after = slices.IndexFunc(refused[sum:], opens)
 	}
 	fmt.Printf("Compaction of %s (%s, claude-sonnet-4-5), straight to the scripted upstream: a session reads three screenshots one a request.\n\n", cc, cc.wire)
-	checks := []struct {
-		what string
-		ok   bool
-	}{
+	return report([]check{
 		{fmt.Sprintf("billed %d tokens (past 90%% of the window), it reads all three and compacts not (%d requests)", billedAt, len(billed)),
 			len(billed) >= 4 && !slices.ContainsFunc(billed, summaryRequest) && !slices.ContainsFunc(billed, opens)},
 		{fmt.Sprintf("refused as prompt-too-long, it sends one summary request: its %d tools, the history before the refused step as sent, with %d image(s), and an instruction", sumTools, sumImages),
 			sum > 0 && sumTools > 0 && sumImages > 0 && len(slices.DeleteFunc(slices.Clone(refused), func(b []byte) bool { return !summaryRequest(b) })) == 1},
 		{"then a request opening with the summary", after > 0},
-	}
-	ok := true
-	for _, c := range checks {
-		mark := "yes"
-		if !c.ok {
-			mark, ok = "**no**", false
-		}
-		fmt.Printf("- %s: %s\n", c.what, mark)
-	}
-	return ok
+	})
 }
