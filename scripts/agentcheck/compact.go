@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // The opencode compaction check's model limits: opencode compacts once a
@@ -188,47 +192,86 @@ func text(msg json.RawMessage) string {
 // (the same text sim/opencode.go's row sends).
 const opencodeContinue = "Continue if you have next steps"
 
-// claudeCompactionRun checks where claude-code compacts, against imgctx
-// simulate's claude-code-like agent (compacting past 90% of the window or
-// on a refusal, with the history as sent plus an instruction: "shared").
-// Straight to the scripted upstream, since imgctx would answer a refusal
-// itself (by removing images): a session reads three screenshots one a
-// request with the requests that carry one billed past 90% of the
-// window; then another with the second screenshot's request refused as
-// prompt-too-long. What claude-code 2.1.332 does in print mode: no
-// compaction by the bill (its bundle names a threshold, the window less
-// min(the output cap, 20,000) less 13,000, which did not fire here even
-// billed past the window); refused, one summary request with its tools
-// and the history as sent, images included, then a request opening with
-// the summary.
+// claudeCompactionRun checks where each claude-code compacts, against
+// imgctx simulate's claude-code-like agent (compacting past a share of the
+// window, --compact-at, or on a refusal, with the history as sent plus an
+// instruction: "shared"). Straight to the scripted upstream, since imgctx
+// would answer a refusal itself (by removing images). In each session the
+// agent reads three screenshots one a request, the requests that carry one
+// billed as the check says. claude-code 2.1.332 does not compact by the
+// bill, in print mode or in a terminal (its bundle names a threshold, the
+// window less min(the output cap, 20,000) less 13,000, which did not fire
+// here even billed past the window); refused as prompt-too-long, it sends
+// one summary request with its tools and the history as sent, images
+// included, then a request opening with the summary. claude-code 2.0.77
+// compacts once the bill passes the window less 45,000 (155,000 of
+// Sonnet 4.5's 200,000: 77.5%), with a summary request of the history as
+// sent.
 func claudeCompactionRun(work, up string, atUpstream *recorded) bool {
-	cc := newest("claude-code")
-	if !slices.Contains(agents, cc) {
-		return true
-	}
-	shot, _ := os.ReadFile(filepath.Join(work, "screenshot.png"))
-	session := func(name string) [][]byte {
-		dir := filepath.Join(work, "compaction-claude", name)
-		os.MkdirAll(dir, 0o755)
-		for _, f := range []string{"a-1.png", "a-2.png", "a-3.png"} {
-			os.WriteFile(filepath.Join(dir, f), shot, 0o644)
+	ok, first := true, true
+	for _, cc := range agents {
+		if cc.name == "claude-code" && !first {
+			fmt.Println()
 		}
-		setWorkdir(dir)
-		before := atUpstream.count()
-		// Sonnet 4.5: a 200,000-token window (its default model's may be larger).
-		cc.run(dir, env(up, filepath.Join(dir, "home")),
-			append(cc.ask("Read these files one at a time: a-1.png a-2.png a-3.png", false, up), "--model", "claude-sonnet-4-5")...)
-		return atUpstream.since(before)
+		first = first && cc.name != "claude-code"
+		switch {
+		case cc.name != "claude-code":
+		case cc == newest("claude-code"):
+			ok = claudeRefusedRun(cc, work, up, atUpstream) && ok
+		default:
+			ok = claudeThresholdRun(cc, work, up, atUpstream) && ok
+		}
 	}
-	continued := []byte("continued from a previous conversation")
-	opens := func(b []byte) bool { return bytes.Contains(b, continued) }
+	return ok
+}
 
+// claudeThreshold is where claude-code 2.0.77 compacts on Sonnet 4.5:
+// the window less 45,000, found between bills of 154,900 and 155,100.
+const claudeThreshold = 200000 - 45000
+
+// claudeSession runs one print-mode session of cc in a folder of its own
+// under name, the requests that carry a screenshot billed at bill, and
+// returns the bodies the upstream saw.
+func claudeSession(cc agent, work, up string, atUpstream *recorded, name string, bill int) [][]byte {
+	dir := claudeFolder(work, name)
+	inflated.Store(int64(bill))
+	defer inflated.Store(0)
+	before := atUpstream.count()
+	// Sonnet 4.5: a 200,000-token window (its default model's may be larger).
+	cc.run(dir, env(up, filepath.Join(dir, "home")),
+		append(cc.ask(readThree, false, up), "--model", "claude-sonnet-4-5")...)
+	return atUpstream.since(before)
+}
+
+// readThree is the human's prompt of the claude-code compaction sessions.
+const readThree = "Read these files one at a time: a-1.png a-2.png a-3.png"
+
+// claudeFolder makes a session's folder with the three screenshots and
+// points the scripted upstream at it.
+func claudeFolder(work, name string) string {
+	dir := filepath.Join(work, "compaction-claude", name)
+	os.MkdirAll(dir, 0o755)
+	shot, _ := os.ReadFile(filepath.Join(work, "screenshot.png"))
+	for _, f := range []string{"a-1.png", "a-2.png", "a-3.png"} {
+		os.WriteFile(filepath.Join(dir, f), shot, 0o644)
+	}
+	setWorkdir(dir)
+	return dir
+}
+
+// continued opens the request claude-code goes on with after a summary.
+func continued(b []byte) bool {
+	return bytes.Contains(b, []byte("continued from a previous conversation"))
+}
+
+// claudeRefusedRun: the newest claude-code compacts only when refused.
+func claudeRefusedRun(cc agent, work, up string, atUpstream *recorded) bool {
 	const billedAt = 190000 // past 90% of 200,000
-	inflated.Store(billedAt)
-	billed := session("billed")
-	inflated.Store(0)
+	billed := claudeSession(cc, work, up, atUpstream, "billed", billedAt)
+	terminal, err := claudeTerminal(cc, work, up, atUpstream, "terminal", billedAt,
+		readThree, "What did they show?", "And what next?")
 	refuseTwo.Store(true)
-	refused := session("refused")
+	refused := claudeSession(cc, work, up, atUpstream, "refused", 0)
 	refuseTwo.Store(false)
 
 	sum := slices.IndexFunc(refused, summaryRequest)
@@ -240,14 +283,110 @@ func claudeCompactionRun(work, up string, atUpstream *recorded) bool {
 	}
 	after := -1
 	if sum >= 0 {
-		after = slices.IndexFunc(refused[sum:], opens)
+		after = slices.IndexFunc(refused[sum:], continued)
+	}
+	compacts := func(bodies [][]byte) bool {
+		return slices.ContainsFunc(bodies, summaryRequest) || slices.ContainsFunc(bodies, continued)
+	}
+	var notes []string
+	if err != nil {
+		notes = append(notes, "the terminal session: "+err.Error())
 	}
 	fmt.Printf("Compaction of %s (%s, claude-sonnet-4-5), straight to the scripted upstream: a session reads three screenshots one a request.\n\n", cc, cc.wire)
 	return report([]check{
-		{fmt.Sprintf("billed %d tokens (past 90%% of the window), it reads all three and compacts not (%d requests)", billedAt, len(billed)),
-			len(billed) >= 4 && !slices.ContainsFunc(billed, summaryRequest) && !slices.ContainsFunc(billed, opens)},
+		{fmt.Sprintf("billed %d tokens (past 90%% of the window), in print mode it reads all three and compacts not (%d requests)", billedAt, len(billed)),
+			len(billed) >= 4 && !compacts(billed)},
+		{fmt.Sprintf("billed so in a terminal, over three prompts, it compacts not (%d requests)", len(terminal)),
+			err == nil && len(terminal) >= 6 && !compacts(terminal)},
 		{fmt.Sprintf("refused as prompt-too-long, it sends one summary request: its %d tools, the history before the refused step as sent, with %d image(s), and an instruction", sumTools, sumImages),
 			sum > 0 && sumTools > 0 && sumImages > 0 && len(slices.DeleteFunc(slices.Clone(refused), func(b []byte) bool { return !summaryRequest(b) })) == 1},
 		{"then a request opening with the summary", after > 0},
+	}, notes...)
+}
+
+// claudeThresholdRun: claude-code 2.0.77 compacts past claudeThreshold.
+func claudeThresholdRun(cc agent, work, up string, atUpstream *recorded) bool {
+	under := claudeSession(cc, work, up, atUpstream, "under", claudeThreshold-1000)
+	past := claudeSession(cc, work, up, atUpstream, "past", claudeThreshold+1000)
+	sums := slices.DeleteFunc(slices.Clone(past), func(b []byte) bool { return !summaryRequest(b) })
+	sumImages := 0
+	if len(sums) == 1 {
+		sumImages = len(imageData.FindAll(sums[0], -1))
+	}
+	sum := slices.IndexFunc(past, summaryRequest)
+	fmt.Printf("Compaction of %s (%s, claude-sonnet-4-5), straight to the scripted upstream: a session reads three screenshots one a request.\n\n", cc, cc.wire)
+	return report([]check{
+		{fmt.Sprintf("billed %d tokens, it reads all three and compacts not (%d requests)", claudeThreshold-1000, len(under)),
+			len(under) >= 4 && !slices.ContainsFunc(under, summaryRequest) && !slices.ContainsFunc(under, continued)},
+		{fmt.Sprintf("billed %d (past the window less 45,000), it sends one summary request: the history as sent, with %d image(s), and an instruction", claudeThreshold+1000, sumImages),
+			len(sums) == 1 && sumImages > 0},
+		{"then a request opening with the summary", sum >= 0 && slices.ContainsFunc(past[sum:], continued)},
 	})
+}
+
+// claudeTerminal runs cc in a terminal (script(1) lends it one) as a person
+// would, the requests that carry a screenshot billed at bill: it types each
+// prompt once the agent has gone quiet, and returns the bodies the upstream
+// saw.
+func claudeTerminal(cc agent, work, up string, atUpstream *recorded, name string, bill int, prompts ...string) ([][]byte, error) {
+	if _, err := exec.LookPath("script"); err != nil {
+		return nil, errors.New("script(1), from util-linux, is missing")
+	}
+	dir := claudeFolder(work, name)
+	home := filepath.Join(dir, "home")
+	os.MkdirAll(home, 0o755)
+	// Onboarding, the key and the folder's trust answered beforehand.
+	cfg, _ := json.Marshal(map[string]any{
+		"hasCompletedOnboarding": true, "theme": "dark",
+		"customApiKeyResponses": map[string][]string{"approved": {"sk-ant-agentcheck"}, "rejected": {}},
+		"projects":              map[string]any{dir: map[string]bool{"hasTrustDialogAccepted": true}},
+	})
+	os.WriteFile(filepath.Join(home, ".claude.json"), cfg, 0o644)
+	inflated.Store(int64(bill))
+	defer inflated.Store(0)
+	screen := filepath.Join(dir, "typescript")
+	line := filepath.Join(cc.prefix(), "node_modules", ".bin", cc.bin) + " --model claude-sonnet-4-5"
+	cmd := exec.Command("script", "-qfec", line, screen)
+	cmd.Dir, cmd.Env = dir, append(env(up, home), "TERM=xterm-256color")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	}()
+	if !waitFor(30*time.Second, func() bool { b, _ := os.ReadFile(screen); return bytes.Contains(b, []byte("❯")) }) {
+		return nil, errors.New("no prompt on the screen within 30 seconds")
+	}
+	time.Sleep(2 * time.Second)
+	before := atUpstream.count()
+	for _, p := range prompts {
+		n := atUpstream.count()
+		in.Write([]byte(p))
+		time.Sleep(time.Second) // typed, then Enter: not a paste
+		in.Write([]byte("\r"))
+		// Answered: a request came, then none for three seconds.
+		last, at := n, time.Now()
+		if !waitFor(time.Minute, func() bool {
+			if c := atUpstream.count(); c != last {
+				last, at = c, time.Now()
+			}
+			return last > n && time.Since(at) > 3*time.Second
+		}) {
+			return atUpstream.since(before), fmt.Errorf("no answer to %q within a minute", p)
+		}
+	}
+	return atUpstream.since(before), nil
+}
+
+// waitFor polls done four times a second until it holds or d has passed.
+func waitFor(d time.Duration, done func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if done() {
+			return true
+		}
+	}
+	return false
 }

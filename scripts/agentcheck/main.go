@@ -34,9 +34,11 @@
 //     that its prompt passed its compaction point, must compact as
 //     imgctx simulate's opencode row does (sim/opencode.go).
 //   - claude-code's compaction (claudeCompactionRun), straight to the
-//     scripted upstream: billed past 90% of its window it does not
-//     compact; refused as prompt-too-long it summarises the history as
-//     sent, with its tools and images, and goes on from the summary.
+//     scripted upstream: 2.1.332, billed past 90% of its window, does not
+//     compact, in print mode or in a terminal (script(1)); refused as
+//     prompt-too-long it summarises the history as sent, with its tools
+//     and images, and goes on from the summary. 2.0.77 compacts once the
+//     bill passes the window less 45,000.
 package main
 
 import (

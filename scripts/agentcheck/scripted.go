@@ -44,9 +44,12 @@ var (
 	refuseTwo atomic.Bool
 )
 
-// summaryRequest: claude-code's compaction request, which it sends with its
-// tools and must be answered with text.
-func summaryRequest(body []byte) bool { return bytes.Contains(body, []byte("Respond with TEXT ONLY")) }
+// summaryRequest: claude-code's compaction request, which must be answered
+// with text (2.1.332 sends it with its tools, 2.0.77 with its read tool).
+func summaryRequest(body []byte) bool {
+	return bytes.Contains(body, []byte("Respond with TEXT ONLY")) ||
+		bytes.Contains(body, []byte("create a detailed summary of the conversation so far"))
+}
 
 // calls numbers the scripted tool calls and answers: each id once, as the
 // provider's (claude-code merges the blocks of answers with one id).
