@@ -74,9 +74,9 @@ type Config struct {
 	// conversation (default 10,000); past it they start over.
 	ProxyMaxImages int
 	// ProxyRelief is the share of the window past which the proxy relieves
-	// window pressure (default 0.95, or CompactThreshold if higher): 1 for
-	// a client that compacts its own history later than that, whose
-	// compaction an earlier relief would only postpone.
+	// window pressure (default 1, or CompactThreshold if higher): earlier,
+	// it would only postpone the compaction of a client that compacts when
+	// refused (claude-code 2.1.332).
 	ProxyRelief float64
 	// ProxyCached is how many proxied conversations are held in memory in
 	// front of the session store (default 4,096, about 2 KB each).

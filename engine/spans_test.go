@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -519,14 +520,14 @@ func proxyEngine(client *upstream.Client) *Engine {
 // their decisions put back (proxyRequest.Prior) sends what deciding them
 // afresh sends. Two engines take the same growing conversation — rounds
 // of text, rounds bringing a tool's screenshot, turns of the human with
-// their own, a window of 8,000 tokens that has one removed —
+// their own, a window of 6,000 tokens that has one removed —
 // one of them made to forget each request's filled and decided views:
 // every request goes upstream byte for byte the same, with the same images
 // not sent. Requests after text rounds take the history over; one after a
 // round that brought an image cannot (its decision came after), nor one
 // after a removal.
 func TestTakingTheDecidedHistoryOverSendsWhatDecidingAfreshSends(t *testing.T) {
-	edge := tokens.Profile{Name: "edge", Match: []string{"edge-*"}, Family: "openai", ContextWindow: 8_000, Vision: true,
+	edge := tokens.Profile{Name: "edge", Match: []string{"edge-*"}, Family: "openai", ContextWindow: 6_000, Vision: true,
 		Tokenizer: "chars4", Image: tokens.ImageRule{Rule: "openai_tile", BaseTokens: 85, TileTokens: 170}}
 	table, err := tokens.Default().With(edge)
 	if err != nil {
@@ -539,10 +540,11 @@ func TestTakingTheDecidedHistoryOverSendsWhatDecidingAfreshSends(t *testing.T) {
 	}
 	newRig := func() *rig {
 		r := &rig{}
-		// The prompt as the profile prices it: its images, and its text.
+		// The prompt as the profile prices it: its images, and its text
+		// (the images' base64 is not text).
 		r.client = meteredUpstream(t, func(b []byte) int {
 			r.sent = append(r.sent, b)
-			return 255*bytes.Count(b, []byte(`"image_url"`)) + len(b)/4
+			return 255*bytes.Count(b, []byte(`"type":"image_url"`)) + len(dataURL.ReplaceAll(b, nil))/4
 		})
 		r.e = proxyEngine(r.client)
 		r.e.Profiles = table
@@ -610,3 +612,6 @@ func TestTakingTheDecidedHistoryOverSendsWhatDecidingAfreshSends(t *testing.T) {
 		t.Fatalf("%d of 35 requests took the decided history over, at most %d images were left out: the test no longer shows it", took, removed)
 	}
 }
+
+// dataURL matches an image's data URL in a request body.
+var dataURL = regexp.MustCompile(`data:image/[a-z]+;base64,[A-Za-z0-9+/=]+`)

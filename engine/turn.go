@@ -510,7 +510,7 @@ func (f *proxyTurn) relayTurn(live []chat.Message) []chat.Message {
 func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 	est, measured := f.estimate(live)
 	limit := f.e.proxyThreshold(f.r.Profile.ContextWindow)
-	if est <= limit || !measured {
+	if est <= limit || !measured || f.textFills(live) {
 		// Without a measured prompt to add to (the client cut its history
 		// — a compaction's summary request, say — or a batch just changed
 		// it), the estimate counts the JSON's characters and runs well
@@ -540,23 +540,37 @@ func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 	return live
 }
 
+// textFills reports whether the conversation's text — its measured
+// prompt less the images it carries — fills more than half the window, so
+// that taking images out at the window only puts the client's compaction
+// off, by a few requests each reading nearly the whole window, a cold start
+// among them writing it; or, for a client that never compacts, the refusal
+// its text soon brings anyway. There the window's refusal is the client's
+// (claude-code 2.1.332 compacts on it), and neither the relief nor the
+// reactive net removes images.
+func (f *proxyTurn) textFills(live []chat.Message) bool {
+	images := 0
+	eachImage(live, func(_ wire.Pos, img chat.Image) { images += f.imageCost(img) })
+	return policy.PastHalfTheCut(f.st.Keep.Base, images, f.r.Profile.ContextWindow)
+}
+
 // proxyRelief is the default share of the window past which the proxy
-// relieves window pressure (proxy.window_relief): the client compacts its
-// own history (claude-code and codex near 90%), so imgctx only keeps the
-// request under the window with room for the answer — removing images at
-// the sessions API's threshold broke the cached prefix a few requests
-// before the client's compaction rewrote it anyway (simulate's coding
-// workload: 153k tokens written again for nothing). A client that
-// compacts past it is postponed by the relief instead (BENCHMARKS.md, the
-// coding bullets): ProxyRelief 1 for those.
-const proxyRelief = 0.95
+// relieves window pressure (proxy.window_relief): the window itself. The
+// client compacts its own history — opencode and claude-code 2.0.77 before
+// the window's last 5%, claude-code 2.1.332 only when refused — so a relief
+// before the window only postponed it, and the requests it added read
+// nearly the whole window (simulate's coding workload, BENCHMARKS.md).
+// Past the window, where the provider would refuse, the relief still
+// keeps a client that never compacts going, but where the conversation's
+// text fills the window's half (textFills).
+const proxyRelief = 1.0
 
 func (e *Engine) proxyThreshold(window int) int {
 	return int(e.WindowRelief() * float64(window))
 }
 
 // WindowRelief is the share of the window past which the proxy relieves
-// window pressure: ProxyRelief (default 0.95), or CompactThreshold if
+// window pressure: ProxyRelief (default 1), or CompactThreshold if
 // higher.
 func (c Config) WindowRelief() float64 {
 	relief := c.ProxyRelief
@@ -741,6 +755,9 @@ func (f *proxyTurn) breakOf(u chat.Usage) string {
 // It reports false when there is nothing left to remove — the upstream's
 // error is then the answer; an identical replay would fail again.
 func (f *proxyTurn) Overflow() bool {
+	if f.textFills(f.Messages) {
+		return false // the client's to answer: it compacts, or would have failed without imgctx too
+	}
 	live, removed := policy.RemoveKept(f.Messages, reason.Overflow)
 	live, more := f.removeHistory(live, 0, true, reason.Overflow)
 	removed = append(removed, more...)

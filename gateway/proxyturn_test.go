@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -179,6 +180,28 @@ func TestProxyOverflowReplaysOnlyADifferentBody(t *testing.T) {
 	resp, body := g.post(reply{})
 	if resp.StatusCode != 400 || g.rig.up.calls-before != 1 || !bytes.Contains(body, []byte("prompt is too long")) {
 		t.Fatalf("%d after %d attempts: %s", resp.StatusCode, g.rig.up.calls-before, body)
+	}
+}
+
+// Prompt too long where the conversation's text fills over half the
+// window: removing its images would only put the client's compaction off,
+// or the refusal its text soon brings a client that never compacts. The
+// refusal is the client's, at once, after one attempt, and the image stays
+// (claude-code 2.1.332 compacts on it).
+func TestProxyOverflowOfATextFilledConversationIsTheClients(t *testing.T) {
+	g := newAgent(t, newAgentRig(t, 200_000, &session.Mem{}), "Read this log."+strings.Repeat(" The build went on.", 24_000))
+	g.start()
+	g.send(reply{tools: 1})
+	g.results(1, false, false)
+	g.send(reply{})
+	g.human("And now?")
+	g.rig.up.mu.Lock()
+	g.rig.up.overflow = sum(g.rig.up.prev) // without its image the request would fit
+	g.rig.up.mu.Unlock()
+	before := g.rig.up.calls
+	resp, body := g.post(reply{})
+	if resp.StatusCode != 400 || g.rig.up.calls-before != 1 || !bytes.Contains(body, []byte("prompt is too long")) || g.rig.counter("removed", "overflow") != 0 {
+		t.Fatalf("%d after %d attempts, %d removed (overflow): %s", resp.StatusCode, g.rig.up.calls-before, g.rig.counter("removed", "overflow"), body)
 	}
 }
 

@@ -18,12 +18,14 @@ const (
 
 // compactsNow reports whether the agent compacts before a request of
 // about prompt tokens: past CompactAt of the window, or, for an agent that
-// keeps room for its answer, once the rest of the window is reached.
+// keeps room for its answer, once the rest of the window is reached. At a
+// CompactAt of 1 it never does: it sends, and compacts when refused, as
+// claude-code 2.1.332 does (scripts/agentcheck).
 func (r *runner) compactsNow(prompt int) bool {
 	if usable := r.usable(); usable > 0 {
 		return prompt >= usable
 	}
-	return float64(prompt) > r.cfg.CompactAt*float64(r.cfg.Profile.ContextWindow)
+	return r.cfg.CompactAt < 1 && float64(prompt) > r.cfg.CompactAt*float64(r.cfg.Profile.ContextWindow)
 }
 
 // usable is the prompt an agent with a Reserve compacts at: the window

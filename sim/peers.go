@@ -27,8 +27,9 @@ type Peer struct {
 	ToolOnly    bool
 	Breakpoints int // lastBreakpoint, turnBreakpoints or noBreakpoints (Anthropic)
 	// Compact: how the agent compacts past CompactAt of the window or on
-	// a refusal: "" never; "shared" the history as sent plus the summary
-	// instruction, so the summary request reads the cache (claude-code);
+	// a refusal: "" never; "shared" the history as last sent plus the
+	// summary instruction, so the summary request reads the cache, then the
+	// summary and the step's messages (claude-code 2.1.332);
 	// "fresh" the history with its images left out (a cache miss);
 	// "transcript" the whole history, the current turn's steps too, as
 	// one text message (opencode, compactTranscript).
@@ -83,7 +84,7 @@ func Peers(n, chunk, keepNewest int) []Peer {
 		{Name: fmt.Sprintf("ceiling-batch-%d", keepNewest), Reproduces: fmt.Sprintf("agents fixed after the provider's image-limit refusal: "+
 			"nothing removed until the next request would pass the limit, then all but the %d newest at once", keepNewest),
 			Keep: keepNewest, AtLimit: true, Compact: "shared"},
-		{Name: "strip-on-compact", Reproduces: "claude-code: every image kept until the history is compacted (cache-sharing summary request), none after",
+		{Name: "strip-on-compact", Reproduces: "claude-code 2.1.332: every image kept until the history is compacted (a cache-sharing summary request of what it last sent), then only its newest tool round's",
 			Compact: "shared"},
 		{Name: "opencode", Reproduces: "opencode 1.18.33 as it ships (read from its bundle): every image kept (pruning is off by default); " +
 			"compacts, mid-turn too, once the prompt reaches the window less min(32,000, the model's output cap): the whole history summarised " +

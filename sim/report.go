@@ -51,6 +51,7 @@ func (r *Report) rows() [][]string {
 	row("requests", func(p PolicyReport) string { return fmt.Sprint(p.Requests) })
 	row("failed (window, image limit)", func(p PolicyReport) string { return fmt.Sprint(p.Failed) })
 	row("compactions", func(p PolicyReport) string { return fmt.Sprint(p.Compactions) })
+	row("  on a refusal", func(p PolicyReport) string { return fmt.Sprint(p.Recovered) })
 	row("input tokens", func(p PolicyReport) string { return thousands(p.Input) })
 	row("cache-read tokens", func(p PolicyReport) string { return thousands(p.CacheRead) })
 	row("cache-write tokens", func(p PolicyReport) string { return thousands(p.CacheWrite) })

@@ -70,7 +70,9 @@ type Config struct {
 	// KeepNewest what ceiling-batch keeps when it evicts (5).
 	N, Chunk, KeepNewest int
 	// CompactAt is the share of the window past which the agent (every
-	// policy but naive) compacts its history, as claude-code and codex do.
+	// policy but naive and opencode's) compacts its history; at 1 (the
+	// default) it compacts only when refused, as claude-code 2.1.332 does
+	// (scripts/agentcheck; 2.0.77 compacted at the window less 45,000).
 	CompactAt float64
 	// Engine configures the imgctx and ephemeral rows' engine (the
 	// gateway's defaults: internal/config).
@@ -146,7 +148,11 @@ type PolicyReport struct {
 	UniqueBytes     int64          `json:"unique_image_bytes"`
 	Removed         map[string]int `json:"images_removed_by_reason"`
 	Recalled        int            `json:"images_recalled,omitempty"` // by the recall model (Config.Recall)
-	Series          []Point        `json:"series"`
+	// Recovered counts the refusals (prompt too long) the agent answered
+	// by compacting, its request then answered: how an agent that compacts
+	// only when refused compacts (claude-code 2.1.332). Not failures.
+	Recovered int     `json:"refusals_recovered,omitempty"`
+	Series    []Point `json:"series"`
 }
 
 // Point is the state after one step: cumulative dollars and the size of
@@ -243,7 +249,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		peers = slices.DeleteFunc(peers, func(p Peer) bool { return !p.replays() })
 	}
 	if cfg.CompactAt <= 0 || cfg.CompactAt > 1 {
-		cfg.CompactAt = 0.9
+		cfg.CompactAt = 1
 	}
 	rep := &Report{Workload: w.Name, Model: cfg.Model, Profile: cfg.Profile.Name, Format: format, Steps: len(w.Steps) + len(w.Recorded), Window: cfg.Profile.ContextWindow,
 		Images: len(w.Images), Occurrences: w.Occurrences, Prices: *cfg.Profile.Prices, Notes: slices.Clone(w.Notes)}
@@ -273,7 +279,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				errs[i] = err
 				return
 			}
-			r := &runner{cfg: cfg, format: format, peer: peer, policy: peer.Name, counts: counts, removed: map[string]int{}, refused: map[string]int{}}
+			r := &runner{cfg: cfg, format: format, peer: peer, policy: peer.Name, counts: counts, removed: map[string]int{}, refused: map[string]int{}, recovered: map[int]bool{}}
 			pr, err := r.run(ctx)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: %w", peer.Name, err)
@@ -323,28 +329,31 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // runner plays the workload under one policy: the agent's transcript,
 // what it sends, and where.
 type runner struct {
-	cfg         Config
-	format      string
-	peer        Peer
-	policy      string
-	counts      *Counts
-	clock       *Clock
-	prov        *Provider
-	client      *upstream.Client
-	gw          http.Handler
-	images      imagestore.Store
-	transcript  []Msg
-	lastPrompt  int
-	compactions int
-	removed     map[string]int
-	summaryN    int
-	body        bytes.Buffer   // the request being sent, reused
-	refused     map[string]int // requests imgctx refused itself, by status
-	replayed    replayState    // a byte replay's peer rule
-	stepAt      int            // the step being played
-	scheduled   int            // images a Schedule peer removed so far
-	recall      recallState
-	recalledN   int // images the model recalled
+	cfg           Config
+	format        string
+	peer          Peer
+	policy        string
+	counts        *Counts
+	clock         *Clock
+	prov          *Provider
+	client        *upstream.Client
+	gw            http.Handler
+	images        imagestore.Store
+	transcript    []Msg
+	lastPrompt    int
+	compactions   int
+	removed       map[string]int
+	summaryN      int
+	body          bytes.Buffer   // the request being sent, reused
+	refused       map[string]int // requests imgctx refused itself, by status
+	replayed      replayState    // a byte replay's peer rule
+	stepAt        int            // the step being played
+	stepAdds      int            // the messages the step appended (compact keeps them)
+	recovered     map[int]bool   // bills of refusals the agent compacted on, sending again with success
+	recoveredHere int            // likewise, refusals by imgctx (no bill)
+	scheduled     int            // images a Schedule peer removed so far
+	recall        recallState
+	recalledN     int // images the model recalled
 }
 
 // through reports whether the policy's requests go through imgctx.
@@ -440,6 +449,7 @@ func (r *runner) play(ctx context.Context) ([]stepInfo, error) {
 			r.transcript = nil
 		}
 		r.transcript = append(r.transcript, cloneMsgs(st.Add)...)
+		r.stepAdds = len(st.Add)
 		for _, m := range st.Add {
 			seenImage = seenImage || hasImage(m)
 			for _, p := range m.Parts {
@@ -489,6 +499,10 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 			pr.Requests++
 			pr.LargestRequest = max(pr.LargestRequest, b.Bytes)
 			pr.BytesSent += int64(b.Bytes)
+			if b.Failed != "" && r.recovered[bi] {
+				pr.Recovered++
+				continue
+			}
 			if b.Failed != "" {
 				pr.Failed++
 				pr.FailedBy[b.Failed]++
@@ -546,6 +560,7 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 		pr.Series = append(pr.Series, Point{Dollars: dollars, Context: ctxTokens, Failed: failed})
 	}
 	pr.Dollars = dollars
+	pr.Recovered += r.recoveredHere
 	for why, n := range r.refused {
 		pr.Requests += n
 		pr.Failed += n
@@ -590,6 +605,7 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 		}
 	}
 	r.evict()
+	refusedBill, refusedHere := -1, "" // the first attempt's refusal, by the provider or by imgctx
 	for attempt := 0; ; attempt++ {
 		idx := len(r.prov.Bills())
 		status, usage, err := r.send(ctx, "main", r.transcript, false)
@@ -600,10 +616,12 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 			// imgctx answered itself: it refused the request (a body over
 			// server.max_body_bytes, say). The agent sees an error as
 			// from the provider.
-			r.refused[fmt.Sprintf("imgctx_%d", status)]++
+			why := fmt.Sprintf("imgctx_%d", status)
 			if !compacts || attempt > 0 {
+				r.refused[why]++
 				return -1, nil
 			}
+			refusedHere = why
 			if err := r.compact(ctx); err != nil {
 				return -1, err
 			}
@@ -612,11 +630,23 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 		}
 		if status == 200 {
 			r.lastPrompt = usage
+			// Refused, compacted, answered: how an agent compacting only
+			// when refused goes on, not a failure.
+			if refusedBill >= 0 {
+				r.recovered[refusedBill] = true
+			}
+			if refusedHere != "" {
+				r.recoveredHere++
+			}
 			return len(r.prov.Bills()) - 1, nil
 		}
 		if !compacts || attempt > 0 {
+			if refusedHere != "" {
+				r.refused[refusedHere]++
+			}
 			return len(r.prov.Bills()) - 1, nil
 		}
+		refusedBill = len(r.prov.Bills()) - 1
 		if err := r.compact(ctx); err != nil {
 			return -1, err
 		}
@@ -687,27 +717,22 @@ func (r *runner) removeOldest(n int, why string, toolOnly, drop bool) {
 	}
 }
 
-// compact summarises the transcript before the current turn, as agents
-// do: one summary request, then the summary in place of that history.
-// "shared" sends the history as it was sent (images, breakpoints) with
-// the instruction after it, so the request reads the cache, as
-// claude-code's compaction does; when that is refused (the history is
-// over a limit), or for "fresh", the images are left out.
+// compact summarises the transcript as the agent last sent it, as
+// claude-code does (2.1.332, scripts/agentcheck): one summary request,
+// then the summary and the messages the step appended (its newest tool
+// round) in place of the history. "shared" sends the history as it was
+// sent (images, breakpoints) with the instruction after it, so the
+// request reads what the last request cached; when that is refused (the
+// history is over a limit), or for "fresh", the images are left out.
 func (r *runner) compact(ctx context.Context) error {
 	if r.peer.Compact == "transcript" {
 		return r.compactTranscript(ctx)
 	}
-	tail := -1
-	for i := len(r.transcript) - 1; i >= 0; i-- {
-		if r.transcript[i].Human {
-			tail = i
-			break
-		}
+	cut := len(r.transcript) - r.stepAdds
+	if cut <= 0 {
+		return nil // nothing sent before this step
 	}
-	if tail <= 0 {
-		return nil // nothing before the current turn
-	}
-	ask := append(cloneMsgs(r.transcript[:tail]), Msg{Role: "user", Parts: []Part{{Text: "Summarize the conversation so far so that the work can continue from the summary alone."}}})
+	ask := append(cloneMsgs(r.transcript[:cut]), Msg{Role: "user", Parts: []Part{{Text: "Summarize the conversation so far so that the work can continue from the summary alone."}}})
 	status := 0
 	if r.peer.Compact == "shared" {
 		var err error
@@ -721,12 +746,17 @@ func (r *runner) compact(ctx context.Context) error {
 		}
 	}
 	r.summaryN++
-	for _, m := range r.transcript[:tail] {
+	for _, m := range r.transcript[:cut] {
 		r.removed["compaction"] += countImages([]Msg{m}, false)
 	}
 	g := &gen{rng: newRand(uint64(r.summaryN))}
-	rest := cloneMsgs(r.transcript[tail:])
-	rest[0].Parts = append([]Part{{Text: "Summary of the earlier conversation: " + g.words(r.prov.SummaryOutput)}}, rest[0].Parts...)
+	summary := Part{Text: "Summary of the earlier conversation: " + g.words(r.prov.SummaryOutput)}
+	rest := cloneMsgs(r.transcript[cut:])
+	if len(rest) > 0 && rest[0].Role == "user" {
+		rest[0].Parts = append([]Part{summary}, rest[0].Parts...)
+	} else {
+		rest = append([]Msg{{Role: "user", Parts: []Part{summary}, Human: true}}, rest...)
+	}
 	r.transcript = rest
 	r.compactions++
 	r.lastPrompt = 0

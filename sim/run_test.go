@@ -482,11 +482,12 @@ func TestARemovalDoesNotPostponeTheAgentsCompaction(t *testing.T) {
 }
 
 // A client that compacts its own history later than the proxy's window
-// relief is postponed by it: the relief takes images out before the
-// client's compaction, and the requests it adds are the largest of the
-// cycle. proxy.window_relief 1 leaves the client's compaction to the
-// client (BENCHMARKS.md, the coding bullets).
-func TestAWindowReliefBeforeTheClientsCompactionPostponesIt(t *testing.T) {
+// relief was postponed by it: the relief took images out before the
+// client's compaction, and the requests it added were the largest of the
+// cycle. Where the conversation's text fills over half the window the
+// relief leaves the window to the client (textFills), at 95% as at the
+// default, the window itself (BENCHMARKS.md, the coding bullets).
+func TestTheWindowReliefLeavesATextFilledConversationToItsClient(t *testing.T) {
 	w, err := Build("coding", DefaultParams("coding"))
 	if err != nil {
 		t.Fatal(err)
@@ -496,26 +497,17 @@ func TestAWindowReliefBeforeTheClientsCompactionPostponesIt(t *testing.T) {
 		if !ok {
 			t.Fatalf("no %s profile", model)
 		}
-		run := func(relief float64) (ours, peer PolicyReport, said bool) {
+		for _, relief := range []float64{0.95, 0} {
 			rep, err := Run(context.Background(), Config{Workload: w, Model: model, Profile: prof, Policies: []string{"imgctx", "chunked-3/10"}, NoFrontier: true, CompactAt: 0.97,
 				Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}, ProxyRelief: relief}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, n := range rep.Notes {
-				said = said || strings.Contains(n, "proxy.window_relief: 1")
+			ours, peer := row(rep, "imgctx"), row(rep, "chunked-3/10")
+			if ours.Failed != 0 || ours.Removed["window"] != 0 || ours.Compactions == 0 || Dominates(peer, ours) {
+				t.Errorf("%s, relief %v: %d failed, %d removed by the window, %d compactions, $%.2f for %.1f images against chunked's $%.2f for %.1f",
+					model, relief, ours.Failed, ours.Removed["window"], ours.Compactions, ours.Dollars, ours.ImagesMean, peer.Dollars, peer.ImagesMean)
 			}
-			return row(rep, "imgctx"), row(rep, "chunked-3/10"), said
-		}
-		early, peer, said := run(0)
-		late, _, saidLate := run(1)
-		if early.Removed["window"] == 0 || early.Dollars <= peer.Dollars || !said {
-			t.Errorf("%s, the default relief: %d removed by the window, $%.2f against chunked's $%.2f, the report naming the setting %v; want it to relieve, to cost more, and the report to say so",
-				model, early.Removed["window"], early.Dollars, peer.Dollars, said)
-		}
-		if late.Failed != 0 || late.Removed["window"] != 0 || late.Compactions == 0 || Dominates(peer, late) || saidLate {
-			t.Errorf("%s, relief at the window: %d failed, %d removed by the window, %d compactions, $%.2f for %.1f images against chunked's $%.2f for %.1f, the report naming the setting %v",
-				model, late.Failed, late.Removed["window"], late.Compactions, late.Dollars, late.ImagesMean, peer.Dollars, peer.ImagesMean, saidLate)
 		}
 	}
 }
@@ -530,7 +522,11 @@ func TestAgentsThatNeverCompactAreJudgedInFrontOfTheirLike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := run(t, w, sonnet(t), engine.Config{}, "naive", "imgctx", NaiveImgctx)
+	// The agent compacting at 90%: doc-review reaches that, not the window.
+	rep, err := Run(context.Background(), Config{Workload: w, Model: "claude-sonnet-4-6", Profile: sonnet(t), CompactAt: 0.9, Policies: []string{"naive", "imgctx", NaiveImgctx}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	naive, ours, front := row(rep, "naive"), row(rep, "imgctx"), row(rep, NaiveImgctx)
 	if naive.Compacts != "" || front.Compacts != "" || ours.Compacts != "shared" {
 		t.Fatalf("compacts: naive %q, %s %q, imgctx %q", naive.Compacts, NaiveImgctx, front.Compacts, ours.Compacts)

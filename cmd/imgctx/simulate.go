@@ -190,7 +190,7 @@ func newSimulateCmd(a *app) *cobra.Command {
 	f.StringVar(&sights, "sights", joinSights(sim.DefaultSights), "keep.sight positions run as imgctx rows of their own (imgctx-sight-S), comma-separated; empty: none")
 	f.StringVar(&sightsFront, "sights-front", "imgctx", "the imgctx row whose agent the --sights positions sit in front of: "+strings.Join(sim.Fronts, ", ")+" (rows named ROW-sight-S; imgctx's agent is claude-code-like)")
 	f.IntVar(&keepNewest, "keep-newest", 5, "ceiling-batch: images kept when it evicts at the provider's image limit")
-	f.Float64Var(&compactAt, "compact-at", 0.9, "share of the window past which the agent compacts its history (every policy but naive)")
+	f.Float64Var(&compactAt, "compact-at", 1, "share of the window past which the agent compacts its history (every policy but naive and opencode's); 1: only when refused, as claude-code 2.1.332 does (0.775: 2.0.77 on a 200,000-token window)")
 	return cmd
 }
 

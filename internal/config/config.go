@@ -103,7 +103,7 @@ type Proxy struct {
 	KeepTurnImages bool          `yaml:"keep_turn_images" doc:"keep tool images across turns in proxied conversations (a client may say X-Imgctx-Keep-Turn-Images: on or off)"`
 	IdleExpiry     time.Duration `yaml:"idle_expiry" doc:"a proxied conversation's decisions are deleted after this long without a request"`
 	MaxImages      int           `yaml:"max_images" doc:"image decisions kept per proxied conversation; past it they start over"`
-	WindowRelief   float64       `yaml:"window_relief" doc:"share of the context window past which images leave a proxied request (reason window; compaction.threshold if higher): 1 for a client that compacts its own history later than the default 0.95, whose compaction an earlier relief only postpones"`
+	WindowRelief   float64       `yaml:"window_relief" doc:"share of the context window past which images leave a proxied request (reason window; compaction.threshold if higher): the default 1 leaves the window to the client's own compaction, which an earlier relief only postpones"`
 	Recall         bool          `yaml:"recall" doc:"image markers carry a handle for the imgctx_recall tool (MCP at /mcp); off: a model told of a tool its agent lacks tries it (a client may say X-Imgctx-Recall: on or off)"`
 }
 
@@ -266,7 +266,7 @@ func Defaults() Config {
 		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 128 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second, DrainDelay: 5 * time.Second,
 			MaxMessages: 10_000, MaxParts: 50_000, MaxInflight: 256 << 20, BodyTimeout: 10 * time.Second, MinBodyRate: 1 << 20},
 		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.1, CacheTTL: 5 * time.Minute, Hold: true, Sight: policy.DefaultSight, HourCache: true},
-		Proxy: Proxy{KeepTurnImages: true, IdleExpiry: 24 * time.Hour, MaxImages: 10_000, WindowRelief: 0.95},
+		Proxy: Proxy{KeepTurnImages: true, IdleExpiry: 24 * time.Hour, MaxImages: 10_000, WindowRelief: 1},
 		Media: Media{
 			MaxImageBytes:     media.DefaultMaxBytes,
 			MaxPixels:         media.DefaultMaxPixels,

@@ -1,0 +1,93 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The claude-code-like agent compacts as claude-code 2.1.332 does
+// (scripts/agentcheck): its summary request is the history its last
+// answered request sent, as sent, and the instruction after it, so it
+// reads what that request cached; the request after it carries the
+// summary and the step's own messages, nothing from before. By default
+// (CompactAt 1) it compacts when refused: the refused request is the last
+// answered one and the step's messages, and the refusal, answered so, is
+// no failure. At 90% it compacts before sending the step.
+func TestTheAgentSummarisesWhatItLastSent(t *testing.T) {
+	prof := sonnet(t)
+	prof.ContextWindow = 40_000
+	for _, at := range []float64{0, 0.9} {
+		var mu sync.Mutex
+		var bodies [][]byte
+		rep, err := Run(context.Background(), Config{Workload: smallTrace(t, 8, 5, 0), Model: prof.Name, Profile: prof, Policies: []string{"strip-on-compact"}, NoFrontier: true, CompactAt: at,
+			Received: func(_ string, b []byte) {
+				mu.Lock()
+				bodies = append(bodies, bytes.Clone(b))
+				mu.Unlock()
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := row(rep, "strip-on-compact")
+		refusals := 0
+		if at == 0 {
+			refusals = r.Compactions
+		}
+		if r.Compactions == 0 || r.Failed != 0 || r.Recovered != refusals {
+			t.Fatalf("at %v: %d compactions, %d failed, %d refusals answered by one; want %d", at, r.Compactions, r.Failed, r.Recovered, refusals)
+		}
+		summaries := 0
+		for i, b := range bodies {
+			if !bytes.Contains(b, []byte("Summarize the conversation so far")) {
+				continue
+			}
+			summaries++
+			ask, last := messages(t, b), messages(t, bodies[i-1])
+			if at == 0 {
+				refused := last
+				last = messages(t, bodies[i-2])
+				if len(refused) <= len(last) || !reflect.DeepEqual(refused[:len(last)], last) {
+					t.Fatalf("summary %d: the refused request (%d messages) is not the last answered one (%d) and the step's", summaries, len(refused), len(last))
+				}
+			}
+			if len(ask) != len(last)+1 || !reflect.DeepEqual(ask[:len(last)], last) {
+				t.Fatalf("at %v, summary %d: %d messages, not the %d its last answered request sent, as sent, and the instruction", at, summaries, len(ask), len(last))
+			}
+			next := messages(t, bodies[i+1])
+			if len(next) > 3 || !strings.HasPrefix(fmt.Sprint(next[0].Content[0]["text"]), "Summary of the earlier conversation") {
+				t.Fatalf("after summary %d: %d messages, opening %v; want the summary and the step's own", summaries, len(next), next[0].Content[0])
+			}
+		}
+		if summaries != r.Compactions {
+			t.Fatalf("at %v: %d summary requests for %d compactions", at, summaries, r.Compactions)
+		}
+	}
+}
+
+// message is an Anthropic message as a request carries it.
+type message struct {
+	Role    string
+	Content []map[string]any
+}
+
+// messages reads a request's messages, breakpoints left out: a summary
+// request moves the breakpoint to its end.
+func messages(t *testing.T, b []byte) []message {
+	t.Helper()
+	var req struct{ Messages []message }
+	if err := json.Unmarshal(b, &req); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range req.Messages {
+		for _, c := range m.Content {
+			delete(c, "cache_control")
+		}
+	}
+	return req.Messages
+}
