@@ -207,7 +207,7 @@ const opencodeContinue = "Continue if you have next steps"
 // compacts once the bill passes the window less 45,000 (155,000 of
 // Sonnet 4.5's 200,000: 77.5%), with a summary request of the history as
 // sent.
-func claudeCompactionRun(work, up string, atUpstream *recorded) bool {
+func claudeCompactionRun(bin, work, up string, atUpstream *recorded) bool {
 	ok, first := true, true
 	for _, cc := range agents {
 		if cc.name == "claude-code" && !first {
@@ -217,7 +217,7 @@ func claudeCompactionRun(work, up string, atUpstream *recorded) bool {
 		switch {
 		case cc.name != "claude-code":
 		case cc == newest("claude-code"):
-			ok = claudeRefusedRun(cc, work, up, atUpstream) && ok
+			ok = claudeRefusedRun(cc, bin, work, up, atUpstream) && ok
 		default:
 			ok = claudeThresholdRun(cc, work, up, atUpstream) && ok
 		}
@@ -264,15 +264,29 @@ func continued(b []byte) bool {
 	return bytes.Contains(b, []byte("continued from a previous conversation"))
 }
 
-// claudeRefusedRun: the newest claude-code compacts only when refused.
-func claudeRefusedRun(cc agent, work, up string, atUpstream *recorded) bool {
+// claudeRefusedRun: the newest claude-code compacts only when refused;
+// through imgctx serve, a conversation whose text fills the window is
+// refused as it would be without imgctx (no images taken out to make it
+// fit), and claude-code compacts.
+func claudeRefusedRun(cc agent, bin, work, up string, atUpstream *recorded) bool {
 	const billedAt = 190000 // past 90% of 200,000
 	billed := claudeSession(cc, work, up, atUpstream, "billed", billedAt)
 	terminal, err := claudeTerminal(cc, work, up, atUpstream, "terminal", billedAt,
 		readThree, "What did they show?", "And what next?")
 	refuseTwo.Store(true)
 	refused := claudeSession(cc, work, up, atUpstream, "refused", 0)
+	dir := filepath.Join(work, "compaction-claude", "through")
+	os.MkdirAll(dir, 0o755)
+	cfg := filepath.Join(dir, "imgctx.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: local, format: anthropic, base_url: %q}\n", up)), 0o644)
+	serve, gw := start(bin, filepath.Join(dir, "data"), "--config", cfg)
+	padded.Store(billedAt)
+	through := claudeSession(cc, work, gw.String(), atUpstream, "through", 0)
+	padded.Store(0)
+	serve.Process.Kill()
 	refuseTwo.Store(false)
+	throughSum := slices.IndexFunc(through, summaryRequest)
+	replayed := slices.ContainsFunc(through, func(b []byte) bool { return bytes.Contains(b, []byte("[image removed")) })
 
 	sum := slices.IndexFunc(refused, summaryRequest)
 	var sumImages, sumTools int
@@ -301,6 +315,8 @@ func claudeRefusedRun(cc agent, work, up string, atUpstream *recorded) bool {
 		{fmt.Sprintf("refused as prompt-too-long, it sends one summary request: its %d tools, the history before the refused step as sent, with %d image(s), and an instruction", sumTools, sumImages),
 			sum > 0 && sumTools > 0 && sumImages > 0 && len(slices.DeleteFunc(slices.Clone(refused), func(b []byte) bool { return !summaryRequest(b) })) == 1},
 		{"then a request opening with the summary", after > 0},
+		{fmt.Sprintf("through imgctx serve, billed %d and refused so, imgctx takes no image out to make it fit, and claude-code compacts and goes on from the summary (%d requests)", billedAt, len(through)),
+			!replayed && throughSum > 0 && slices.ContainsFunc(through[throughSum:], continued)},
 	}, notes...)
 }
 

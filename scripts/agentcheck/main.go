@@ -37,8 +37,10 @@
 //     scripted upstream: 2.1.332, billed past 90% of its window, does not
 //     compact, in print mode or in a terminal (script(1)); refused as
 //     prompt-too-long it summarises the history as sent, with its tools
-//     and images, and goes on from the summary. 2.0.77 compacts once the
-//     bill passes the window less 45,000.
+//     and images, and goes on from the summary; through imgctx serve, its
+//     conversation's text filling the window, imgctx leaves the refusal
+//     to it and it compacts the same way. 2.0.77 compacts once the bill
+//     passes the window less 45,000.
 package main
 
 import (
@@ -377,7 +379,7 @@ func main() {
 	fmt.Println()
 	failed = !compactionRun(bin, work, up, &atUpstream) || failed
 	fmt.Println()
-	failed = !claudeCompactionRun(work, up, &atUpstream) || failed
+	failed = !claudeCompactionRun(bin, work, up, &atUpstream) || failed
 	if failed {
 		os.Exit(1)
 	}

@@ -39,9 +39,13 @@ func inWorkdir(name string) string {
 // what makes an agent's history pass its compaction point. refuseTwo
 // refuses a Messages request carrying two images or more, but a summary
 // request, as prompt-too-long (claudeCompactionRun).
+// padded, when set, is added to every Messages request's bill: text the
+// conversation is taken to carry, its images still billed at their cost
+// (claudeRefusedRun, through imgctx, which measures an image by the bill).
 var (
 	inflated  atomic.Int64
 	refuseTwo atomic.Bool
+	padded    atomic.Int64
 )
 
 // summaryRequest: claude-code's compaction request, which must be answered
@@ -271,7 +275,7 @@ func writeMessages(w http.ResponseWriter, body []byte, rep reply) {
 		io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"},"request_id":"req_agentcheck"}`)
 		return
 	}
-	in := billed(body, imageData, 1334)
+	in := billed(body, imageData, 1334) + int(padded.Load())
 	if n := inflated.Load(); n > 0 && imageData.Match(body) {
 		in = int(n)
 	}
