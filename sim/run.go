@@ -734,15 +734,26 @@ func (r *runner) compact(ctx context.Context) error {
 	}
 	ask := append(cloneMsgs(r.transcript[:cut]), Msg{Role: "user", Parts: []Part{{Text: "Summarize the conversation so far so that the work can continue from the summary alone."}}})
 	status := 0
+	refused := -1 // the shared summary's refusal, billed
 	if r.peer.Compact == "shared" {
 		var err error
+		before := len(r.prov.Bills())
 		if status, _, err = r.send(ctx, "summary", ask, false); err != nil {
 			return err
 		}
+		if status != 200 && len(r.prov.Bills()) > before {
+			refused = len(r.prov.Bills()) - 1
+		}
 	}
 	if status != 200 {
-		if _, _, err := r.send(ctx, "summary", ask, true); err != nil {
+		stripped, _, err := r.send(ctx, "summary", ask, true)
+		if err != nil {
 			return err
+		}
+		if stripped == 200 && refused >= 0 {
+			// The agent asks again without the images, as claude-code
+			// does when its summary request is refused: not a failure.
+			r.recovered[refused] = true
 		}
 	}
 	r.summaryN++
