@@ -91,3 +91,24 @@ func messages(t *testing.T, b []byte) []message {
 	}
 	return req.Messages
 }
+
+// A summary request the provider refuses (what the agent last sent, and
+// the instruction, past the window) is asked again without its images, as
+// claude-code does: no failure. On gpt-4o coding at seed 3 one of
+// chunked's does.
+func TestARefusedSummaryAskedAgainIsNoFailure(t *testing.T) {
+	p := DefaultParams("coding")
+	p.Seed = 3
+	w, err := Build("coding", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := gpt4o(t)
+	rep, err := Run(context.Background(), Config{Workload: w, Model: prof.Name, Profile: prof, Policies: []string{"chunked-3/10"}, NoFrontier: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := row(rep, "chunked-3/10"); r.Failed != 0 || r.Recovered <= r.Compactions {
+		t.Fatalf("%d failed, %d refusals answered for %d compactions; want none failed and a refused summary answered", r.Failed, r.Recovered, r.Compactions)
+	}
+}
