@@ -148,9 +148,11 @@ type PolicyReport struct {
 	UniqueBytes     int64          `json:"unique_image_bytes"`
 	Removed         map[string]int `json:"images_removed_by_reason"`
 	Recalled        int            `json:"images_recalled,omitempty"` // by the recall model (Config.Recall)
-	// Recovered counts the refusals (prompt too long) the agent answered
-	// by compacting, its request then answered: how an agent that compacts
-	// only when refused compacts (claude-code 2.1.332). Not failures.
+	// Recovered counts the refusals as too long (overflow) the agent
+	// answered by compacting, its request then answered, and the summary
+	// requests refused and asked again without their images: how an agent
+	// that compacts only when refused compacts (claude-code 2.1.332). Not
+	// failures.
 	Recovered int     `json:"refusals_recovered,omitempty"`
 	Series    []Point `json:"series"`
 }
@@ -329,31 +331,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // runner plays the workload under one policy: the agent's transcript,
 // what it sends, and where.
 type runner struct {
-	cfg           Config
-	format        string
-	peer          Peer
-	policy        string
-	counts        *Counts
-	clock         *Clock
-	prov          *Provider
-	client        *upstream.Client
-	gw            http.Handler
-	images        imagestore.Store
-	transcript    []Msg
-	lastPrompt    int
-	compactions   int
-	removed       map[string]int
-	summaryN      int
-	body          bytes.Buffer   // the request being sent, reused
-	refused       map[string]int // requests imgctx refused itself, by status
-	replayed      replayState    // a byte replay's peer rule
-	stepAt        int            // the step being played
-	stepAdds      int            // the messages the step appended (compact keeps them)
-	recovered     map[int]bool   // bills of refusals the agent compacted on, sending again with success
-	recoveredHere int            // likewise, refusals by imgctx (no bill)
-	scheduled     int            // images a Schedule peer removed so far
-	recall        recallState
-	recalledN     int // images the model recalled
+	cfg         Config
+	format      string
+	peer        Peer
+	policy      string
+	counts      *Counts
+	clock       *Clock
+	prov        *Provider
+	client      *upstream.Client
+	gw          http.Handler
+	images      imagestore.Store
+	transcript  []Msg
+	lastPrompt  int
+	compactions int
+	removed     map[string]int
+	summaryN    int
+	body        bytes.Buffer   // the request being sent, reused
+	refused     map[string]int // requests imgctx refused itself, by status
+	replayed    replayState    // a byte replay's peer rule
+	stepAt      int            // the step being played
+	stepAdds    int            // the messages the step appended (compact keeps them)
+	recovered   map[int]bool   // bills of refusals the agent compacted on, sending again with success
+	scheduled   int            // images a Schedule peer removed so far
+	recall      recallState
+	recalledN   int // images the model recalled
 }
 
 // through reports whether the policy's requests go through imgctx.
@@ -560,7 +561,6 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 		pr.Series = append(pr.Series, Point{Dollars: dollars, Context: ctxTokens, Failed: failed})
 	}
 	pr.Dollars = dollars
-	pr.Recovered += r.recoveredHere
 	for why, n := range r.refused {
 		pr.Requests += n
 		pr.Failed += n
@@ -605,7 +605,7 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 		}
 	}
 	r.evict()
-	refusedBill, refusedHere := -1, "" // the first attempt's refusal, by the provider or by imgctx
+	refusedBill := -1 // the first attempt's refusal as too long
 	for attempt := 0; ; attempt++ {
 		idx := len(r.prov.Bills())
 		status, usage, err := r.send(ctx, "main", r.transcript, false)
@@ -616,12 +616,10 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 			// imgctx answered itself: it refused the request (a body over
 			// server.max_body_bytes, say). The agent sees an error as
 			// from the provider.
-			why := fmt.Sprintf("imgctx_%d", status)
+			r.refused[fmt.Sprintf("imgctx_%d", status)]++
 			if !compacts || attempt > 0 {
-				r.refused[why]++
 				return -1, nil
 			}
-			refusedHere = why
 			if err := r.compact(ctx); err != nil {
 				return -1, err
 			}
@@ -635,18 +633,17 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 			if refusedBill >= 0 {
 				r.recovered[refusedBill] = true
 			}
-			if refusedHere != "" {
-				r.recoveredHere++
-			}
 			return len(r.prov.Bills()) - 1, nil
 		}
 		if !compacts || attempt > 0 {
-			if refusedHere != "" {
-				r.refused[refusedHere]++
-			}
 			return len(r.prov.Bills()) - 1, nil
 		}
-		refusedBill = len(r.prov.Bills()) - 1
+		if bills := r.prov.Bills(); bills[len(bills)-1].Failed == "overflow" {
+			// Refused as too long: claude-code 2.1.332 compacts and goes
+			// on (scripts/agentcheck). A refusal for the images or the
+			// bytes it carries stays a failure, answered so or not.
+			refusedBill = len(bills) - 1
+		}
 		if err := r.compact(ctx); err != nil {
 			return -1, err
 		}
@@ -734,15 +731,15 @@ func (r *runner) compact(ctx context.Context) error {
 	}
 	ask := append(cloneMsgs(r.transcript[:cut]), Msg{Role: "user", Parts: []Part{{Text: "Summarize the conversation so far so that the work can continue from the summary alone."}}})
 	status := 0
-	refused := -1 // the shared summary's refusal, billed
+	refused := -1 // the shared summary's refusal as too long
 	if r.peer.Compact == "shared" {
 		var err error
 		before := len(r.prov.Bills())
 		if status, _, err = r.send(ctx, "summary", ask, false); err != nil {
 			return err
 		}
-		if status != 200 && len(r.prov.Bills()) > before {
-			refused = len(r.prov.Bills()) - 1
+		if bills := r.prov.Bills(); status != 200 && len(bills) > before && bills[len(bills)-1].Failed == "overflow" {
+			refused = len(bills) - 1
 		}
 	}
 	if status != 200 {
