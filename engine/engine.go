@@ -78,6 +78,14 @@ type Config struct {
 	// it would only postpone the compaction of a client that compacts when
 	// refused (claude-code 2.1.332).
 	ProxyRelief float64
+	// ProxyClientWindow: a proxied request whose history as the client
+	// sent it — the images imgctx took out back in — is past the window,
+	// where the conversation's text fills over half of it, is refused as
+	// the provider would have refused it without imgctx (wire.Dialect
+	// TooLong): a client that compacts when refused (claude-code 2.1.332)
+	// compacts where it would have, and imgctx's removals never put its
+	// cut off (proxy.client_window).
+	ProxyClientWindow bool
 	// ProxyCached is how many proxied conversations are held in memory in
 	// front of the session store (default 4,096, about 2 KB each).
 	ProxyCached int

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -265,6 +266,15 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		return resp, err
 	}
 	p.Counts.Before = time.Since(start)
+	if n, past := fw.PastClientWindow(); past && e.ProxyClientWindow && d.TooLong != nil {
+		// The client's own history is past the window: refused as the
+		// provider would have, so the client compacts where it would have.
+		typ, msg := d.TooLong(n, profile.ContextWindow)
+		body, _ := json.Marshal(d.ErrorBody(http.StatusBadRequest, typ, msg))
+		e.log().InfoContext(ctx, "proxy: refused as the provider would have: the client's history is past the window", "tenant", c.Tenant, "model", clip(sp.Model), "prompt", n, "window", profile.ContextWindow)
+		p.close(ctx)
+		return nil, d.DecodeError(http.StatusBadRequest, http.Header{"Content-Type": {"application/json"}}, body)
+	}
 	resp, err := send()
 	if files.missing(ctx, err) {
 		// A file the provider no longer has: uploaded again, sent again.

@@ -554,6 +554,37 @@ func (f *proxyTurn) textFills(live []chat.Message) bool {
 	return policy.PastHalfTheCut(f.st.Keep.Base, images, f.r.Profile.ContextWindow)
 }
 
+// PastClientWindow reports whether the request as the client sent it, the
+// images imgctx took out back in, is past the window, where the
+// conversation's text fills over half of it (textFills), and its prompt
+// so counted: without imgctx the provider would have refused it
+// (Config.ProxyClientWindow). It counts from the last request's measured
+// prompt as sent: what the client appended since, at full cost, and the
+// images that request did not carry either.
+func (f *proxyTurn) PastClientWindow() (int, bool) {
+	live, base := f.Messages, f.st.Keep.Base
+	if !base.Valid || base.Messages > len(live) || !f.textFills(live) {
+		return 0, false
+	}
+	n := base.Prompt
+	if f.r.Estimate != nil {
+		n += f.r.Estimate(base.Messages)
+	}
+	now := map[blob.Ref]bool{} // taken out by this request: that one carried them
+	for _, ev := range f.Events {
+		if ev.Kind == "removed" {
+			now[ev.Ref] = true
+		}
+	}
+	eachImage(f.r.Messages, func(at wire.Pos, img chat.Image) {
+		_, out := wire.At(live, at).(chat.Marker)
+		if at.Msg >= base.Messages || out && !now[img.Ref] {
+			n += f.imageCost(img)
+		}
+	})
+	return n, n > f.r.Profile.ContextWindow
+}
+
 // proxyRelief is the default share of the window past which the proxy
 // relieves window pressure (proxy.window_relief): the window itself. The
 // client compacts its own history — opencode and claude-code 2.0.77 before

@@ -262,6 +262,7 @@ type agentRig struct {
 	sight    float64 // policy.KeepConfig.Sight
 	recall   bool    // Config.Recall
 	imageCap int     // engine.Config.ProxyMaxImages
+	window   bool    // engine.Config.ProxyClientWindow
 	keys     map[string]string
 	cfg      Config       // the rest of the gateway's config
 	log      *slog.Logger // nil: discarded
@@ -288,7 +289,7 @@ func (a *agentRig) restart(t testing.TB) {
 		a.done.wait()
 	}
 	tbl, _ := tokens.Default().With(a.profile)
-	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater, Keep: policy.KeepConfig{Hold: a.hold, Sight: a.sight}, ProxyMaxImages: a.imageCap}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
+	e := &engine.Engine{Config: engine.Config{ProxyCached: a.cached, KeepLowWater: a.lowWater, Keep: policy.KeepConfig{Hold: a.hold, Sight: a.sight}, ProxyMaxImages: a.imageCap, ProxyClientWindow: a.window}, Now: a.clock, Images: a.images, Sessions: a.sessions, Profiles: tbl,
 		Upstream: &upstream.Client{Format: upstream.Anthropic, BaseURL: a.up.srv.URL, APIKey: "k", MaxRetries: -1}}
 	a.reg = prometheus.NewRegistry()
 	log := a.log

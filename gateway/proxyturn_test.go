@@ -205,6 +205,43 @@ func TestProxyOverflowOfATextFilledConversationIsTheClients(t *testing.T) {
 	}
 }
 
+// proxy.client_window: a request whose history as the client sent it, the
+// screenshot imgctx took out at the turn's start back in, is past the
+// window, its text filling over half of it, is refused as the provider
+// would have refused it without imgctx — Anthropic's prompt-too-long, the
+// upstream not asked — so a client that compacts when refused compacts
+// where it would have. Off, the request goes, as it fits without the
+// screenshot.
+func TestProxyClientWindowRefusesWhatTheProviderWouldHave(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		rig := newAgentRig(t, 20_000, &session.Mem{}) // budget 2,000: one screenshot
+		rig.window = on
+		rig.restart(t)
+		g := newAgent(t, rig, "Read this log."+strings.Repeat(" The build went on.", 3400))
+		g.start()
+		g.send(reply{tools: 1})
+		g.results(1, false, false)
+		g.send(reply{tools: 1})
+		before := sum(rig.up.prev)
+		g.results(1, false, false)
+		g.send(reply{})
+		last := sum(rig.up.prev) // two screenshots, the second over the budget
+		shot := last - before
+		// The next turn: the second screenshot is a marker upstream; the
+		// human's words put the client's own history past the window, not
+		// what imgctx sends.
+		g.human(strings.Repeat("word ", 20_000-last+shot/2))
+		calls := rig.up.calls
+		resp, body := g.post(reply{})
+		switch {
+		case on && (resp.StatusCode != 400 || rig.up.calls != calls || !bytes.Contains(body, []byte(`"type":"invalid_request_error"`)) || !bytes.Contains(body, []byte("prompt is too long: "))):
+			t.Fatalf("on: %d after %d upstream calls: %s", resp.StatusCode, rig.up.calls-calls, body)
+		case !on && (resp.StatusCode != 200 || rig.up.calls != calls+1):
+			t.Fatalf("off: %d after %d upstream calls: %s", resp.StatusCode, rig.up.calls-calls, body)
+		}
+	}
+}
+
 // A cut completion measures nothing: the image stays on trial and, never
 // measured, leaves at the next turn (unmeasured).
 func TestProxyCutCompletionIsNotMeasured(t *testing.T) {

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/imgctx/imgctx/engine"
+	"github.com/imgctx/imgctx/policy"
 )
 
 // The claude-code-like agent compacts as claude-code 2.1.332 does
@@ -110,5 +113,33 @@ func TestARefusedSummaryAskedAgainIsNoFailure(t *testing.T) {
 	}
 	if r := row(rep, "chunked-3/10"); r.Failed != 0 || r.Recovered <= r.Compactions {
 		t.Fatalf("%d failed, %d refusals answered for %d compactions; want none failed and a refused summary answered", r.Failed, r.Recovered, r.Compactions)
+	}
+}
+
+// proxy.client_window: imgctx refuses, as the provider would have, a
+// request whose history as the agent sent it is past the window, so the
+// agent compacts when it would have without imgctx and imgctx's removals
+// never put its cut off. On coding at seed 2 (Sonnet, the agent
+// compacting when refused) chunked newest-n dominates the default without
+// it and not with it; the refusal, answered by a compaction, is no
+// failure.
+func TestTheClientsWindowKeepsItsCutWhereItWas(t *testing.T) {
+	p := DefaultParams("coding")
+	p.Seed = 2
+	w, err := Build("coding", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := sonnet(t)
+	for _, on := range []bool{false, true} {
+		rep, err := Run(context.Background(), Config{Workload: w, Model: prof.Name, Profile: prof, Policies: []string{"imgctx", "chunked-3/10"}, NoFrontier: true,
+			Engine: engine.Config{Keep: policy.KeepConfig{Hold: true, Sight: policy.DefaultSight}, ProxyClientWindow: on}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours, peer := row(rep, "imgctx"), row(rep, "chunked-3/10")
+		if ours.Failed != 0 || Dominates(peer, ours) == on || on && ours.Recovered == 0 {
+			t.Errorf("client window %v: %d failed, %d refusals answered; $%.2f for %.1f images against chunked's $%.2f for %.1f", on, ours.Failed, ours.Recovered, ours.Dollars, ours.ImagesMean, peer.Dollars, peer.ImagesMean)
+		}
 	}
 }

@@ -331,30 +331,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // runner plays the workload under one policy: the agent's transcript,
 // what it sends, and where.
 type runner struct {
-	cfg         Config
-	format      string
-	peer        Peer
-	policy      string
-	counts      *Counts
-	clock       *Clock
-	prov        *Provider
-	client      *upstream.Client
-	gw          http.Handler
-	images      imagestore.Store
-	transcript  []Msg
-	lastPrompt  int
-	compactions int
-	removed     map[string]int
-	summaryN    int
-	body        bytes.Buffer   // the request being sent, reused
-	refused     map[string]int // requests imgctx refused itself, by status
-	replayed    replayState    // a byte replay's peer rule
-	stepAt      int            // the step being played
-	stepAdds    int            // the messages the step appended (compact keeps them)
-	recovered   map[int]bool   // bills of refusals the agent compacted on, sending again with success
-	scheduled   int            // images a Schedule peer removed so far
-	recall      recallState
-	recalledN   int // images the model recalled
+	cfg           Config
+	format        string
+	peer          Peer
+	policy        string
+	counts        *Counts
+	clock         *Clock
+	prov          *Provider
+	client        *upstream.Client
+	gw            http.Handler
+	images        imagestore.Store
+	transcript    []Msg
+	lastPrompt    int
+	compactions   int
+	removed       map[string]int
+	summaryN      int
+	body          bytes.Buffer   // the request being sent, reused
+	refused       map[string]int // requests imgctx refused itself, by status
+	replayed      replayState    // a byte replay's peer rule
+	stepAt        int            // the step being played
+	stepAdds      int            // the messages the step appended (compact keeps them)
+	recovered     map[int]bool   // bills of refusals the agent compacted on, sending again with success
+	recoveredHere int            // refusals as too long imgctx answered itself (proxy.client_window), likewise
+	tooLong       bool           // the last refusal imgctx answered itself was as too long
+	scheduled     int            // images a Schedule peer removed so far
+	recall        recallState
+	recalledN     int // images the model recalled
 }
 
 // through reports whether the policy's requests go through imgctx.
@@ -561,6 +563,7 @@ func (r *runner) report(ctx context.Context, steps []stepInfo) *PolicyReport {
 		pr.Series = append(pr.Series, Point{Dollars: dollars, Context: ctxTokens, Failed: failed})
 	}
 	pr.Dollars = dollars
+	pr.Recovered += r.recoveredHere
 	for why, n := range r.refused {
 		pr.Requests += n
 		pr.Failed += n
@@ -605,7 +608,7 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 		}
 	}
 	r.evict()
-	refusedBill := -1 // the first attempt's refusal as too long
+	refusedBill, refusedHere := -1, false // the first attempt's refusal as too long, by the provider or by imgctx
 	for attempt := 0; ; attempt++ {
 		idx := len(r.prov.Bills())
 		status, usage, err := r.send(ctx, "main", r.transcript, false)
@@ -616,9 +619,20 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 			// imgctx answered itself: it refused the request (a body over
 			// server.max_body_bytes, say). The agent sees an error as
 			// from the provider.
-			r.refused[fmt.Sprintf("imgctx_%d", status)]++
-			if !compacts || attempt > 0 {
-				return -1, nil
+			if compacts && attempt == 0 && r.tooLong {
+				// As too long, as the provider would have refused the
+				// client's own history (proxy.client_window): it
+				// compacts, as without imgctx; a failure if its retry is
+				// refused too.
+				refusedHere = true
+			} else {
+				r.refused[fmt.Sprintf("imgctx_%d", status)]++
+				if refusedHere {
+					r.refused["imgctx_400"]++
+				}
+				if !compacts || attempt > 0 {
+					return -1, nil
+				}
 			}
 			if err := r.compact(ctx); err != nil {
 				return -1, err
@@ -633,9 +647,15 @@ func (r *runner) step(ctx context.Context, added int) (int, error) {
 			if refusedBill >= 0 {
 				r.recovered[refusedBill] = true
 			}
+			if refusedHere {
+				r.recoveredHere++
+			}
 			return len(r.prov.Bills()) - 1, nil
 		}
 		if !compacts || attempt > 0 {
+			if refusedHere {
+				r.refused["imgctx_400"]++ // its retry failed too
+			}
 			return len(r.prov.Bills()) - 1, nil
 		}
 		if bills := r.prov.Bills(); bills[len(bills)-1].Failed == "overflow" {
@@ -825,6 +845,7 @@ func (r *runner) sendBody(ctx context.Context, path string, h http.Header, body 
 		}
 	}
 	if status != 200 {
+		r.tooLong = status == 400 && tooLong(answer)
 		return status, 0, nil
 	}
 	var u struct {
@@ -908,4 +929,15 @@ func estimate(p tokens.Profile, ms []Msg) int {
 		walk(m.Parts)
 	}
 	return n
+}
+
+// tooLong reports whether an error answer refuses a prompt as too long, on
+// any of the three wires.
+func tooLong(answer []byte) bool {
+	for _, s := range []string{"prompt is too long", "context_length_exceeded", "exceeds the maximum number of tokens"} {
+		if bytes.Contains(answer, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }

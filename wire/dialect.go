@@ -65,6 +65,10 @@ type Dialect struct {
 	// ErrorBody is an error imgctx answers with, in the wire's own shape;
 	// typ is the OpenAI-style error type.
 	ErrorBody func(status int, typ, msg string) any
+	// TooLong is the type and message the wire's provider refuses a prompt
+	// of prompt tokens with, past a window of window (for ErrorBody); nil
+	// where imgctx does not answer so (proxy.client_window).
+	TooLong func(prompt, window int) (typ, msg string)
 
 	// Path is the upstream's default request path ("" for a wire whose
 	// path names the model); Headers are sent when the client sent none.

@@ -66,7 +66,7 @@ func engineConfig(cfg config.Config) engine.Config {
 		Compact: cfg.CompactConfig(), CompactThreshold: cfg.Compaction.Threshold, Micro: cfg.MicroConfig(),
 		Limits:                 cfg.MediaLimits(),
 		ShrinkPixelsPerRequest: cfg.Media.ShrinkPerRequest, ShrinkMemory: cfg.Media.ShrinkMemory, ShrinkWait: cfg.Media.ShrinkWait,
-		KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages, ProxyRelief: cfg.Proxy.WindowRelief, Replay: cfg.ReplayConfig()}
+		KeepLowWater: cfg.Keep.LowWater, CacheTTL: cfg.Keep.CacheTTL, ProxyMaxImages: cfg.Proxy.MaxImages, ProxyRelief: cfg.Proxy.WindowRelief, ProxyClientWindow: cfg.Proxy.ClientWindow, Replay: cfg.ReplayConfig()}
 }
 
 // buildServer wires the gateway from the config: the one place where serve

@@ -104,6 +104,7 @@ type Proxy struct {
 	IdleExpiry     time.Duration `yaml:"idle_expiry" doc:"a proxied conversation's decisions are deleted after this long without a request"`
 	MaxImages      int           `yaml:"max_images" doc:"image decisions kept per proxied conversation; past it they start over"`
 	WindowRelief   float64       `yaml:"window_relief" doc:"share of the context window past which images leave a proxied request (reason window; compaction.threshold if higher): the default 1 leaves the window to the client's own compaction, which an earlier relief only postpones"`
+	ClientWindow   bool          `yaml:"client_window" doc:"refuse, as the provider would have, a request whose history as the client sent it (the images imgctx took out back in) is past the window where its text fills over half of it: a client that compacts when refused compacts where it would have without imgctx"`
 	Recall         bool          `yaml:"recall" doc:"image markers carry a handle for the imgctx_recall tool (MCP at /mcp); off: a model told of a tool its agent lacks tries it (a client may say X-Imgctx-Recall: on or off)"`
 }
 

@@ -2,6 +2,7 @@ package anthropic
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/imgctx/imgctx/chat"
@@ -14,7 +15,7 @@ var Dialect = &wire.Dialect{
 	Name: Wire, Scan: Scan, DecodeMessage: DecodeMessage, WriteSource: WriteSource, WriteText: WriteText, Files: Files,
 	Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
 	CountAnswer: func(n int) any { return map[string]int{"input_tokens": n} }, CountPath: "/count_tokens",
-	Upstream: Wire, ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete,
+	Upstream: Wire, ErrorBody: ErrorBody, TooLong: tooLong, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete,
 	Path: "/v1/messages", Headers: map[string]string{"anthropic-version": "2023-06-01"},
 	Credentials: func(req *http.Request, key string) { req.Header.Set("x-api-key", key) }, DecodeError: DecodeError,
 }
@@ -128,4 +129,9 @@ func (r *streamReader) Add(ev wire.Event, _ bool) bool {
 func (r *streamReader) Result() (*chat.Usage, bool, bool) {
 	resp := r.s.Response()
 	return resp.Usage, resp.Cut, r.s.Done()
+}
+
+// tooLong is Anthropic's refusal of a prompt past the window.
+func tooLong(prompt, window int) (string, string) {
+	return "invalid_request_error", fmt.Sprintf("prompt is too long: %d tokens > %d maximum", prompt, window)
 }

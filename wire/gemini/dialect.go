@@ -1,6 +1,7 @@
 package gemini
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -19,7 +20,7 @@ var Dialect = &wire.Dialect{
 	},
 	NewStream:   func() wire.StreamReader { return &streamReader{} },
 	CountAnswer: func(n int) any { return map[string]int{"totalTokens": n} }, CountPath: ":countTokens",
-	Upstream: Wire, FromPath: fromPath, ErrorBody: ErrorBody,
+	Upstream: Wire, FromPath: fromPath, ErrorBody: ErrorBody, TooLong: tooLong,
 	Credentials: func(req *http.Request, key string) {
 		req.Header.Set("x-goog-api-key", key)
 		if q := req.URL.Query(); q.Has("key") { // the client's own, replaced
@@ -76,4 +77,9 @@ func (r *streamReader) Add(ev wire.Event, _ bool) bool {
 func (r *streamReader) Result() (*chat.Usage, bool, bool) {
 	u, cut := r.s.Usage()
 	return u, cut, r.s.Done()
+}
+
+// tooLong is Gemini's refusal of a prompt past the window.
+func tooLong(prompt, window int) (string, string) {
+	return "invalid_request_error", fmt.Sprintf("The input token count (%d) exceeds the maximum number of tokens allowed (%d).", prompt, window)
 }

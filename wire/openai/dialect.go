@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/imgctx/imgctx/chat"
@@ -17,7 +18,7 @@ var Dialect = &wire.Dialect{
 	WriteText:   func(w *wire.BodyWriter, text string, _ []byte) { WriteText(w, text) },
 	Upstream:    Wire, AskUsage: includeUsage, Answer: answer, NewStream: func() wire.StreamReader { return &streamReader{} },
 	FoldRelay: foldRelay,
-	ErrorBody: ErrorBody, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete, Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
+	ErrorBody: ErrorBody, TooLong: TooLong, ModelList: modelList, EncodeSession: encodeSession, DecodeAnswer: decodeAnswer, DecodeRequest: decodeRequest, Complete: complete, Path: "/v1/chat/completions", Credentials: wire.Bearer, DecodeError: DecodeError,
 }
 
 func encodeSession(r wire.SessionRequest) (wire.Body, error) {
@@ -207,4 +208,10 @@ func foldRelay(body []byte, tool, relay wire.Mark, text string) []wire.Edit {
 		return nil
 	}
 	return []wire.Edit{add, {Start: tool.End, End: relay.End, Write: func(*wire.BodyWriter) {}}}
+}
+
+// TooLong is OpenAI's refusal of a prompt past the window
+// (context_length_exceeded), for Chat Completions and Responses alike.
+func TooLong(prompt, window int) (string, string) {
+	return "context_length_exceeded", fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", window, prompt)
 }

@@ -18,7 +18,7 @@ var Dialect = &wire.Dialect{
 	},
 	NewStream:   func() wire.StreamReader { return &streamReader{} },
 	CountAnswer: func(n int) any { return map[string]any{"object": "response.input_tokens", "input_tokens": n} }, CountPath: "/input_tokens",
-	Upstream: openai.Wire, ErrorBody: openai.ErrorBody,
+	Upstream: openai.Wire, ErrorBody: openai.ErrorBody, TooLong: openai.TooLong,
 	Path: "/v1/responses", Credentials: wire.Bearer, DecodeError: openai.DecodeError,
 }
 
