@@ -556,11 +556,14 @@ func (f *proxyTurn) textFills(live []chat.Message) bool {
 
 // PastClientWindow reports whether the request as the client sent it, the
 // images imgctx took out back in, is past the window, where the
-// conversation's text fills over half of it (textFills), and its prompt
-// so counted: without imgctx the provider would have refused it
-// (Config.ProxyClientWindow). It counts from the last request's measured
-// prompt as sent: what the client appended since, at full cost, and the
-// images that request did not carry either.
+// conversation's text fills over half of it (textFills): without imgctx
+// the provider would have refused it (Config.ProxyClientWindow). It counts
+// from the last request's measured prompt as sent: what the client
+// appended since, at full cost, and the images that request did not carry
+// either. Only where imgctx took an image out: the estimate of what was
+// appended may run over the provider's count, and with nothing taken out
+// it refused a request the provider would have taken (coding at seed 3,
+// the dial at its top: the agent compacting one request early).
 func (f *proxyTurn) PastClientWindow() (int, bool) {
 	live, base := f.Messages, f.st.Keep.Base
 	if !base.Valid || base.Messages > len(live) || !f.textFills(live) {
@@ -570,19 +573,21 @@ func (f *proxyTurn) PastClientWindow() (int, bool) {
 	if f.r.Estimate != nil {
 		n += f.r.Estimate(base.Messages)
 	}
-	now := map[blob.Ref]bool{} // taken out by this request: that one carried them
+	now := map[blob.Ref]bool{} // taken out by this request: the last one carried them
 	for _, ev := range f.Events {
 		if ev.Kind == "removed" {
 			now[ev.Ref] = true
 		}
 	}
+	out := false
 	eachImage(f.r.Messages, func(at wire.Pos, img chat.Image) {
-		_, out := wire.At(live, at).(chat.Marker)
-		if at.Msg >= base.Messages || out && !now[img.Ref] {
+		_, marker := wire.At(live, at).(chat.Marker)
+		out = out || marker
+		if at.Msg >= base.Messages || marker && !now[img.Ref] {
 			n += f.imageCost(img)
 		}
 	})
-	return n, n > f.r.Profile.ContextWindow
+	return n, out && n > f.r.Profile.ContextWindow
 }
 
 // proxyRelief is the default share of the window past which the proxy
