@@ -34,6 +34,12 @@ var (
 	matrixSights = "0,0.5,0.6,0.65,0.7,0.75,0.8,0.85,0.87,0.9,0.92,0.95,0.98,1.05,1.1,1.15,1.2,1.3,1.4,1.5,1.6,1.75,2,3,5,10,30,100,1000,100000"
 )
 
+// The lists below are what the matrix found with the agent compacting at
+// 90% of the window (a885b22). The claude-code-like agent now compacts
+// only when refused, as claude-code 2.1.332 does (simulate's default
+// since e9752ae), and the whole matrix at that judge has not yet been run:
+// BENCHMARKS.md "The matrix at the new judge".
+//
 // knownLosses are the peers no imgctx row matches — shows as many images
 // for no more, 1% counting as no more — each with why: no position of the
 // dial, nor, for a peer whose agent compacts its own way (never, or
