@@ -100,12 +100,7 @@ func messages(t *testing.T, b []byte) []message {
 // claude-code does: no failure. On gpt-4o coding at seed 3 one of
 // chunked's does.
 func TestARefusedSummaryAskedAgainIsNoFailure(t *testing.T) {
-	p := DefaultParams("coding")
-	p.Seed = 3
-	w, err := Build("coding", p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := coding(t, 3)
 	prof := gpt4o(t)
 	rep, err := Run(context.Background(), Config{Workload: w, Model: prof.Name, Profile: prof, Policies: []string{"chunked-3/10"}, NoFrontier: true})
 	if err != nil {
@@ -124,12 +119,7 @@ func TestARefusedSummaryAskedAgainIsNoFailure(t *testing.T) {
 // it and not with it; the refusal, answered by a compaction, is no
 // failure.
 func TestTheClientsWindowKeepsItsCutWhereItWas(t *testing.T) {
-	p := DefaultParams("coding")
-	p.Seed = 2
-	w, err := Build("coding", p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := coding(t, 2)
 	prof := sonnet(t)
 	for _, on := range []bool{false, true} {
 		rep, err := Run(context.Background(), Config{Workload: w, Model: prof.Name, Profile: prof, Policies: []string{"imgctx", "chunked-3/10"}, NoFrontier: true,
@@ -142,4 +132,16 @@ func TestTheClientsWindowKeepsItsCutWhereItWas(t *testing.T) {
 			t.Errorf("client window %v: %d failed, %d refusals answered; $%.2f for %.1f images against chunked's $%.2f for %.1f", on, ours.Failed, ours.Recovered, ours.Dollars, ours.ImagesMean, peer.Dollars, peer.ImagesMean)
 		}
 	}
+}
+
+// coding is the coding workload at a seed.
+func coding(t *testing.T, seed uint64) *Workload {
+	t.Helper()
+	p := DefaultParams("coding")
+	p.Seed = seed
+	w, err := Build("coding", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
