@@ -153,7 +153,7 @@ func TestOpenAISDKPromptTooLongRetriedOnce(t *testing.T) {
 // without any session header.
 func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	g := newGW(t, upstream.OpenAI, nil)
-	g.engine.KeepLowWater = 0.5 // the batch comes down to 18,000: room for the newest image
+	g.engine.KeepLowWater = 0.5 // the batch comes down to 19,000: room for the newest image
 	raw, _ := samplePNG(t)
 	shots := make([]string, 3)
 	for i := range shots {
@@ -180,10 +180,11 @@ func TestOpenAISDKUserImagesLeaveOnlyUnderPressure(t *testing.T) {
 	if first := send(history); countImages(first) != 3 || bytes.Contains(first, []byte("removed")) {
 		t.Fatalf("%d images sent of 3", countImages(first))
 	}
-	// A long paste passes the proxy's relief point (95% of the window:
-	// 19,000): the estimate is the measured 3,050 plus ~17,000 of text;
-	// down to 18,000 the two oldest go.
-	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage(strings.Repeat("log line ", 68000/9)))
+	// A long paste passes the proxy's relief point (the window: 20,000):
+	// the estimate is the measured 3,050 plus ~18,000 of text; down to
+	// 19,000 (the window less the budget, plus keep.low_water of it) the
+	// two oldest go.
+	history = append(history, openai.AssistantMessage("ok"), openai.UserMessage(strings.Repeat("log line ", 72000/9)))
 	second := send(history)
 	if countImages(second) != 1 || bytes.Count(second, []byte("[image removed]")) != 2 || !bytes.Contains(second, []byte(shots[2][40:200])) ||
 		!strings.Contains(metric(t, g, "imgctx_images_total"), `{event="removed",reason="window"} 2`) {
