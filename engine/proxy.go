@@ -266,14 +266,16 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		return resp, err
 	}
 	p.Counts.Before = time.Since(start)
-	if n, past := fw.PastClientWindow(); past && e.ProxyClientWindow && d.TooLong != nil {
-		// The client's own history is past the window: refused as the
-		// provider would have, so the client compacts where it would have.
-		typ, msg := d.TooLong(n, profile.ContextWindow)
-		body, _ := json.Marshal(d.ErrorBody(http.StatusBadRequest, typ, msg))
-		e.log().InfoContext(ctx, "proxy: refused as the provider would have: the client's history is past the window", "tenant", c.Tenant, "model", clip(sp.Model), "prompt", n, "window", profile.ContextWindow)
-		p.close(ctx)
-		return nil, d.DecodeError(http.StatusBadRequest, http.Header{"Content-Type": {"application/json"}}, body)
+	if e.ProxyClientWindow && d.TooLong != nil { // off, the images are not walked again
+		if n, past := fw.PastClientWindow(); past {
+			// The client's own history is past the window: refused as the
+			// provider would have, so the client compacts where it would have.
+			typ, msg := d.TooLong(n, profile.ContextWindow)
+			body, _ := json.Marshal(d.ErrorBody(http.StatusBadRequest, typ, msg))
+			e.log().InfoContext(ctx, "proxy: refused as the provider would have: the client's history is past the window", "tenant", c.Tenant, "model", clip(sp.Model), "prompt", n, "window", profile.ContextWindow)
+			p.close(ctx)
+			return nil, d.DecodeError(http.StatusBadRequest, http.Header{"Content-Type": {"application/json"}}, body)
+		}
 	}
 	resp, err := send()
 	if files.missing(ctx, err) {

@@ -845,7 +845,7 @@ func (r *runner) sendBody(ctx context.Context, path string, h http.Header, body 
 		}
 	}
 	if status != 200 {
-		r.tooLong = status == 400 && tooLong(answer)
+		r.tooLong = r.client.DecodeError(status, nil, answer).Kind == wire.PromptTooLong
 		return status, 0, nil
 	}
 	var u struct {
@@ -929,15 +929,4 @@ func estimate(p tokens.Profile, ms []Msg) int {
 		walk(m.Parts)
 	}
 	return n
-}
-
-// tooLong reports whether an error answer refuses a prompt as too long, on
-// any of the three wires.
-func tooLong(answer []byte) bool {
-	for _, s := range []string{"prompt is too long", "context_length_exceeded", "exceeds the maximum number of tokens"} {
-		if bytes.Contains(answer, []byte(s)) {
-			return true
-		}
-	}
-	return false
 }
