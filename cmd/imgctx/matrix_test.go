@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/imgctx/imgctx/sim"
@@ -131,8 +132,6 @@ func TestMatrixOfWorkloadsAndModels(t *testing.T) {
 	if err := os.MkdirAll(*matrix, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var table []string
-	seen := map[string]bool{}
 	models, workloads := matrixModels, sim.Workloads
 	if *matrixOnly != "" {
 		models = strings.Split(*matrixOnly, ",")
@@ -145,31 +144,30 @@ func TestMatrixOfWorkloadsAndModels(t *testing.T) {
 		w, _, _ := strings.Cut(parts[0], "@")
 		return len(parts) > 1 && slices.Contains(workloads, w) && slices.Contains(models, parts[1])
 	}
+	var cells []cell
 	for _, w := range workloads {
 		for _, seed := range matrixSeeds(w) {
 			for _, m := range models {
-				c := cell{workload: w, seed: seed, model: m}
-				path := filepath.Join(*matrix, c.file())
-				out, err := os.ReadFile(path)
-				if err != nil {
-					r := imgctx(t, c.args("--sights", matrixSights, "--json")...)
-					if r.code != 0 {
-						t.Fatalf("%s: exit %d: %s", c, r.code, r.stderr)
-					}
-					out = []byte(r.stdout)
-					if err := os.WriteFile(path, out, 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				var rep sim.Report
-				if err := json.Unmarshal(out, &rep); err != nil {
-					t.Fatal(err)
-				}
-				refine(t, c, &rep, path)
-				table = append(table, judge(t, c, &rep, seen))
+				cells = append(cells, cell{workload: w, seed: seed, model: m})
 			}
 		}
 	}
+	// The cells run side by side, as many as -test.parallel (GOMAXPROCS):
+	// refine's positions run one at a time each, on one core.
+	table := make([]string, len(cells))
+	seen := map[string]bool{}
+	var mu sync.Mutex
+	t.Run("cells", func(t *testing.T) {
+		for i, c := range cells {
+			t.Run(c.String(), func(t *testing.T) {
+				t.Parallel()
+				rep := matrixReport(t, c)
+				mu.Lock()
+				defer mu.Unlock()
+				table[i] = judge(t, c, rep, seen)
+			})
+		}
+	})
 	for key := range knownLosses {
 		if ran(key) && !seen[key] {
 			t.Errorf("%s is listed as a known loss and no longer happens: take it off the list", key)
@@ -181,6 +179,30 @@ func TestMatrixOfWorkloadsAndModels(t *testing.T) {
 		}
 	}
 	t.Logf("\n| workload | model | imgctx default | over frontier | removal writes | steady hits | peers no dial position matches |\n|---|---|---|---|---|---|---|\n%s", strings.Join(table, "\n"))
+}
+
+// matrixReport is the cell's report, refined: read from the matrix's
+// folder where an earlier run left it, else simulated and saved there.
+func matrixReport(t *testing.T, c cell) *sim.Report {
+	t.Helper()
+	path := filepath.Join(*matrix, c.file())
+	out, err := os.ReadFile(path)
+	if err != nil {
+		r := imgctx(t, c.args("--sights", matrixSights, "--json")...)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d: %s", c, r.code, r.stderr)
+		}
+		out = []byte(r.stdout)
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rep sim.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	refine(t, c, &rep, path)
+	return &rep
 }
 
 // matrixSeeds are the seeds a workload is judged at. Coding draws its

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -218,6 +219,8 @@ func claudeCompactionRun(bin, work, up string, atUpstream *recorded) bool {
 		case cc.name != "claude-code":
 		case cc == newest("claude-code"):
 			ok = claudeRefusedRun(cc, bin, work, up, atUpstream) && ok
+			fmt.Println()
+			ok = claudeClientWindowRun(cc, bin, work, up, atUpstream) && ok
 		default:
 			ok = claudeThresholdRun(cc, work, up, atUpstream) && ok
 		}
@@ -405,4 +408,104 @@ func waitFor(d time.Duration, done func() bool) bool {
 		}
 	}
 	return false
+}
+
+// claudeWindow is the Messages upstream's window in claudeClientWindowRun:
+// Sonnet 4.5's.
+const claudeWindow = 200000
+
+// askAbout is the second prompt of claudeClientWindowRun: long enough
+// that the request carrying it outgrows the one before by a margin
+// imgctx's estimate of what was appended cannot miss.
+var askAbout = "What did they show? Answer after reading these notes. " + strings.Repeat("The notes repeat a line of plain words to make the prompt long. ", 60)
+
+// claudeClientWindowRun: claude-code 2.1.332 reads three screenshots,
+// then is asked about them, the second prompt's first request padded past
+// the window with all three but within it without them. Straight to an
+// upstream that refuses past the window, it is refused there and
+// compacts. Through imgctx serve with a budget that takes the screenshots
+// out at the second prompt: without proxy.client_window the request fits
+// and claude-code does not compact there; with it, imgctx refuses the
+// request as the provider would have, and claude-code sends what it sent
+// straight, request for request.
+func claudeClientWindowRun(cc agent, bin, work, up string, atUpstream *recorded) bool {
+	session := func(front, name string, pad int) [][]byte {
+		dir := claudeFolder(work, name)
+		home := filepath.Join(dir, "home")
+		var sent recorded
+		u, _ := url.Parse(front)
+		via := recording(&sent, u, u)
+		padded.Store(int64(pad))
+		defer padded.Store(0)
+		cc.run(dir, env(via, home), append(cc.ask(readThree, false, via), "--model", "claude-sonnet-4-5")...)
+		cc.run(dir, env(via, home), append(cc.ask(askAbout, true, via), "--model", "claude-sonnet-4-5")...)
+		return sent.since(0)
+	}
+	asked := func(b []byte) bool {
+		return bytes.Contains(b, []byte("The notes repeat")) && !summaryRequest(b) && !continued(b)
+	}
+	// The padding: half way between the bills of the request before the
+	// second prompt and of the one carrying it.
+	calibrate := session(up, "window-calibrate", 0)
+	i := slices.IndexFunc(calibrate, asked)
+	if i < 1 {
+		fmt.Printf("The client's window, %s: the calibrating session sent no second prompt (%d requests).\n\n", cc, len(calibrate))
+		return report([]check{{"a calibrating session of two prompts", false}})
+	}
+	before, carrying := billed(calibrate[i-1], imageData, 1334), billed(calibrate[i], imageData, 1334)
+	pad := claudeWindow - (before+carrying)/2
+
+	window.Store(claudeWindow)
+	defer window.Store(0)
+	straight := session(up, "window-straight", pad)
+	through := func(name string, on bool) ([][]byte, [][]byte) {
+		dir := filepath.Join(work, "compaction-claude", name+"-imgctx")
+		os.MkdirAll(dir, 0o755)
+		cfg := filepath.Join(dir, "imgctx.yaml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  - {name: local, format: anthropic, base_url: %q, context_window: %d}\n"+
+			"keep: {hold: false, budget_fraction: 0.005}\nproxy: {client_window: %t}\n", up, claudeWindow, on)), 0o644)
+		serve, gw := start(bin, filepath.Join(dir, "data"), "--config", cfg)
+		defer serve.Process.Kill()
+		n := atUpstream.count()
+		sent := session(gw.String(), name, pad)
+		return sent, atUpstream.since(n)
+	}
+	off, offUp := through("window-off", false)
+	on, onUp := through("window-on", true)
+
+	kinds := func(bodies [][]byte) string { // what claude-code sent, request by request
+		var k []string
+		for _, b := range bodies {
+			switch {
+			case summaryRequest(b):
+				k = append(k, "summary")
+			case continued(b):
+				k = append(k, "continued")
+			case asked(b):
+				k = append(k, "asked")
+			default:
+				k = append(k, "read")
+			}
+		}
+		return strings.Join(k, " ")
+	}
+	removed := func(bodies [][]byte) bool {
+		return slices.ContainsFunc(bodies, func(b []byte) bool { return bytes.Contains(b, []byte("[image removed")) })
+	}
+	reachedAsked := func(bodies [][]byte) int {
+		return len(slices.DeleteFunc(slices.Clone(bodies), func(b []byte) bool { return !asked(b) }))
+	}
+	fmt.Printf("The client's window: %s (claude-sonnet-4-5) reads three screenshots, then is asked about them; the upstream refuses past %d tokens, every request padded by %d (the second prompt's first request %d over the window with the screenshots, %d under without them).\n\n",
+		cc, claudeWindow, pad, carrying+pad-claudeWindow, claudeWindow-(carrying+pad-3*1334))
+	fmt.Printf("- straight: %s\n- through imgctx, proxy.client_window off: %s\n- through imgctx, proxy.client_window on: %s\n\n", kinds(straight), kinds(off), kinds(on))
+	return report([]check{
+		{"straight, the second prompt's request is refused as too long and claude-code compacts",
+			slices.ContainsFunc(straight, summaryRequest)},
+		{fmt.Sprintf("through imgctx without proxy.client_window, the screenshots leave at the second prompt, the request fits (%d at the upstream carry it), and claude-code compacts not", reachedAsked(offUp)),
+			removed(offUp) && reachedAsked(offUp) > 0 && !slices.ContainsFunc(off, summaryRequest)},
+		{"through imgctx with proxy.client_window, claude-code sends what it sent straight, request for request",
+			len(on) > 0 && kinds(on) == kinds(straight)},
+		{fmt.Sprintf("and the refused request never reaches the upstream (%d at the upstream carry the second prompt)", reachedAsked(onUp)),
+			reachedAsked(onUp) == 0},
+	})
 }

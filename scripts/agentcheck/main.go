@@ -39,8 +39,18 @@
 //     prompt-too-long it summarises the history as sent, with its tools
 //     and images, and goes on from the summary; through imgctx serve, its
 //     conversation's text filling the window, imgctx leaves the refusal
-//     to it and it compacts the same way. 2.0.77 compacts once the bill
-//     passes the window less 45,000.
+//     to it and it compacts the same way. The client's window
+//     (claudeClientWindowRun): the second prompt's request past the window
+//     with its screenshots, within it without them, refused straight;
+//     through an imgctx whose budget takes them out, with
+//     proxy.client_window claude-code sends what it sent straight, request
+//     for request, and without it does not compact there. 2.0.77 compacts
+//     once the bill passes the window less 45,000.
+//
+// AGENTCHECK_ONLY=qwen runs the agents whose name and version hold it;
+// AGENTCHECK_RUNS=budget,claude the checks named (identity, budget,
+// recall, compaction, claude); AGENTCHECK_DUMP=DIR keeps every upstream
+// body and the stores.
 package main
 
 import (
@@ -371,15 +381,29 @@ func main() {
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imgctx").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
-	failed := !identityRun(bin, work, shot, up, &atUpstream, &atClient)
-	fmt.Println()
-	failed = !budgetRun(bin, work, shot, up, &atUpstream, &atClient) || failed
-	fmt.Println()
-	failed = !recallRun(bin, work, env(up, filepath.Join(work, "recall-home")), up, &atUpstream) || failed
-	fmt.Println()
-	failed = !compactionRun(bin, work, up, &atUpstream) || failed
-	fmt.Println()
-	failed = !claudeCompactionRun(bin, work, up, &atUpstream) || failed
+	// AGENTCHECK_RUNS=budget,claude (any of identity, budget, recall,
+	// compaction, claude) runs those alone.
+	runs := []struct {
+		name string
+		run  func() bool
+	}{
+		{"identity", func() bool { return identityRun(bin, work, shot, up, &atUpstream, &atClient) }},
+		{"budget", func() bool { return budgetRun(bin, work, shot, up, &atUpstream, &atClient) }},
+		{"recall", func() bool { return recallRun(bin, work, env(up, filepath.Join(work, "recall-home")), up, &atUpstream) }},
+		{"compaction", func() bool { return compactionRun(bin, work, up, &atUpstream) }},
+		{"claude", func() bool { return claudeCompactionRun(bin, work, up, &atUpstream) }},
+	}
+	only := strings.Split(os.Getenv("AGENTCHECK_RUNS"), ",")
+	failed := false
+	for i, r := range runs {
+		if only[0] != "" && !slices.Contains(only, r.name) {
+			continue
+		}
+		if i > 0 {
+			fmt.Println()
+		}
+		failed = !r.run() || failed
+	}
 	if failed {
 		os.Exit(1)
 	}

@@ -42,10 +42,14 @@ func inWorkdir(name string) string {
 // padded, when set, is added to every Messages request's bill: text the
 // conversation is taken to carry, its images still billed at their cost
 // (claudeRefusedRun, through imgctx, which measures an image by the bill).
+// window, when set, is the Messages upstream's context window: a request
+// billed past it is refused as prompt-too-long, as the provider refuses
+// it, a summary request too (claudeClientWindowRun).
 var (
 	inflated  atomic.Int64
 	refuseTwo atomic.Bool
 	padded    atomic.Int64
+	window    atomic.Int64
 )
 
 // summaryRequest: claude-code's compaction request, which must be answered
@@ -278,6 +282,12 @@ func writeMessages(w http.ResponseWriter, body []byte, rep reply) {
 	in := billed(body, imageData, 1334) + int(padded.Load())
 	if n := inflated.Load(); n > 0 && imageData.Match(body) {
 		in = int(n)
+	}
+	if max := int(window.Load()); max > 0 && in > max {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: %d tokens > %d maximum"},"request_id":"req_agentcheck"}`, in, max)
+		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	events := []string{`{"type":"message_start","message":{"id":"msg_` + fmt.Sprint(calls.Add(1)) + `","type":"message","role":"assistant","content":[],"model":` + strconv.Quote(requestModel(body)) + `,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":` + fmt.Sprint(in) + `,"output_tokens":1}}}`}
