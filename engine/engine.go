@@ -84,7 +84,9 @@ type Config struct {
 	// the provider would have refused it without imgctx (wire.Dialect
 	// TooLong): a client that compacts when refused (claude-code 2.1.332)
 	// compacts where it would have, and imgctx's removals never put its
-	// cut off (proxy.client_window).
+	// cut off (proxy.client_window). Only at keep.sight's default or
+	// below: above it the user pays to see more, and the cut put off is
+	// how more stays in sight.
 	ProxyClientWindow bool
 	// ProxyCached is how many proxied conversations are held in memory in
 	// front of the session store (default 4,096, about 2 KB each).

@@ -266,7 +266,11 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		return resp, err
 	}
 	p.Counts.Before = time.Since(start)
-	if e.ProxyClientWindow && d.TooLong != nil { // off, the images are not walked again
+	// Above the dial's default the user pays to see more: the client's
+	// compaction, put off by imgctx's removals, is how more stays in sight
+	// (the dial at 2 held 51.5 screenshots a request on computer-use where
+	// refusing capped every position at 46.8), so it is not brought back.
+	if e.ProxyClientWindow && e.Keep.Sight <= policy.DefaultSight && d.TooLong != nil { // off, the images are not walked again
 		if n, past := fw.PastClientWindow(); past {
 			// The client's own history is past the window: refused as the
 			// provider would have, so the client compacts where it would have.

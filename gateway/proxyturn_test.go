@@ -20,6 +20,7 @@ import (
 	"github.com/imgctx/imgctx/chat"
 	"github.com/imgctx/imgctx/engine"
 	"github.com/imgctx/imgctx/imagestore"
+	"github.com/imgctx/imgctx/policy"
 	"github.com/imgctx/imgctx/session"
 	"github.com/imgctx/imgctx/session/sqlite"
 	"github.com/imgctx/imgctx/wire"
@@ -210,12 +211,18 @@ func TestProxyOverflowOfATextFilledConversationIsTheClients(t *testing.T) {
 // window, its text filling over half of it, is refused as the provider
 // would have refused it without imgctx — Anthropic's prompt-too-long, the
 // upstream not asked — so a client that compacts when refused compacts
-// where it would have. Off, the request goes, as it fits without the
-// screenshot.
+// where it would have. Off, or at a sight above the default (the user
+// pays to see more, and the compaction put off keeps more in sight), the
+// request goes, as it fits without the screenshot.
 func TestProxyClientWindowRefusesWhatTheProviderWouldHave(t *testing.T) {
-	for _, on := range []bool{true, false} {
+	for _, c := range []struct {
+		window bool
+		sight  float64
+		refuse bool
+	}{{true, policy.DefaultSight, true}, {false, policy.DefaultSight, false}, {true, 2, false}} {
+		on := c.refuse
 		rig := newAgentRig(t, 20_000, &session.Mem{}) // budget 2,000: one screenshot
-		rig.window = on
+		rig.window, rig.sight = c.window, c.sight
 		rig.restart(t)
 		g := newAgent(t, rig, "Read this log."+strings.Repeat(" The build went on.", 3400))
 		g.start()
@@ -235,9 +242,11 @@ func TestProxyClientWindowRefusesWhatTheProviderWouldHave(t *testing.T) {
 		resp, body := g.post(reply{})
 		switch {
 		case on && (resp.StatusCode != 400 || rig.up.calls != calls || !bytes.Contains(body, []byte(`"type":"invalid_request_error"`)) || !bytes.Contains(body, []byte("prompt is too long: "))):
-			t.Fatalf("on: %d after %d upstream calls: %s", resp.StatusCode, rig.up.calls-calls, body)
+			t.Fatalf("%+v: %d after %d upstream calls: %s", c, resp.StatusCode, rig.up.calls-calls, body)
 		case !on && (resp.StatusCode != 200 || rig.up.calls != calls+1):
-			t.Fatalf("off: %d after %d upstream calls: %s", resp.StatusCode, rig.up.calls-calls, body)
+			t.Fatalf("%+v: %d after %d upstream calls: %s", c, resp.StatusCode, rig.up.calls-calls, body)
+		case !on && !bytes.Contains(g.sent[len(g.sent)-1], []byte("[image removed")):
+			t.Fatalf("%+v: the screenshot did not leave: nothing to bring back", c)
 		}
 	}
 }
