@@ -267,7 +267,7 @@ func Defaults() Config {
 		Server: Server{Addr: "127.0.0.1:8080", MaxBodyBytes: 128 << 20, MaxConcurrent: 64, RequestTimeout: 10 * time.Minute, ShutdownTimeout: 30 * time.Second, DrainDelay: 5 * time.Second,
 			MaxMessages: 10_000, MaxParts: 50_000, MaxInflight: 256 << 20, BodyTimeout: 10 * time.Second, MinBodyRate: 1 << 20},
 		Keep:  Keep{BudgetFraction: 0.10, LowWater: 0.1, CacheTTL: 5 * time.Minute, Hold: true, Sight: policy.DefaultSight, HourCache: true},
-		Proxy: Proxy{KeepTurnImages: true, IdleExpiry: 24 * time.Hour, MaxImages: 10_000, WindowRelief: 1},
+		Proxy: Proxy{KeepTurnImages: true, IdleExpiry: 24 * time.Hour, MaxImages: 10_000, WindowRelief: 1, ClientWindow: true},
 		Media: Media{
 			MaxImageBytes:     media.DefaultMaxBytes,
 			MaxPixels:         media.DefaultMaxPixels,
