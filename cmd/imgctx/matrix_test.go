@@ -37,7 +37,7 @@ var (
 
 // The lists below are what the whole matrix found with the agent
 // compacting when refused, as claude-code 2.1.332 does (simulate's
-// default), and proxy.client_window on (its default; 3e9e6c4, 53 minutes
+// default), and proxy.client_window on (its default; the code of 831fa60, 55 minutes
 // on 2 cores: BENCHMARKS.md "The matrix at the refusal judge").
 //
 // knownLosses are the peers no imgctx row matches — shows as many images

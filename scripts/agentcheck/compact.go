@@ -452,7 +452,7 @@ func claudeClientWindowRun(cc agent, bin, work, up string, atUpstream *recorded)
 		fmt.Printf("The client's window, %s: the calibrating session sent no second prompt (%d requests).\n\n", cc, len(calibrate))
 		return report([]check{{"a calibrating session of two prompts", false}})
 	}
-	before, carrying := billed(calibrate[i-1], imageData, 1334), billed(calibrate[i], imageData, 1334)
+	before, carrying := billed(calibrate[i-1], imageData, shotTokens), billed(calibrate[i], imageData, shotTokens)
 	pad := claudeWindow - (before+carrying)/2
 
 	window.Store(claudeWindow)
@@ -496,7 +496,7 @@ func claudeClientWindowRun(cc agent, bin, work, up string, atUpstream *recorded)
 		return len(slices.DeleteFunc(slices.Clone(bodies), func(b []byte) bool { return !asked(b) }))
 	}
 	fmt.Printf("The client's window: %s (claude-sonnet-4-5) reads three screenshots, then is asked about them; the upstream refuses past %d tokens, every request padded by %d (the second prompt's first request %d over the window with the screenshots, %d under without them).\n\n",
-		cc, claudeWindow, pad, carrying+pad-claudeWindow, claudeWindow-(carrying+pad-3*1334))
+		cc, claudeWindow, pad, carrying+pad-claudeWindow, claudeWindow-(carrying+pad-3*shotTokens))
 	fmt.Printf("- straight: %s\n- through imgctx, proxy.client_window off: %s\n- through imgctx, proxy.client_window on: %s\n\n", kinds(straight), kinds(off), kinds(on))
 	return report([]check{
 		{"straight, the second prompt's request is refused as too long and claude-code compacts",

@@ -42,6 +42,10 @@ func inWorkdir(name string) string {
 // padded, when set, is added to every Messages request's bill: text the
 // conversation is taken to carry, its images still billed at their cost
 // (claudeRefusedRun, through imgctx, which measures an image by the bill).
+// shotTokens is what the Messages upstream bills a screenshot: Claude's
+// 1280×800 on the standard tier.
+const shotTokens = 1334
+
 // window, when set, is the Messages upstream's context window: a request
 // billed past it is refused as prompt-too-long, as the provider refuses
 // it, a summary request too (claudeClientWindowRun).
@@ -279,7 +283,7 @@ func writeMessages(w http.ResponseWriter, body []byte, rep reply) {
 		io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"},"request_id":"req_agentcheck"}`)
 		return
 	}
-	in := billed(body, imageData, 1334) + int(padded.Load())
+	in := billed(body, imageData, shotTokens) + int(padded.Load())
 	if n := inflated.Load(); n > 0 && imageData.Match(body) {
 		in = int(n)
 	}
