@@ -86,7 +86,9 @@ type Config struct {
 	// compacts where it would have, and imgctx's removals never put its
 	// cut off (proxy.client_window). Only at keep.sight's default or
 	// below: above it the user pays to see more, and the cut put off is
-	// how more stays in sight.
+	// how more stays in sight. At any sight, a request past the window is
+	// not relieved where the client's compaction costs less
+	// (proxyTurn.compactionPays).
 	ProxyClientWindow bool
 	// ProxyCached is how many proxied conversations are held in memory in
 	// front of the session store (default 4,096, about 2 KB each).

@@ -76,6 +76,9 @@ type proxyTurn struct {
 	ledger policy.Ledger // pricing removals, persisted with the keep state
 	turnAt int
 	idle   bool // the conversation was idle past the cache's lifetime
+	// compacts: the window's refusal is left to the client, whose
+	// compaction costs less than relieving it (compactionPays).
+	compacts bool
 	// Break is why the provider read less of its cache than the previous
 	// request left there ("image", "expired", "other"); "" when it did not.
 	Break     string
@@ -506,7 +509,9 @@ func (f *proxyTurn) relayTurn(live []chat.Message) []chat.Message {
 // threshold, kept images leave first, then the user's images of earlier
 // turns (never the current turn's), oldest first, in one batch down to
 // the low-water mark. The proxy cannot summarise (the client owns the
-// history): what is still too long is the upstream's to refuse.
+// history): what is still too long is the upstream's to refuse. Where the
+// client compacts when refused and its compaction costs less
+// (compactionPays), nothing leaves: the refusal is the client's.
 func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 	est, measured := f.estimate(live)
 	limit := f.e.proxyThreshold(f.r.Profile.ContextWindow)
@@ -527,6 +532,10 @@ func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 		// down to its low-water mark, so the next one is far off.
 		p.LowWater = min(p.LowWater, est-max(0, policy.KeptCost(live)-lowKept))
 	}
+	if f.compactionPays(est, p.LowWater) {
+		f.compacts = true
+		return live
+	}
 	live, removed, after := policy.EvictImages(live, p, reason.Window)
 	if after > p.LowWater {
 		var more []policy.Removal
@@ -538,6 +547,21 @@ func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 		f.kt.InvalidateBase()
 	}
 	return live
+}
+
+// compactionPays reports whether the client's own compaction, which the
+// provider's refusal of this request brings (claude-code 2.1.332 compacts
+// on it), costs less than relieving the window down to after tokens
+// (policy.Costs.CompactionPays): only with proxy.client_window on, the
+// client taken to compact when refused, and prices to weigh.
+func (f *proxyTurn) compactionPays(est, after int) bool {
+	costs, ok := policy.CostsOf(f.r.Profile)
+	base := f.kt.Snapshot().Base
+	if !f.e.ProxyClientWindow || !ok || !base.Valid || est <= f.r.Profile.ContextWindow {
+		return false // a relief before the window (proxy.window_relief) is the user's
+	}
+	limit := f.e.proxyThreshold(f.r.Profile.ContextWindow)
+	return costs.CompactionPays(est, after, limit, est-base.Prompt, !f.idle)
 }
 
 // textFills reports whether the conversation's text — its measured
@@ -791,7 +815,7 @@ func (f *proxyTurn) breakOf(u chat.Usage) string {
 // It reports false when there is nothing left to remove — the upstream's
 // error is then the answer; an identical replay would fail again.
 func (f *proxyTurn) Overflow() bool {
-	if f.textFills(f.Messages) {
+	if f.compacts || f.textFills(f.Messages) {
 		return false // the client's to answer: it compacts, or would have failed without imgctx too
 	}
 	live, removed := policy.RemoveKept(f.Messages, reason.Overflow)

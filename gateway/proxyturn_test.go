@@ -560,3 +560,37 @@ func TestProxyDecisionsStartOverPastTheirCap(t *testing.T) {
 		t.Fatalf("after starting over, %d of the 3 screenshots sent", n)
 	}
 }
+
+// At a sight that holds every screenshot, the window fills with them while
+// the text is short. A client that compacts when refused (client_window
+// on) gets the provider's refusal there, its compaction cheaper than the
+// relief (policy.Costs.CompactionPays): the request goes up once, is not
+// replayed without the images, and none leaves. Off, the relief takes the
+// images out and the request is answered.
+func TestProxyWindowLeftToAClientThatCompacts(t *testing.T) {
+	for _, window := range []bool{true, false} {
+		rig := newAgentRig(t, 20_000, &session.Mem{})
+		rig.window, rig.hold, rig.sight = window, true, 100
+		rig.restart(t)
+		g := newAgent(t, rig, "Check every page of the site."+strings.Repeat(" Look closely.", 1000))
+		g.start()
+		g.send(reply{tools: 1})
+		var resp *http.Response
+		var body []byte
+		calls := 0
+		for range 20 {
+			g.results(2, false, false)
+			calls = rig.up.calls
+			resp, body = g.post(reply{tools: 1})
+			if resp.StatusCode != 200 || rig.counter("removed", "window") > 0 {
+				break
+			}
+		}
+		switch removed := rig.counter("removed", "window"); {
+		case window && (resp.StatusCode != 400 || rig.up.calls != calls+1 || removed != 0 || !bytes.Contains(body, []byte("prompt is too long"))):
+			t.Fatalf("on: %d after %d upstream calls, %d removed for the window: %s", resp.StatusCode, rig.up.calls-calls, removed, body)
+		case !window && (resp.StatusCode != 200 || removed == 0):
+			t.Fatalf("off: %d, %d removed for the window: %s", resp.StatusCode, removed, body)
+		}
+	}
+}

@@ -57,6 +57,30 @@ func CostsOf(p tokens.Profile) (Costs, bool) {
 	return c, c.Rewrite > c.Read
 }
 
+// CompactionPays reports whether, at a window the prompt of est tokens has
+// filled, the client's own compaction costs less than relieving the window
+// by taking images out down to after tokens (limit: the window's usable
+// share; grows: what one request adds). The relief keeps the text, so
+// each request until the window fills again reads after tokens more than
+// it would have, and its break rewrites them once; the compaction reads
+// the window once, for its summary (at the read price while the cache is
+// warm), and starts the next window from the summary, counted as nothing:
+// its size is the client's, unknown here. Reading the text a whole window
+// long outweighs one summary wherever the relief leaves more than one
+// request's worth of tokens, so where the client compacts when refused
+// this nearly always chooses the compaction; the images either leaves are
+// alike — the relief takes them to its low-water mark, the compaction to
+// none — and the window the compaction starts lower holds more of them.
+func (c Costs) CompactionPays(est, after, limit, grows int, warm bool) bool {
+	requests := float64(max(0, limit-after)) / float64(max(1, grows))
+	relief := float64(after) * (requests*c.Read + c.Rewrite)
+	summary := c.Read
+	if !warm {
+		summary = c.Rewrite
+	}
+	return relief >= float64(est)*summary
+}
+
 // Ledger is what pricing removals remembers across requests; the engine
 // persists it with the keep state.
 type Ledger struct {

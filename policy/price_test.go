@@ -688,3 +688,24 @@ func TestABatchLeavesItsRemainderOnAnAutomaticCache(t *testing.T) {
 		}
 	}
 }
+
+// The relief pays only where it leaves less than about one request's worth
+// of tokens to read until the window fills again, or where the cache is
+// cold and the summary would read the window at the full price.
+func TestCompactionPays(t *testing.T) {
+	for _, c := range []struct {
+		after, grows int
+		warm, pays   bool
+	}{
+		{after: 500, grows: 1000, warm: true, pays: false},     // 500 × (199.5 reads + a write) < the window read once
+		{after: 20_000, grows: 1000, warm: true, pays: true},   // the text read 180 times
+		{after: 20_000, grows: 50_000, warm: true, pays: true}, // 3.6 requests: still more than the summary
+		{after: 5_000, grows: 1000, warm: true, pays: true},
+		{after: 5_000, grows: 1000, warm: false, pays: false}, // cold: the summary writes the window
+		{after: 200_000, grows: 1000, warm: true, pays: true}, // nothing left to relieve: the break alone
+	} {
+		if got := claude.CompactionPays(200_000, c.after, 200_000, c.grows, c.warm); got != c.pays {
+			t.Errorf("%+v: pays %v", c, got)
+		}
+	}
+}

@@ -67,23 +67,6 @@ var knownLosses = map[string]string{
 	"coding@2/claude-sonnet-4-6/ephemeral": hair,
 	"coding@2/claude-haiku-4-5/ephemeral":  hair,
 	"coding@3/gpt-4o/ephemeral":            hair,
-	// These loops hold every screenshot to the window's refusal and then
-	// compact, summarising the text too, which on gpt-4o (a cache read at
-	// half the input price) is the cheaper way to carry a full window. At
-	// its top imgctx relieves the window by taking images out and keeps
-	// the text, so it shows fewer for more: 43.9 images a request for
-	// $23.21 at 30 on computer-use (the loops 45.9 for $21.65), 43.9 for
-	// $22.98 on steady ($21.42), 45.0 for $28.81 on browser (50.4 for
-	// $27.64), 36.0 for $14.05 at 5.3 on mixed (35.9 for $12.07). Choosing
-	// between relief and the client's compaction by price is not built.
-	"computer-use/gpt-4o/ceiling-batch-5":         relieves,
-	"computer-use/gpt-4o/strip-on-compact":        relieves,
-	"computer-use-steady/gpt-4o/ceiling-batch-5":  relieves,
-	"computer-use-steady/gpt-4o/strip-on-compact": relieves,
-	"browser/gpt-4o/ceiling-batch-5":              relieves,
-	"browser/gpt-4o/strip-on-compact":             relieves,
-	"mixed/gpt-4o/ceiling-batch-5":                relieves,
-	"mixed/gpt-4o/strip-on-compact":               relieves,
 	// On gpt-4o these loops leave nothing where they drop a screenshot;
 	// imgctx leaves a marker, four tokens read on every later request
 	// (DESIGN.md principle 5). With markers priced at nothing (a debug
@@ -145,7 +128,6 @@ var defaultLosses = map[string]string{
 const (
 	ownImages = "removes the user's own images"
 	hair      = "the dial's cheapest end a hair over the 1% allowed"
-	relieves  = "compacts at the window, which on gpt-4o is cheaper than relieving it"
 	steps     = "gpt-4o's line, between two steps of the dial"
 	markers   = "the markers it leaves, which the loop does not"
 	postpones = "removals at cold starts that only postpone the client's compaction, on a conversation that runs past it"
