@@ -553,12 +553,19 @@ func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 // provider's refusal of this request brings (claude-code 2.1.332 compacts
 // on it), costs less than relieving the window down to after tokens
 // (policy.Costs.CompactionPays): only with proxy.client_window on, the
-// client taken to compact when refused, and prices to weigh.
+// client taken to compact when refused until it shows it does not, and
+// prices to weigh.
 func (f *proxyTurn) compactionPays(est, after int) bool {
 	costs, ok := policy.CostsOf(f.r.Profile)
 	base := f.kt.Snapshot().Base
 	if !f.e.ProxyClientWindow || !ok || !base.Valid || est <= f.r.Profile.ContextWindow {
 		return false // a relief before the window (proxy.window_relief) is the user's
+	}
+	if f.st.LeftAt > 0 && len(f.r.Messages) >= f.st.LeftAt {
+		// A refusal left to it came back as long or longer: a client
+		// that does not compact (the summary request of one that does
+		// replaces the refused request's last messages with its ask).
+		return false
 	}
 	limit := f.e.proxyThreshold(f.r.Profile.ContextWindow)
 	return costs.CompactionPays(est, after, limit, est-base.Prompt, !f.idle)
@@ -906,6 +913,10 @@ func (f *proxyTurn) decided(ctx context.Context) session.Proxied {
 	if f.r.Files {
 		from := f.FilesFrom()
 		st.FilesFrom = &from
+	}
+	st.LeftAt = f.st.LeftAt
+	if f.compacts {
+		st.LeftAt = len(f.r.Messages)
 	}
 	// Every edit replaced a part in place: what stands where the client
 	// sent an image is what was decided for it.

@@ -565,8 +565,9 @@ func TestProxyDecisionsStartOverPastTheirCap(t *testing.T) {
 // the text is short. A client that compacts when refused (client_window
 // on) gets the provider's refusal there, its compaction cheaper than the
 // relief (policy.Costs.CompactionPays): the request goes up once, is not
-// replayed without the images, and none leaves. Off, the relief takes the
-// images out and the request is answered.
+// replayed without the images, and none leaves. A client that sends the
+// refused history again did not compact: it gets the relief. Off, the
+// relief takes the images out at once and the request is answered.
 func TestProxyWindowLeftToAClientThatCompacts(t *testing.T) {
 	for _, window := range []bool{true, false} {
 		rig := newAgentRig(t, 20_000, &session.Mem{})
@@ -591,6 +592,12 @@ func TestProxyWindowLeftToAClientThatCompacts(t *testing.T) {
 			t.Fatalf("on: %d after %d upstream calls, %d removed for the window: %s", resp.StatusCode, rig.up.calls-calls, removed, body)
 		case !window && (resp.StatusCode != 200 || removed == 0):
 			t.Fatalf("off: %d, %d removed for the window: %s", resp.StatusCode, removed, body)
+		}
+		if window {
+			rig.restart(t) // what was left to the client is the conversation's, in its store
+			if resp, body = g.post(reply{}); resp.StatusCode != 200 || rig.counter("removed", "window") == 0 {
+				t.Fatalf("sent again: %d, %d removed for the window: %s", resp.StatusCode, rig.counter("removed", "window"), body)
+			}
 		}
 	}
 }

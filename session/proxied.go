@@ -31,6 +31,10 @@ type Proxied struct {
 	// (upstreams[].file_ids); images before it keep the form a cached
 	// prefix holds them in. nil: the conversation never used file ids.
 	FilesFrom *int `json:"files_from,omitempty"`
+	// LeftAt is how many messages the request had whose window refusal
+	// imgctx left to the client, to compact (proxy.client_window); a later
+	// request as long did not compact, and gets the window's relief.
+	LeftAt int `json:"left_at,omitempty"`
 }
 
 // Decided is one image occurrence's decision, at its place in the client's
