@@ -571,7 +571,9 @@ func TestProxyDecisionsStartOverPastTheirCap(t *testing.T) {
 func TestProxyWindowLeftToAClientThatCompacts(t *testing.T) {
 	for _, window := range []bool{true, false} {
 		rig := newAgentRig(t, 20_000, &session.Mem{})
+		var logs bytes.Buffer
 		rig.window, rig.hold, rig.sight = window, true, 100
+		rig.log = slog.New(slog.NewJSONHandler(&logs, nil))
 		rig.restart(t)
 		g := newAgent(t, rig, "Check every page of the site."+strings.Repeat(" Look closely.", 1000))
 		g.start()
@@ -592,6 +594,8 @@ func TestProxyWindowLeftToAClientThatCompacts(t *testing.T) {
 			t.Fatalf("on: %d after %d upstream calls, %d removed for the window: %s", resp.StatusCode, rig.up.calls-calls, removed, body)
 		case !window && (resp.StatusCode != 200 || removed == 0):
 			t.Fatalf("off: %d, %d removed for the window: %s", resp.StatusCode, removed, body)
+		case window != strings.Contains(logs.String(), "refusal left to the client"):
+			t.Fatalf("window %v: the log says: %s", window, logs.String())
 		}
 		if window {
 			rig.restart(t) // what was left to the client is the conversation's, in its store
