@@ -288,6 +288,7 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 	}
 	var we *wire.Error
 	if errors.As(err, &we) && we.Kind == wire.PromptTooLong && fw.compacts {
+		fw.left = true // an estimate past the window the provider took says nothing of the client
 		e.log().InfoContext(ctx, "proxy: the window's refusal left to the client, whose compaction costs less than relieving it", "tenant", c.Tenant, "model", clip(sp.Model), "messages", len(fw.Messages))
 	}
 	if errors.As(err, &we) && we.Kind == wire.PromptTooLong && fw.Overflow() {

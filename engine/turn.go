@@ -77,8 +77,9 @@ type proxyTurn struct {
 	turnAt int
 	idle   bool // the conversation was idle past the cache's lifetime
 	// compacts: the window's refusal is left to the client, whose
-	// compaction costs less than relieving it (compactionPays).
-	compacts bool
+	// compaction costs less than relieving it (compactionPays); left: the
+	// provider refused it, so the client has the refusal to compact on.
+	compacts, left bool
 	// Break is why the provider read less of its cache than the previous
 	// request left there ("image", "expired", "other"); "" when it did not.
 	Break     string
@@ -915,7 +916,7 @@ func (f *proxyTurn) decided(ctx context.Context) session.Proxied {
 		st.FilesFrom = &from
 	}
 	st.LeftAt = f.st.LeftAt
-	if f.compacts {
+	if f.left {
 		st.LeftAt = len(f.r.Messages)
 	}
 	// Every edit replaced a part in place: what stands where the client

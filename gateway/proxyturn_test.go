@@ -569,8 +569,16 @@ func TestProxyDecisionsStartOverPastTheirCap(t *testing.T) {
 // refused history again did not compact: it gets the relief. Off, the
 // relief takes the images out at once and the request is answered.
 func TestProxyWindowLeftToAClientThatCompacts(t *testing.T) {
-	for _, window := range []bool{true, false} {
+	for _, c := range []struct {
+		window   bool
+		overflow int // where the upstream refuses; 0: the window
+	}{{true, 0}, {false, 0}, {true, 24_000}} {
+		// At 24,000 the upstream takes requests past the window as imgctx
+		// counts it: left to a client that never saw a refusal, they say
+		// nothing of whether it compacts.
+		window := c.window
 		rig := newAgentRig(t, 20_000, &session.Mem{})
+		rig.up.overflow = c.overflow
 		var logs bytes.Buffer
 		rig.window, rig.hold, rig.sight = window, true, 100
 		rig.log = slog.New(slog.NewJSONHandler(&logs, nil))
