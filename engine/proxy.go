@@ -287,11 +287,12 @@ func (e *Engine) Proxy(ctx context.Context, c ProxyCall) (*Proxied, error) {
 		resp, err = send()
 	}
 	var we *wire.Error
-	if errors.As(err, &we) && we.Kind == wire.PromptTooLong && fw.compacts {
+	tooLong := errors.As(err, &we) && we.Kind == wire.PromptTooLong
+	if tooLong && fw.compacts {
 		fw.left = true // an estimate past the window the provider took says nothing of the client
 		e.log().InfoContext(ctx, "proxy: the window's refusal left to the client, whose compaction costs less than relieving it", "tenant", c.Tenant, "model", clip(sp.Model), "messages", len(fw.Messages))
 	}
-	if errors.As(err, &we) && we.Kind == wire.PromptTooLong && fw.Overflow() {
+	if tooLong && fw.Overflow() {
 		// Replay once, without the kept images and the user's older
 		// ones: a body that differs. With nothing left to remove the
 		// upstream's error is the answer at once.

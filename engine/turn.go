@@ -533,7 +533,7 @@ func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 		// down to its low-water mark, so the next one is far off.
 		p.LowWater = min(p.LowWater, est-max(0, policy.KeptCost(live)-lowKept))
 	}
-	if f.compactionPays(est, p.LowWater) {
+	if f.compactionPays(est, p.LowWater, limit) {
 		f.compacts = true
 		return live
 	}
@@ -552,11 +552,11 @@ func (f *proxyTurn) relieve(live []chat.Message) []chat.Message {
 
 // compactionPays reports whether the client's own compaction, which the
 // provider's refusal of this request brings (claude-code 2.1.332 compacts
-// on it), costs less than relieving the window down to after tokens
-// (policy.Costs.CompactionPays): only with proxy.client_window on, the
+// on it), costs less than relieving the window (its usable share limit)
+// down to after tokens (policy.Costs.CompactionPays): only with proxy.client_window on, the
 // client taken to compact when refused until it shows it does not, and
 // prices to weigh.
-func (f *proxyTurn) compactionPays(est, after int) bool {
+func (f *proxyTurn) compactionPays(est, after, limit int) bool {
 	costs, ok := policy.CostsOf(f.r.Profile)
 	base := f.kt.Snapshot().Base
 	if !f.e.ProxyClientWindow || !ok || !base.Valid || est <= f.r.Profile.ContextWindow {
@@ -568,7 +568,6 @@ func (f *proxyTurn) compactionPays(est, after int) bool {
 		// replaces the refused request's last messages with its ask).
 		return false
 	}
-	limit := f.e.proxyThreshold(f.r.Profile.ContextWindow)
 	return costs.CompactionPays(est, after, limit, est-base.Prompt, !f.idle)
 }
 

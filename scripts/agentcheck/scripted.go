@@ -42,10 +42,6 @@ func inWorkdir(name string) string {
 // padded, when set, is added to every Messages request's bill: text the
 // conversation is taken to carry, its images still billed at their cost
 // (claudeRefusedRun, through imgctx, which measures an image by the bill).
-// shotTokens is what the Messages upstream bills a screenshot: Claude's
-// 1280×800 on the standard tier.
-const shotTokens = 1334
-
 // window, when set, is the Messages upstream's context window: a request
 // billed past it is refused as prompt-too-long, as the provider refuses
 // it, a summary request too (claudeClientWindowRun).
@@ -55,6 +51,10 @@ var (
 	padded    atomic.Int64
 	window    atomic.Int64
 )
+
+// shotTokens is what the Messages upstream bills a screenshot: Claude's
+// 1280×800 on the standard tier.
+const shotTokens = 1334
 
 // summaryRequest: claude-code's compaction request, which must be answered
 // with text (2.1.332 sends it with its tools, 2.0.77 with its read tool).
